@@ -1,0 +1,1 @@
+"""nvshmem_dsl: NVSHMEM for Python GPU DSLs."""

@@ -1,0 +1,72 @@
+"""Exceptions raised by the nvshmem_dsl host runtime."""
+
+from __future__ import annotations
+
+__all__ = [
+    "NvshmemError",
+    "NvshmemNotFoundError",
+    "NvshmemStatusError",
+    "NvshmemInitError",
+    "NvshmemStateError",
+    "NvshmemArgumentError",
+    "NvshmemTypeError",
+    "NvshmemMemoryError",
+    "NvshmemOutOfMemoryError",
+    "NvshmemLeakWarning",
+]
+
+
+class NvshmemError(Exception):
+    """Base class of every error raised by nvshmem_dsl."""
+
+
+class NvshmemNotFoundError(NvshmemError):
+    """The NVSHMEM libraries (host library, bootstrap plugins, device bitcode) were not found."""
+
+
+class NvshmemStatusError(NvshmemError):
+    """An NVSHMEM host call returned a non-zero status.
+
+    Attributes: ``function`` (the C function's name), ``status`` (the integer it
+    returned) and ``message`` (an explanation, possibly empty).
+    """
+
+    def __init__(self, function: str, status: int, message: str = "") -> None:
+        self.function = function
+        self.status = status
+        self.message = message
+        text = f"{function} failed with status {status}"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+    def __reduce__(self):  # keep the three fields through pickling (multiprocessing)
+        return (type(self), (self.function, self.status, self.message))
+
+
+class NvshmemInitError(NvshmemError):
+    """Initialisation failed: bootstrap, rendezvous with the other ranks, device choice."""
+
+
+class NvshmemStateError(NvshmemError):
+    """The runtime was used in the wrong state: before init, init twice, finalize twice."""
+
+
+class NvshmemArgumentError(NvshmemError, ValueError):
+    """An argument of a host call is invalid (checked before NVSHMEM is called)."""
+
+
+class NvshmemTypeError(NvshmemArgumentError, TypeError):
+    """An argument has the wrong type or dtype (not an array, unsupported dtype, mismatch)."""
+
+
+class NvshmemMemoryError(NvshmemArgumentError):
+    """Memory that must be symmetric is not: foreign, freed, or out of an allocation's bounds."""
+
+
+class NvshmemOutOfMemoryError(NvshmemError, MemoryError):
+    """The symmetric heap could not satisfy an allocation."""
+
+
+class NvshmemLeakWarning(RuntimeWarning):
+    """Symmetric allocations were still live when the runtime was finalized."""

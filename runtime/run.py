@@ -1,0 +1,321 @@
+"""Start an NVSHMEM job on this machine: one process per GPU.
+
+    python -m nvshmem_dsl.run -n 2 script.py args...
+    python -m nvshmem_dsl.run --gpus 0,1 -m package.module args...
+
+Each rank gets ``NVSHMEM_DSL_RANK``, ``NVSHMEM_DSL_NRANKS``, ``NVSHMEM_DSL_LOCAL_RANK``,
+``NVSHMEM_DSL_STORE_HOST``/``NVSHMEM_DSL_STORE_PORT`` (a free port on 127.0.0.1 where
+rank 0 serves the unique id), a fresh random ``NVSHMEM_DSL_SECRET`` and
+``NVSHMEM_DSL_BOOTSTRAP=launcher``.  With ``--gpus`` rank i sees only GPU
+``gpus[i]`` (``CUDA_VISIBLE_DEVICES``); without it ``LOCAL_RANK=i`` and init picks
+device ``i % device_count``.  Variables of an outer MPI or torchrun launch are
+removed from the ranks' environment.
+
+Output is forwarded line by line with a ``[rank i] `` prefix.  When a rank fails,
+the others get SIGTERM, then SIGKILL after ``--grace`` seconds; the exit status is
+the first failing rank's (128 + N for a rank killed by signal N).  Ctrl-C is
+passed on to the ranks the same way (a second Ctrl-C kills them at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import BinaryIO
+
+from ._bootstrap import (
+    ENV_LOCAL_RANK,
+    ENV_MODE,
+    ENV_NRANKS,
+    ENV_RANK,
+    ENV_SECRET,
+    ENV_STORE_HOST,
+    ENV_STORE_PORT,
+    ENV_TIMEOUT,
+    MPI_ENV_VARS,
+    TORCHRUN_ENV_VARS,
+)
+
+__all__ = ["main", "launch", "rank_environment", "free_port"]
+
+DEFAULT_GRACE = 5.0
+_STORE_HOST = "127.0.0.1"
+# Left over from an outer launch, these would make a rank believe it is part of that job.
+_OUTER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_LOCAL", "HYDRA_", "TORCHELASTIC_")
+_OUTER_NAMES = set(MPI_ENV_VARS) | set(TORCHRUN_ENV_VARS) | {"LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
+
+
+def free_port(host: str = _STORE_HOST) -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def rank_environment(
+    base: Mapping[str, str],
+    *,
+    rank: int,
+    nranks: int,
+    secret: str,
+    port: int,
+    gpus: Sequence[str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, str]:
+    """The environment of rank ``rank``, built from ``base``."""
+    env = {k: v for k, v in base.items() if k not in _OUTER_NAMES and not k.startswith(_OUTER_PREFIXES)}
+    env.update(
+        {
+            ENV_MODE: "launcher",
+            ENV_RANK: str(rank),
+            ENV_NRANKS: str(nranks),
+            ENV_LOCAL_RANK: str(rank),
+            ENV_STORE_HOST: _STORE_HOST,
+            ENV_STORE_PORT: str(port),
+            ENV_SECRET: secret,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[rank]
+    else:
+        env["LOCAL_RANK"] = str(rank)
+    if timeout is not None:
+        env[ENV_TIMEOUT] = repr(float(timeout))
+    return env
+
+
+# --------------------------------------------------------------------------- output
+
+
+class _Forwarder(threading.Thread):
+    """Copies one pipe to ``sink`` line by line, each line prefixed."""
+
+    def __init__(self, pipe: BinaryIO, sink: BinaryIO, prefix: bytes, lock: threading.Lock) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.sink, self.prefix, self.lock = pipe, sink, prefix, lock
+
+    def run(self) -> None:
+        try:
+            for line in iter(self.pipe.readline, b""):
+                if not line.endswith(b"\n"):
+                    line += b"\n"
+                with self.lock:
+                    try:
+                        self.sink.write(self.prefix + line)
+                        self.sink.flush()
+                    except (OSError, ValueError):  # our own stdout went away
+                        pass
+        finally:
+            self.pipe.close()
+
+
+def _binary(stream) -> BinaryIO:
+    return getattr(stream, "buffer", stream)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)  # each rank leads its own process group
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def launch(
+    command: Sequence[str],
+    nranks: int,
+    *,
+    gpus: Sequence[str] | None = None,
+    timeout: float | None = None,
+    grace: float = DEFAULT_GRACE,
+    env: Mapping[str, str] | None = None,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> int:
+    """Run ``command`` (argv, e.g. ``[sys.executable, "x.py"]``) as ``nranks`` ranks.
+
+    Returns 0 when every rank succeeded, otherwise the first failing rank's status.
+    """
+    if nranks < 1:
+        raise ValueError(f"need at least one rank, got {nranks}")
+    if gpus is not None and len(gpus) < nranks:
+        raise ValueError(f"{nranks} ranks need {nranks} GPUs, --gpus lists {len(gpus)}")
+    base = os.environ if env is None else env
+    secret, port = secrets.token_hex(32), free_port()
+    out, err = _binary(stdout or sys.stdout), _binary(stderr or sys.stderr)
+    lock = threading.Lock()
+
+    procs: list[subprocess.Popen] = []
+    forwarders: list[_Forwarder] = []
+    interrupted: list[int] = []
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        interrupted.append(signum)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if in_main_thread:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        for rank in range(nranks):
+            renv = rank_environment(base, rank=rank, nranks=nranks, secret=secret, port=port, gpus=gpus, timeout=timeout)
+            proc = subprocess.Popen(
+                list(command),
+                env=renv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            procs.append(proc)
+            prefix = f"[rank {rank}] ".encode()
+            for pipe, sink in ((proc.stdout, out), (proc.stderr, err)):
+                forwarder = _Forwarder(pipe, sink, prefix, lock)
+                forwarder.start()
+                forwarders.append(forwarder)
+        status = _supervise(procs, interrupted, grace, err, lock)
+    finally:
+        for proc in procs:  # never leave a rank behind, whatever happened above
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        for forwarder in forwarders:
+            forwarder.join(timeout=2.0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
+
+
+def _supervise(procs, interrupted: list[int], grace: float, err: BinaryIO, lock: threading.Lock) -> int:
+    """Wait for the ranks; on the first failure or signal stop the others."""
+    first_failure: int | None = None
+    stop_signal: int | None = None
+    while True:
+        running = [p for p in procs if p.poll() is None]
+        if first_failure is None:
+            for rank, proc in enumerate(procs):
+                if proc.returncode not in (None, 0):
+                    first_failure = _exit_status(proc.returncode)
+                    _note(err, lock, f"rank {rank} exited with status {first_failure}; stopping the other ranks")
+                    stop_signal = signal.SIGTERM
+                    break
+        if interrupted and stop_signal is None:
+            stop_signal = interrupted[0]
+        if not running:
+            break
+        if stop_signal is not None:
+            _stop(running, stop_signal, grace, interrupted)
+            break
+        time.sleep(0.02)
+    if first_failure is not None:
+        return first_failure
+    if interrupted:
+        return 128 + int(interrupted[0])
+    for proc in procs:
+        if proc.returncode:
+            return _exit_status(proc.returncode)
+    return 0
+
+
+def _stop(running, sig: int, grace: float, interrupted: list[int]) -> None:
+    """``sig`` to every running rank, then SIGKILL after ``grace`` s (or a second signal)."""
+    for proc in running:
+        _signal_group(proc, sig)
+    seen = len(interrupted)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and len(interrupted) <= seen:
+        if all(p.poll() is not None for p in running):
+            return
+        time.sleep(0.02)
+    for proc in running:
+        _signal_group(proc, signal.SIGKILL)
+
+
+def _note(err: BinaryIO, lock: threading.Lock, text: str) -> None:
+    with lock:
+        try:
+            err.write(f"[nvshmem_dsl.run] {text}\n".encode())
+            err.flush()
+        except (OSError, ValueError):
+            pass
+
+
+# --------------------------------------------------------------------------- command line
+
+_USAGE = "python -m nvshmem_dsl.run [-n N] [--gpus 0,1] [--timeout S] [--grace S] (script.py | -m module) [args...]"
+_VALUE_OPTIONS = {"-n", "--nproc", "--gpus", "--timeout", "--grace"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m nvshmem_dsl.run", usage=_USAGE, description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--nproc", type=int, help="number of ranks (default: the number of --gpus)")
+    parser.add_argument("--gpus", help="comma-separated GPU ids; rank i gets CUDA_VISIBLE_DEVICES=<i-th id>")
+    parser.add_argument("--timeout", type=float, help=f"seconds init waits for the other ranks ({ENV_TIMEOUT})")
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE, help="seconds between SIGTERM and SIGKILL")
+    return parser
+
+
+def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """(launcher options, the ranks' python arguments) — these start at the script or -m."""
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[:i], argv[i + 1 :]
+        if arg == "-m":
+            return argv[:i], argv[i:]
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return argv[:i], ["-m", arg[2:]] + argv[i + 1 :]
+        if not arg.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 2 if arg in _VALUE_OPTIONS else 1
+    return argv, None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    options, target = _split_argv(argv)
+    parser = _parser()
+    args = parser.parse_args(options)
+    if not target or target == ["-m"]:
+        parser.error("give a script to run, or -m module")
+    gpus = None
+    if args.gpus is not None:
+        gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
+        if not gpus:
+            parser.error("--gpus lists no GPU")
+    nranks = args.nproc if args.nproc is not None else (len(gpus) if gpus else None)
+    if nranks is None:
+        parser.error("say how many ranks: -n N (or --gpus)")
+    if nranks < 1:
+        parser.error("-n must be at least 1")
+    if gpus is not None and len(gpus) < nranks:
+        parser.error(f"-n {nranks} needs {nranks} GPUs but --gpus lists {len(gpus)}")
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error("--timeout must be positive")
+    return launch([sys.executable, *target], nranks, gpus=gpus, timeout=args.timeout, grace=args.grace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
