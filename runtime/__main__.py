@@ -1,0 +1,138 @@
+"""`python -m nvshmem_dsl info|demo`: what is installed and what the package offers."""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+
+
+def _versions() -> list[tuple[str, str]]:
+    from importlib import metadata
+
+    from . import _libs, _optable
+    rows = [("nvshmem-dsl", metadata.version("nvshmem-dsl") if _installed("nvshmem-dsl") else "(source tree)"),
+            ("spec sha256", _optable.table()["provenance"]["spec_sha256"][:16])]
+    try:
+        inst = _libs.installation()
+        rows += [("NVSHMEM", f"{inst.version_string} ({inst.source})"),
+                 ("host library", str(inst.host_library)),
+                 ("bitcode", f"{inst.layout}: {', '.join(p.name for p in inst.bitcode_files)}")]
+    except Exception as exc:  # noqa: BLE001 - report, don't fail
+        rows.append(("NVSHMEM", f"not found: {str(exc).splitlines()[0]}"))
+    for dist in ("numba-cuda", "llvmlite", "nvidia-cutlass-dsl", "cuda-core", "mpi4py"):
+        rows.append((dist, metadata.version(dist) if _installed(dist) else "not installed"))
+    return rows
+
+
+def _installed(dist: str) -> bool:
+    from importlib import metadata
+    try:
+        metadata.version(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def _gpus() -> list[str]:
+    try:
+        from cuda.core import Device, system
+        n = system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
+        return [f"GPU {i}: {Device(i).name} (sm_{''.join(map(str, Device(i).compute_capability))})"
+                for i in range(n)]
+    except Exception as exc:  # noqa: BLE001
+        return [f"no GPU visible ({type(exc).__name__})"]
+
+
+def _coverage() -> list[tuple[str, int, int, int, int]]:
+    """Per family: C device functions, Numba functions, CuTe functions, host functions."""
+    from . import _optable
+    table = _optable.table()
+    dev = collections.Counter(op["family"] for op in table["device"])
+    host = collections.Counter(op["family"] for op in table["host"])
+    dsl = {}
+    for name in ("numba_api", "cute_api"):
+        try:
+            mod = __import__(f"nvshmem_dsl._generated.{name}", fromlist=["__all__"])
+            apis = set(mod.__all__)
+        except Exception:  # noqa: BLE001 - the DSL may not be installed
+            apis = set()
+        dsl[name] = collections.Counter(op["family"] for op in {o["api"]: o for o in table["device"]
+                                                                 if o["api"] in apis}.values())
+    families = list(dict.fromkeys([op["family"] for op in table["device"]] + [op["family"] for op in table["host"]]))
+    return [(f, dev[f], dsl["numba_api"][f], dsl["cute_api"][f], host[f]) for f in families]
+
+
+def info() -> int:
+    for k, v in _versions():
+        print(f"{k:>20}: {v}")
+    for line in _gpus():
+        print(f"{'':>20}  {line}")
+    return 0
+
+
+def _sample_numba() -> str:
+    from numba import types
+    from numba.cuda import compile_ptx
+
+    from . import numba as nv
+
+    def ring_put(dst, src):
+        nv.put_block(dst, src, (nv.my_pe() + 1) % nv.n_pes())
+
+    t0 = time.perf_counter()
+    ptx, _ = compile_ptx(ring_put, (types.float32[:], types.float32[:]), cc=(9, 0))
+    return f"Numba ring put_block -> {len(ptx) // 1024} KiB of PTX for sm_90 in {time.perf_counter() - t0:.1f} s"
+
+
+def _sample_cute() -> str:
+    import cutlass
+    from cutlass import cute
+
+    from . import cute as nvc
+
+    @cute.kernel
+    def ring_put(dst: cute.Tensor, src: cute.Tensor):
+        nvc.put_block(dst, src, (nvc.my_pe() + 1) % nvc.n_pes())
+
+    @cute.jit
+    def launch(dst: cute.Tensor, src: cute.Tensor):
+        ring_put(dst, src).launch(grid=(1, 1, 1), block=(128, 1, 1))
+
+    import numpy as np
+    from cutlass.cute.runtime import from_dlpack  # noqa: F401 - fails early without the DSL
+    t0 = time.perf_counter()
+    a = cute.runtime.make_fake_tensor(cutlass.Float32, (1024,)) if hasattr(cute.runtime, "make_fake_tensor") else None
+    if a is None:
+        return "CuTe sample skipped: this cutlass-dsl cannot make tensors without a GPU"
+    ptx = nvc.compile_to_ptx(launch, a, a, arch="sm_90a")
+    return f"CuTe ring put_block -> {len(ptx) // 1024} KiB of PTX for sm_90a in {time.perf_counter() - t0:.1f} s"
+
+
+def demo() -> int:
+    print("nvshmem-dsl: the NVSHMEM device API for Python GPU DSLs, from one spec\n")
+    info()
+    rows = _coverage()
+    print(f"\n{'family':<34}{'C device':>9}{'Numba':>7}{'CuTe':>6}{'host':>6}")
+    for fam, c, nb, cu, h in rows:
+        print(f"{fam:<34}{c:>9}{nb:>7}{cu:>6}{h:>6}")
+    tot = [sum(r[i] for r in rows) for i in range(1, 5)]
+    print(f"{'total':<34}{tot[0]:>9}{tot[1]:>7}{tot[2]:>6}{tot[3]:>6}")
+    print("(C device: C functions in the bitcode; Numba/CuTe: DSL functions, each dispatching over dtypes)\n")
+    for sample in (_sample_numba, _sample_cute):
+        try:
+            print(sample())
+        except Exception as exc:  # noqa: BLE001 - a demo reports what fails
+            print(f"{sample.__name__[8:]} sample failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nvshmem_dsl")
+    ap.add_argument("command", choices=["info", "demo"], nargs="?", default="info")
+    args = ap.parse_args(argv)
+    return {"info": info, "demo": demo}[args.command]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
