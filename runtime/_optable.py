@@ -1,36 +1,61 @@
-"""The generated op table (generated/ops.json), loaded once, indexed for the DSL layers."""
+"""The generated op table (``generated/ops.json``) for the DSL layers.
+
+Loaded lazily, once.  Accessors: :func:`table` (the whole parsed file),
+:func:`dtypes` (NVSHMEM dtype name -> description), :func:`device_ops` and
+:func:`host_ops` (C symbol -> entry), :func:`scalar_kind` (a C scalar type's
+kind: "signed", "unsigned", "float").
+"""
+
 from __future__ import annotations
 
 import functools
 import json
 from importlib import resources
 
+__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind"]
+
 
 @functools.lru_cache(maxsize=None)
 def table() -> dict:
+    """The parsed ops.json."""
     text = resources.files("nvshmem_dsl._generated").joinpath("ops.json").read_text()
     return json.loads(text)
 
 
+def dtypes() -> dict:
+    """NVSHMEM dtype name -> {bits, kind, ctype, numpy, numba, cute, llvm, abi}."""
+    return table()["dtypes"]
+
+
 @functools.lru_cache(maxsize=None)
-def device_ops() -> dict[str, dict]:
-    """C symbol -> op entry, for every device function."""
+def device_ops() -> dict:
+    """Device C symbol -> op table entry."""
     return {op["symbol"]: op for op in table()["device"]}
 
 
 @functools.lru_cache(maxsize=None)
-def host_ops() -> dict[str, dict]:
+def host_ops() -> dict:
+    """Host C symbol -> op table entry."""
     return {op["symbol"]: op for op in table()["host"]}
 
 
-def dtypes() -> dict[str, dict]:
-    return table()["dtypes"]
-
-
-_UNSIGNED_CTYPES = ("unsigned", "uint", "size_t")
+@functools.lru_cache(maxsize=None)
+def _ctype_kinds() -> dict:
+    out = {}
+    for info in dtypes().values():
+        if info.get("ctype") and info["ctype"] != "void" and info.get("kind") in ("signed", "unsigned", "float"):
+            out.setdefault(info["ctype"], info["kind"])
+    return out
 
 
 def scalar_kind(ctype: str) -> str:
-    """'signed' or 'unsigned' for an integer C spelling (dtype-free parameters)."""
-    base = ctype.replace("const", "").strip()
-    return "unsigned" if base.startswith(_UNSIGNED_CTYPES) else "signed"
+    """"signed", "unsigned" or "float" for a C scalar type such as "unsigned int" or "uint64_t"."""
+    text = " ".join(ctype.replace("const", " ").split())
+    kind = _ctype_kinds().get(text)
+    if kind is not None:
+        return kind
+    if text.startswith(("unsigned", "uint")) or text in ("size_t", "uintptr_t"):
+        return "unsigned"
+    if text in ("float", "double", "half", "__half", "__nv_bfloat16"):
+        return "float"
+    return "signed"

@@ -13,6 +13,7 @@ __all__ = [
     "NvshmemMemoryError",
     "NvshmemOutOfMemoryError",
     "NvshmemLeakWarning",
+    "NvshmemUnsupportedError",
 ]
 
 
@@ -70,3 +71,7 @@ class NvshmemOutOfMemoryError(NvshmemError, MemoryError):
 
 class NvshmemLeakWarning(RuntimeWarning):
     """Symmetric allocations were still live when the runtime was finalized."""
+
+
+class NvshmemUnsupportedError(NvshmemError, NotImplementedError):
+    """The NVSHMEM library found cannot do this operation here (missing symbol, transport limitation)."""

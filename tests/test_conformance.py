@@ -118,3 +118,24 @@ def test_constants_match_the_headers(spec):
                 assert value == v.value, (v.c, expr)
                 checked += 1
     assert checked >= 10
+
+
+def test_host_return_types_match_the_header_declarations(spec):
+    """Where a host function is declared by name in the headers, its return type is ours."""
+    import re
+    include = _libs.installation().include_dir
+    if include is None:
+        pytest.skip("no NVSHMEM headers installed")
+    text = "\n".join(p.read_text(errors="replace") for p in Path(include).rglob("*.h"))
+    macro_words = re.compile(r"\b(NVSHMEMI?_\w+|__device__|__host__|static|inline)\b")
+    compared, wrong = 0, []
+    for op in spec.ops["host"]:
+        m = re.search(rf"(?:^|[\n;}}])\s*([A-Za-z_][\w \*]*?)\s*\b{op.symbol}\s*\(", text)
+        if not m:
+            continue  # declared through a macro over TYPENAME: covered by the cdef checks
+        header = macro_words.sub("", m.group(1)).replace(" ", "").replace("const", "")
+        compared += 1
+        if header != op.ret_ctype.replace(" ", "").replace("const", ""):
+            wrong.append((op.symbol, header, op.ret_ctype))
+    assert compared > 50
+    assert not wrong, wrong

@@ -1,0 +1,186 @@
+"""The few CUDA driver calls the host runtime needs (through cuda.bindings / cuda.core).
+
+Imported lazily: nothing here runs at ``import nvshmem_dsl``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from .errors import NvshmemError, NvshmemInitError
+
+__all__ = [
+    "driver",
+    "device_count",
+    "set_device",
+    "current_device_id",
+    "memcpy_htod",
+    "memcpy_dtoh",
+    "synchronize",
+    "stream_handle",
+    "can_access_peer",
+    "pointer_device",
+]
+
+
+class CudaError(NvshmemError):
+    """A CUDA driver call failed."""
+
+
+@functools.lru_cache(maxsize=1)
+def driver():
+    """The ``cuda.bindings.driver`` module (older cuda-python: ``cuda.cuda``)."""
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError:
+        from cuda import cuda as drv  # cuda-python < 12.6
+    return drv
+
+
+def _check(result, what: str):
+    err = result[0]
+    if int(err) != 0:
+        name = getattr(err, "name", str(err))
+        raise CudaError(f"{what} failed: {name}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+_initialised = False
+
+
+def init_driver() -> None:
+    """cuInit(0), with a clear NvshmemInitError when there is no driver or no GPU."""
+    global _initialised
+    if _initialised:
+        return
+    try:
+        drv = driver()
+        err = drv.cuInit(0)[0]
+    except Exception as exc:  # the driver library is absent (no NVIDIA driver installed)
+        detail = str(exc).rstrip(".")
+        raise NvshmemInitError(
+            f"no usable CUDA driver ({detail}); NVSHMEM needs an NVIDIA GPU and its driver "
+            "(nvidia-smi should list the GPU)"
+        ) from None
+    if int(err) != 0:
+        name = getattr(err, "name", str(err))
+        hint = " (no CUDA-capable device is visible; check CUDA_VISIBLE_DEVICES)" if "NO_DEVICE" in name else ""
+        raise NvshmemInitError(f"the CUDA driver failed to initialise: {name}{hint}")
+    _initialised = True
+
+
+def device_count() -> int:
+    """Number of visible CUDA devices; NvshmemInitError when there is no driver."""
+    init_driver()
+    return int(_check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def set_device(device_id: int):
+    """Make ``device_id`` current on this thread (its primary context); returns the cuda.core Device."""
+    from cuda.core import Device
+
+    dev = Device(device_id)
+    dev.set_current()
+    return dev
+
+
+def current_device_id() -> int | None:
+    drv = driver()
+    err, dev = drv.cuCtxGetDevice()
+    if int(err) != 0:
+        return None
+    return int(dev)
+
+
+def memcpy_htod(dst: int, data: bytes | bytearray | memoryview) -> None:
+    _check(driver().cuMemcpyHtoD(dst, bytes(data), len(data)), "cuMemcpyHtoD")
+
+
+def memcpy_dtoh(src: int, nbytes: int) -> bytes:
+    buf = bytearray(nbytes)
+    _check(driver().cuMemcpyDtoH(buf, src, nbytes), "cuMemcpyDtoH")
+    return bytes(buf)
+
+
+def synchronize() -> None:
+    _check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def stream_synchronize(handle: int) -> None:
+    drv = driver()
+    _check(drv.cuStreamSynchronize(drv.CUstream(handle)), "cuStreamSynchronize")
+
+
+def can_access_peer(dev: int, peer: int) -> bool:
+    drv = driver()
+    return bool(_check(drv.cuDeviceCanAccessPeer(drv.CUdevice(dev), drv.CUdevice(peer)), "cuDeviceCanAccessPeer"))
+
+
+def device_name(dev: int) -> str:
+    drv = driver()
+    raw = _check(drv.cuDeviceGetName(256, drv.CUdevice(dev)), "cuDeviceGetName")
+    return bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
+
+
+def compute_capability(dev: int) -> tuple[int, int]:
+    drv = driver()
+    attr = drv.CUdevice_attribute
+    major = _check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
+    minor = _check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
+    return int(major), int(minor)
+
+
+def pointer_device(ptr: int) -> int | None:
+    """The device ordinal owning device pointer ``ptr``; None for host/unknown memory."""
+    drv = driver()
+    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, value = drv.cuPointerGetAttribute(attr, ptr)
+    if int(err) != 0:
+        return None
+    return int(value)
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def stream_handle(stream: Any) -> int:
+    """The ``cudaStream_t`` value of ``stream`` as an int.
+
+    Accepts None or 0 (the legacy default stream), an int handle, a cuda.core
+    Stream (``__cuda_stream__`` protocol), a torch stream (``.cuda_stream``), a
+    cupy stream (``.ptr``), a numba stream (``.handle``), and a
+    ``cuda.bindings`` CUstream.
+    """
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise TypeError("stream must be a CUDA stream, an int handle or None, not a bool")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise ValueError(f"invalid stream handle {stream}")
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        value = proto() if callable(proto) else proto
+        return int(value[1])
+    for attr in ("cuda_stream", "ptr"):
+        value = getattr(stream, attr, None)
+        if isinstance(value, int):
+            return value
+    handle = getattr(stream, "handle", None)
+    if handle is not None:
+        value = getattr(handle, "value", handle)  # ctypes c_void_p in numba
+        if value is None:
+            return 0
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            pass
+    try:  # cuda.bindings CUstream and friends
+        return int(stream)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"cannot use {type(stream).__module__}.{type(stream).__qualname__} as a CUDA stream; "
+            "pass a cuda.core Stream, a cupy/torch/numba stream, an int handle or None"
+        ) from None

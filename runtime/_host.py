@@ -1,0 +1,257 @@
+"""The NVSHMEM host library, loaded through cffi in ABI mode.
+
+The declarations are the generated ``host_cdef.h`` (never written by hand); the
+library is the ``libnvshmem_host.so.3`` that :mod:`nvshmem_dsl._libs` finds.
+Both are loaded lazily, once, under a lock, on the first use.
+
+:func:`call` is the one door to the C functions used by the rest of the runtime:
+it converts Python ints to the pointer parameters, Python floats to ``half`` /
+``__nv_bfloat16`` values, pointer results to ints (0 for NULL), and turns a
+non-zero status of a status-returning function into :class:`NvshmemStatusError`.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+from importlib import resources
+from typing import Any, Callable
+
+from . import _hosttable, _libs
+from .errors import NvshmemNotFoundError, NvshmemStatusError
+
+__all__ = ["ffi", "lib", "library_path", "call", "status_name", "has_symbol", "loaded"]
+
+_lock = threading.Lock()
+_ffi = None
+_lib = None
+_path = None
+_cdef_ffi = None
+_signatures: dict[str, tuple] = {}
+
+# Test hook: when set, call() hands (symbol, args) to it instead of calling C.
+_interceptor: Callable[[str, tuple], Any] | None = None
+
+
+def cdef_text() -> str:
+    """The generated cffi declarations of the host library."""
+    return resources.files("nvshmem_dsl._generated").joinpath("host_cdef.h").read_text()
+
+
+def _cdef_only():
+    """An FFI with the declarations but no library (struct layouts, for tests and tools)."""
+    global _cdef_ffi
+    if _ffi is not None:
+        return _ffi
+    if _cdef_ffi is None:
+        with _lock:
+            if _cdef_ffi is None:
+                import cffi
+
+                f = cffi.FFI()
+                f.cdef(cdef_text())
+                _cdef_ffi = f
+    return _cdef_ffi
+
+
+def _load():
+    global _ffi, _lib, _path
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                import cffi
+
+                path = _libs.host_library_path()
+                f = _cdef_ffi
+                if f is None:
+                    f = cffi.FFI()
+                    f.cdef(cdef_text())
+                try:
+                    handle = f.dlopen(str(path))
+                except OSError as exc:
+                    raise NvshmemNotFoundError(f"cannot load the NVSHMEM host library {path}: {exc}") from exc
+                _path, _ffi, _lib = path, f, handle
+    return _ffi, _lib
+
+
+def loaded() -> bool:
+    """Whether the host library was loaded already (nothing is loaded by asking)."""
+    return _lib is not None
+
+
+def ffi():
+    """The cffi FFI holding the generated declarations (loads the library)."""
+    return _load()[0]
+
+
+def lib():
+    """The loaded ``libnvshmem_host.so.3`` (cffi ABI-mode library object)."""
+    return _load()[1]
+
+
+def library_path():
+    """Path of the host library (found, not necessarily loaded)."""
+    return _path if _path is not None else _libs.host_library_path()
+
+
+def has_symbol(symbol: str) -> bool:
+    """Whether the loaded library exports ``symbol`` (older NVSHMEMs lack some)."""
+    try:
+        getattr(lib(), symbol)
+        return True
+    except AttributeError:
+        return False
+
+
+def status_name(status: int) -> str:
+    from ._generated.constants import Status
+
+    try:
+        return Status(status).name
+    except ValueError:
+        return f"unknown status {status}"
+
+
+_STATUS_TEXT = {
+    "ERROR_INVALID_VALUE": "an argument is invalid",
+    "ERROR_OUT_OF_MEMORY": "out of memory",
+    "ERROR_NOT_SUPPORTED": "not supported by this NVSHMEM build or transport",
+    "ERROR_SYMMETRY": "the PEs disagree on a collective argument",
+    "ERROR_GPU_NOT_SELECTED": "no GPU selected",
+    "ERROR_COLLECTIVE_LAUNCH_FAILED": "collective launch failed",
+    "ERROR_INTERNAL": "internal error (run with NVSHMEM_DEBUG=INFO for details)",
+}
+
+
+def status_error(symbol: str, status: int, context: str = "") -> NvshmemStatusError:
+    name = status_name(status)
+    text = name + (": " + _STATUS_TEXT[name] if name in _STATUS_TEXT else "")
+    if context:
+        text += f" ({context})"
+    return NvshmemStatusError(symbol, status, text)
+
+
+# --------------------------------------------------------------------------- 16-bit floats
+
+
+def float_to_half_bits(value: float) -> int:
+    return struct.unpack("<H", struct.pack("<e", float(value)))[0]
+
+
+def half_bits_to_float(bits: int) -> float:
+    return struct.unpack("<e", struct.pack("<H", bits & 0xFFFF))[0]
+
+
+def float_to_bfloat16_bits(value: float) -> int:
+    value = float(value)
+    if math.isnan(value):
+        return 0x7FC0
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
+    return (bits >> 16) & 0xFFFF
+
+
+def bfloat16_bits_to_float(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+
+
+_TO_BITS = {"half": float_to_half_bits, "__half": float_to_half_bits, "__nv_bfloat16": float_to_bfloat16_bits}
+_FROM_BITS = {"half": half_bits_to_float, "__half": half_bits_to_float, "__nv_bfloat16": bfloat16_bits_to_float}
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def _signature(symbol: str):
+    sig = _signatures.get(symbol)
+    if sig is not None:
+        return sig
+    f, library = _load()
+    try:
+        fn = getattr(library, symbol)
+    except AttributeError:
+        version = "unknown version"
+        try:
+            v = _libs.nvshmem_version()
+            version = "%d.%d.%d" % v
+        except Exception:
+            pass
+        raise NvshmemNotFoundError(
+            f"{symbol} is not exported by {library_path()} (NVSHMEM {version}); "
+            "a newer NVSHMEM is needed for this operation"
+        ) from None
+    ftype = f.typeof(fn)
+    converters = []
+    for arg in ftype.args:
+        if arg.kind == "pointer":
+            converters.append(("ptr", arg))
+        elif arg.kind == "struct" and arg.cname in _TO_BITS:
+            converters.append(("f16", arg))
+        else:
+            converters.append(None)
+    result = ftype.result
+    if result.kind == "pointer":
+        ret = "ptr"
+    elif result.kind == "struct" and result.cname in _FROM_BITS:
+        ret = "f16"
+    else:
+        ret = None
+    sig = (fn, tuple(converters), ret, result, _hosttable.returns_status(symbol))
+    _signatures[symbol] = sig
+    return sig
+
+
+def call(symbol: str, *args: Any, check: bool = True, context: str = "") -> Any:
+    """Call host function ``symbol`` with Python values.
+
+    Pointers may be given as ints (0 = NULL) or cffi pointers; ``half`` and
+    ``__nv_bfloat16`` values as Python floats.  Returns the C result (pointers as
+    ints).  With ``check``, a non-zero status of a function that returns one
+    raises :class:`NvshmemStatusError` naming the function and the Status enum.
+    """
+    if _interceptor is not None:
+        result = _interceptor(symbol, args)
+        if check and isinstance(result, int) and result != 0 and _hosttable.returns_status(symbol):
+            raise status_error(symbol, result, context)
+        return result
+    fn, converters, ret, rtype, is_status = _signature(symbol)
+    f = _ffi
+    if len(args) != len(converters):
+        raise TypeError(f"{symbol} takes {len(converters)} arguments, got {len(args)}")
+    cargs = []
+    for value, conv in zip(args, converters):
+        if conv is None:
+            cargs.append(value)
+        elif conv[0] == "ptr":
+            if isinstance(value, int):
+                cargs.append(f.cast(conv[1], value))
+            elif value is None:
+                cargs.append(f.NULL)
+            else:
+                cargs.append(value)
+        else:
+            if isinstance(value, (int, float)):
+                box = f.new(conv[1].cname + " *")
+                box.x = _TO_BITS[conv[1].cname](value)
+                cargs.append(box[0])
+            else:
+                cargs.append(value)
+    result = fn(*cargs)
+    if ret == "ptr":
+        result = int(f.cast("uintptr_t", result))
+    elif ret == "f16":
+        result = _FROM_BITS[rtype.cname](result.x)
+    elif check and is_status and result != 0:
+        raise status_error(symbol, result, context)
+    return result
+
+
+def new(ctype: str, init: Any = None):
+    """``ffi.new`` on the loaded FFI (or the declarations-only one when intercepted)."""
+    f = _ffi if _ffi is not None else (_cdef_only() if _interceptor is not None else ffi())
+    return f.new(ctype, init)
+
+
+def sizeof(ctype: str) -> int:
+    return _cdef_only().sizeof(ctype)

@@ -1,0 +1,489 @@
+"""Initialising and finalizing NVSHMEM, and what a PE can ask about itself.
+
+``init()`` finds this process's rank (explicit arguments, MPI, torchrun, our
+launcher ``python -m nvshmem_dsl.run``, or a single PE: see
+:mod:`nvshmem_dsl._bootstrap`), makes the CUDA device ``local_rank % device
+count`` current (or ``device=``), has rank 0 create the NVSHMEM unique id and
+hands it to the others, then calls ``nvshmemx_hostlib_init_attr`` with
+``NVSHMEMX_INIT_WITH_UNIQUEID``.  ``finalize()`` undoes it.  Use it as a context
+manager::
+
+    with nvshmem_dsl.init() as pe:
+        x = nvshmem_dsl.zeros(1024)
+        ...
+
+If the program forgets ``finalize()``, an atexit hook finalizes (with a
+warning), and reports symmetric allocations that were never freed; after an
+uncaught exception it skips the collective finalize rather than risk a hang.
+For the same reason, leaving the ``with`` block by an exception finalizes only a
+single-PE job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import warnings
+from typing import Any
+
+from . import _bootstrap, _cuda, _host, _libs, _state
+from ._generated.constants import SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel
+from .errors import (
+    NvshmemError,
+    NvshmemInitError,
+    NvshmemLeakWarning,
+    NvshmemNotFoundError,
+    NvshmemStateError,
+)
+
+__all__ = [
+    "Session",
+    "init",
+    "session",
+    "finalize",
+    "is_initialized",
+    "my_pe",
+    "n_pes",
+    "team_my_pe",
+    "team_n_pes",
+    "get_uniqueid",
+    "init_status",
+    "query_thread",
+    "global_exit",
+    "versions",
+    "info",
+    "ENV_ATEXIT",
+]
+
+ENV_ATEXIT = "NVSHMEM_DSL_ATEXIT_FINALIZE"
+_UID_IFNAME = "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"
+
+_atexit_registered = False
+_uncaught: list[BaseException] = []
+_prev_excepthook = None
+
+
+# --------------------------------------------------------------------------- the unique id
+
+
+def get_uniqueid() -> bytes:
+    """A fresh NVSHMEM unique id (``nvshmemx_get_uniqueid``; needs no GPU), as bytes.
+
+    Rank 0 makes one and every rank passes it to :func:`init` (``uid=``).
+    """
+    uid = _host.new("nvshmemx_uniqueid_t *")
+    uid.version = STRUCT_VERSIONS["nvshmemx_uniqueid_t"]
+    _host.call("nvshmemx_get_uniqueid", uid)
+    return bytes(_host.ffi().buffer(uid))
+
+
+# --------------------------------------------------------------------------- init attributes
+
+
+def _attr_layout() -> int:
+    """2 when the NVSHMEM found has the v2 init attributes (cuda_device_id), else 1.
+
+    Read from the installation's header when there is one; NVSHMEM 3.4 has v1
+    only, 3.8 both.  Without headers: v1, which both accept.
+    """
+    forced = os.environ.get("NVSHMEM_DSL_INIT_ATTR_VERSION", "").strip()
+    if forced in ("1", "2"):
+        return int(forced)
+    try:
+        inst = _libs.installation()
+        if inst.include_dir is not None:
+            header = inst.include_dir / "device_host" / "nvshmem_types.h"
+            text = header.read_text(errors="replace")
+            return 2 if "nvshmemx_init_args_v2" in text else 1
+    except (OSError, NvshmemNotFoundError):
+        pass
+    return 1
+
+
+def _new_init_attr(layout: int, device_id: int):
+    """nvshmemx_init_attr_t as NVSHMEMX_INIT_ATTR_INITIALIZER (v2) or ..._V1_INITIALIZER sets it."""
+    attr = _host.new("nvshmemx_init_attr_t *")  # zero-filled: mpi_comm NULL, padding 0
+    uid_args = attr.args.uid_args
+    uid_args.version = STRUCT_VERSIONS["nvshmemx_uniqueid_args_t"]
+    uid_args.myrank = -1  # UNIQUEID_ARGS_INVALID
+    uid_args.nranks = -1
+    if layout == 2:
+        attr.version = STRUCT_VERSIONS["nvshmemx_init_attr_t"]
+        attr.args.version = STRUCT_VERSIONS["nvshmemx_init_args_t"]
+        attr.args.cuda_device_id = device_id  # INIT_ARGS_SCALAR_INVALID (-1) in the initializer
+    else:
+        attr.version = (1 << 16) + STRUCT_SIZES["nvshmemx_init_attr_t"]
+        attr.args.version = (1 << 16) + STRUCT_SIZES["nvshmemx_init_args_t"]
+    return attr
+
+
+# --------------------------------------------------------------------------- session
+
+
+class Session:
+    """What :func:`init` returns: this PE's place, and a context manager that finalizes."""
+
+    def __init__(self) -> None:
+        s = _state.STATE
+        self.mode: str = s.mode
+        self.my_pe: int = s.my_pe
+        self.n_pes: int = s.n_pes
+        self.local_rank: int = s.local_rank
+        self.device_id: int = s.device_id
+        self.device: Any = s.device
+        self._generation = s.generation
+
+    @property
+    def active(self) -> bool:
+        s = _state.STATE
+        return s.initialized and s.generation == self._generation
+
+    def finalize(self) -> None:
+        finalize()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.active:
+            return
+        if exc_type is not None and self.n_pes > 1:
+            # finalize is collective: the other PEs may never get here; let the error propagate
+            # (the exit hook skips finalize after an uncaught exception as well)
+            _uncaught.append(exc)
+            return
+        finalize()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "finalized"
+        return (
+            f"<nvshmem_dsl.Session PE {self.my_pe} of {self.n_pes}, mode {self.mode}, "
+            f"device {self.device_id}, {state}>"
+        )
+
+
+def _describe_state() -> str:
+    s = _state.STATE
+    return f"PE {s.my_pe} of {s.n_pes}, mode {s.mode}, device {s.device_id}"
+
+
+def init(
+    *,
+    uid: bytes | None = None,
+    rank: int | None = None,
+    nranks: int | None = None,
+    mpi_comm: Any = None,
+    device: int | None = None,
+    timeout: float | None = None,
+    local_rank: int | None = None,
+) -> Session:
+    """Initialise NVSHMEM for this process (collective over all ranks of the job).
+
+    * ``rank``/``nranks`` (and ``uid`` from :func:`get_uniqueid` on rank 0 when
+      nranks > 1): explicit mode; ``mpi_comm``: an mpi4py communicator (rank 0's id
+      travels over MPI); otherwise the launcher's environment decides (MPI,
+      torchrun, ``python -m nvshmem_dsl.run``), or a single PE.
+    * ``device``: the CUDA device to use (default ``local_rank % device count``).
+    * ``timeout``: seconds to wait for the other ranks (default
+      ``$NVSHMEM_DSL_INIT_TIMEOUT`` or 60).
+
+    Raises NvshmemStateError when already initialised, NvshmemInitError when it
+    cannot initialise (no GPU or driver, rendezvous failure, NVSHMEM error),
+    NvshmemNotFoundError when NVSHMEM is not installed.
+    """
+    with _state.lock:
+        s = _state.STATE
+        if s.initialized:
+            raise NvshmemStateError(
+                f"init(): nvshmem_dsl is already initialised ({_describe_state()}); call finalize() first"
+            )
+        if s.failed_init:
+            raise NvshmemInitError(
+                f"init(): NVSHMEM initialisation already failed in this process ({s.failed_init}); "
+                "NVSHMEM cannot be initialised again after a failure: start a new process"
+            )
+        _host.lib()  # NvshmemNotFoundError with the places looked at
+        try:
+            count = _cuda.device_count()
+        except NvshmemInitError as exc:
+            raise NvshmemInitError(f"init(): {exc}") from None
+        if count < 1:
+            raise NvshmemInitError("init(): no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES)")
+
+        explicit = uid is not None or rank is not None or nranks is not None
+        mode = _bootstrap.detect_mode(explicit=explicit, comm=mpi_comm)
+        if mode in ("single", "launcher") or (mode == "explicit" and nranks == 1):
+            # every rank is on this host: keep the id's bootstrap socket on loopback
+            os.environ.setdefault(_UID_IFNAME, "lo")
+        bs = _bootstrap.bootstrap(
+            get_uniqueid, uid=uid, rank=rank, nranks=nranks, local_rank=local_rank, comm=mpi_comm,
+            mode=mode, timeout=timeout,
+        )
+        if bs.uid is None or len(bs.uid) != STRUCT_SIZES["nvshmemx_uniqueid_t"]:
+            got = "none" if bs.uid is None else f"{len(bs.uid)} bytes"
+            raise NvshmemInitError(
+                f"init(): the unique id must be the {STRUCT_SIZES['nvshmemx_uniqueid_t']} bytes of "
+                f"nvshmem_dsl.get_uniqueid(); got {got}"
+            )
+        if device is None:
+            device_id = bs.device(count)
+        else:
+            device_id = int(device)
+            if not 0 <= device_id < count:
+                raise NvshmemInitError(f"init(): device={device_id}, but only {count} CUDA device(s) are visible")
+        try:
+            dev = _cuda.set_device(device_id)
+        except Exception as exc:
+            raise NvshmemInitError(f"init(): cannot make CUDA device {device_id} current: {exc}") from exc
+
+        f = _host.ffi()
+        uid_struct = f.new("nvshmemx_uniqueid_t *")
+        f.memmove(uid_struct, bs.uid, len(bs.uid))
+        layout = _attr_layout()
+        attr = _new_init_attr(layout, device_id)
+        _host.call("nvshmemx_set_attr_uniqueid_args", bs.rank, bs.nranks, uid_struct, attr)
+        status = _host.call("nvshmemx_hostlib_init_attr", int(InitFlags.INIT_WITH_UNIQUEID), attr, check=False)
+        if status != 0:
+            name = _host.status_name(status)
+            s.failed_init = f"nvshmemx_hostlib_init_attr returned {status} ({name})"
+            raise NvshmemInitError(
+                f"init(): NVSHMEM failed to initialise PE {bs.rank} of {bs.nranks} on device {device_id}: "
+                f"nvshmemx_hostlib_init_attr returned {status} ({name}). Run with NVSHMEM_DEBUG=INFO for "
+                "NVSHMEM's own explanation; NVSHMEM cannot be initialised again in this process."
+            )
+        pe = _host.call("nvshmem_my_pe")
+        npes = _host.call("nvshmem_n_pes")
+        if pe != bs.rank or npes != bs.nranks:
+            warnings.warn(
+                f"NVSHMEM numbers this PE {pe} of {npes}, the bootstrap said rank {bs.rank} of {bs.nranks}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        s.initialized, s.fake = True, False
+        s.mode, s.my_pe, s.n_pes = bs.mode, pe, npes
+        s.local_rank, s.device_id, s.device, s.bootstrap = bs.local_rank, device_id, dev, bs
+        s.attr_version = layout
+        s.generation += 1
+        try:
+            from . import memory
+
+            memory._scratch_alloc()  # collective, like every allocation: all PEs do it here
+        except BaseException:
+            _finalize_locked(report=False)
+            raise
+        _install_exit_hooks()
+    try:
+        from . import module_init
+
+        module_init.install_dsl_hooks()
+        module_init._watch_layer_imports()
+    except Exception as exc:  # a broken DSL layer must not break host use
+        warnings.warn(f"nvshmem_dsl: could not install the DSL module hooks: {exc}", RuntimeWarning, stacklevel=2)
+    return Session()
+
+
+session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
+
+
+def finalize() -> None:
+    """Finalize NVSHMEM (collective).  Warns about symmetric allocations never freed."""
+    with _state.lock:
+        s = _state.STATE
+        if not s.initialized:
+            if s.extra.get("finalized"):
+                raise NvshmemStateError("finalize(): nvshmem_dsl was already finalized")
+            raise NvshmemStateError("finalize(): nvshmem_dsl is not initialised")
+        report = _finalize_locked(report=True)
+    if report:
+        warnings.warn("nvshmem_dsl.finalize(): " + report, NvshmemLeakWarning, stacklevel=2)
+
+
+def _finalize_locked(report: bool) -> str | None:
+    from . import memory, module_init
+
+    s = _state.STATE
+    s.finalizing = True
+    text = None
+    try:
+        module_init._on_finalize()
+        text = memory._on_finalize(free_internal=not s.fake)
+        if not s.fake:
+            _host.call("nvshmemx_hostlib_finalize")
+    finally:
+        s.initialized = False
+        s.finalizing = False
+        s.mode, s.my_pe, s.n_pes = "", -1, 0
+        s.device, s.bootstrap = None, None
+        s.generation += 1
+        s.extra["finalized"] = True
+    return text if report else None
+
+
+def is_initialized() -> bool:
+    """Whether :func:`init` succeeded and :func:`finalize` has not run since."""
+    return _state.STATE.initialized
+
+
+# --------------------------------------------------------------------------- exit hooks
+
+
+def _excepthook(exc_type, exc, tb):
+    _uncaught.append(exc)
+    hook = _prev_excepthook or sys.__excepthook__
+    hook(exc_type, exc, tb)
+
+
+def _install_exit_hooks() -> None:
+    global _atexit_registered, _prev_excepthook
+    if _atexit_registered:
+        return
+    _atexit_registered = True
+    atexit.register(_atexit)
+    _prev_excepthook = sys.excepthook
+    sys.excepthook = _excepthook
+
+
+def _atexit() -> None:
+    s = _state.STATE
+    if not s.initialized or s.fake:
+        return
+    if os.environ.get(ENV_ATEXIT, "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    if _uncaught:
+        sys.stderr.write(
+            f"nvshmem_dsl: PE {s.my_pe} is exiting after an uncaught exception without finalize(); "
+            "skipping the collective NVSHMEM finalize (the other PEs may never reach it)\n"
+        )
+        return
+    try:
+        with _state.lock:
+            report = _finalize_locked(report=True)
+        msg = f"nvshmem_dsl: PE {s.my_pe}: finalize() was not called; finalized at exit"
+        if report:
+            msg += ".\n" + report
+        sys.stderr.write(msg + "\n")
+    except Exception as exc:  # never raise at exit
+        sys.stderr.write(f"nvshmem_dsl: finalizing at exit failed: {exc}\n")
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def my_pe() -> int:
+    """This PE's number in TEAM_WORLD."""
+    return _state.require("my_pe()").my_pe
+
+
+def n_pes() -> int:
+    """Number of PEs in TEAM_WORLD."""
+    return _state.require("n_pes()").n_pes
+
+
+def team_my_pe(team: Any) -> int:
+    """This PE's number in ``team`` (-1 when not a member)."""
+    from . import teams
+
+    return teams.my_pe(team)
+
+
+def team_n_pes(team: Any) -> int:
+    """Number of PEs in ``team``."""
+    from . import teams
+
+    return teams.n_pes(team)
+
+
+def init_status() -> InitStatus:
+    """``nvshmemx_init_status()`` as an InitStatus (callable before init)."""
+    return InitStatus(_host.call("nvshmemx_init_status"))
+
+
+def query_thread() -> ThreadLevel:
+    """The thread support level NVSHMEM provides (``nvshmem_query_thread``)."""
+    _state.require("query_thread()")
+    level = _host.new("int *")
+    _host.call("nvshmem_query_thread", level)
+    return ThreadLevel(level[0])
+
+
+def global_exit(status: int = 1) -> None:
+    """End every PE of the job with exit ``status`` (``nvshmem_global_exit``; does not return)."""
+    _state.require("global_exit()")
+    _host.call("nvshmem_global_exit", int(status))
+
+
+def _package_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvshmem-dsl")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def versions() -> dict:
+    """Versions: this package, the spec it was generated from, and the NVSHMEM library.
+
+    ``nvshmem`` comes from the loaded library (``nvshmemx_vendor_get_version_info``,
+    callable before init), ``nvshmem_found`` from the installation's files,
+    ``openshmem`` is the OpenSHMEM spec version the library implements.
+    """
+    out: dict[str, Any] = {"nvshmem_dsl": _package_version(), "spec_sha256": SPEC_SHA256}
+    try:
+        inst = _libs.installation()
+        out["nvshmem_found"] = inst.version_string
+        out["nvshmem_source"] = inst.source
+    except NvshmemNotFoundError:
+        out["nvshmem_found"] = None
+        out["nvshmem_source"] = None
+    try:
+        major, minor, patch = _host.new("int *"), _host.new("int *"), _host.new("int *")
+        _host.call("nvshmemx_vendor_get_version_info", major, minor, patch)
+        out["nvshmem"] = f"{major[0]}.{minor[0]}.{patch[0]}"
+        _host.call("nvshmem_info_get_version", major, minor)
+        out["openshmem"] = f"{major[0]}.{minor[0]}"
+        name = _host.new("char[256]")
+        _host.call("nvshmem_info_get_name", name)
+        out["name"] = _host.ffi().string(name).decode(errors="replace")
+    except NvshmemError:
+        out.setdefault("nvshmem", None)
+    return out
+
+
+def info() -> dict:
+    """Versions, library and bitcode paths, runtime state, GPUs and their peer access."""
+    out: dict[str, Any] = {"versions": versions()}
+    try:
+        inst = _libs.installation()
+        out["library"] = str(inst.host_library)
+        out["lib_dir"] = str(inst.lib_dir)
+        out["include_dir"] = None if inst.include_dir is None else str(inst.include_dir)
+        out["bitcode_layout"] = inst.layout
+        out["bitcode"] = {str(k): str(v) for k, v in inst.bitcode_archs.items()} or [str(p) for p in inst.bitcode_files]
+        out["bootstrap_plugins"] = {k: str(v) for k, v in inst.bootstrap_plugins.items()}
+    except NvshmemNotFoundError as exc:
+        out["library"] = None
+        out["error"] = str(exc)
+    s = _state.STATE
+    out["initialized"] = s.initialized
+    if s.initialized:
+        out.update(mode=s.mode, my_pe=s.my_pe, n_pes=s.n_pes, local_rank=s.local_rank, device=s.device_id,
+                   init_attr_version=s.attr_version)
+    gpus = []
+    try:
+        count = _cuda.device_count()
+        for i in range(count):
+            gpu = {"id": i}
+            try:
+                gpu["name"] = _cuda.device_name(i)
+                gpu["compute_capability"] = "%d.%d" % _cuda.compute_capability(i)
+                gpu["peer_access"] = [j for j in range(count) if j != i and _cuda.can_access_peer(i, j)]
+            except Exception as exc:  # report what could be read
+                gpu["error"] = str(exc)
+            gpus.append(gpu)
+        out["cuda_driver"] = "available"
+    except NvshmemInitError as exc:
+        out["cuda_driver"] = f"unavailable: {exc}"
+    out["gpus"] = gpus
+    return out

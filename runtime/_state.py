@@ -1,0 +1,67 @@
+"""The runtime's process-wide state: initialised or not, this PE's place, its device."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .errors import NvshmemStateError
+
+__all__ = ["STATE", "require", "lock", "fake"]
+
+lock = threading.RLock()
+
+
+@dataclass
+class State:
+    initialized: bool = False
+    finalizing: bool = False
+    fake: bool = False  #: set by tests: no C library behind the state
+    failed_init: str | None = None  #: why the last hostlib init failed (it cannot be undone)
+    mode: str = ""
+    my_pe: int = -1
+    n_pes: int = 0
+    local_rank: int = 0
+    device_id: int = -1
+    device: Any = None  #: the cuda.core Device
+    bootstrap: Any = None
+    attr_version: int = 0
+    generation: int = 0  #: bumped at every init, so stale objects can tell
+    extra: dict = field(default_factory=dict)
+
+
+STATE = State()
+
+
+def require(what: str) -> State:
+    """The state, or NvshmemStateError when the runtime is not initialised."""
+    s = STATE
+    if not s.initialized:
+        raise NvshmemStateError(
+            f"{what}: nvshmem_dsl is not initialised; call nvshmem_dsl.init() first "
+            "(or use `with nvshmem_dsl.init(): ...`)"
+        )
+    return s
+
+
+@contextlib.contextmanager
+def fake(*, n_pes: int = 4, my_pe: int = 0) -> Iterator[State]:
+    """Test hook: pretend the runtime is initialised with ``n_pes`` PEs (no C library).
+
+    Combine with :func:`nvshmem_dsl._host` interception so that no C call is made.
+    """
+    with lock:
+        if STATE.initialized:
+            raise NvshmemStateError("fake(): the runtime is really initialised")
+        STATE.initialized, STATE.fake = True, True
+        STATE.my_pe, STATE.n_pes, STATE.mode = my_pe, n_pes, "fake"
+        STATE.generation += 1
+    try:
+        yield STATE
+    finally:
+        with lock:
+            STATE.initialized, STATE.fake = False, False
+            STATE.my_pe, STATE.n_pes, STATE.mode = -1, 0, ""
+            STATE.generation += 1

@@ -1,0 +1,255 @@
+"""NVSHMEM's per-module device state: ``nvshmemx_cumodule_init`` / ``nvshmemx_culibrary_init``.
+
+Every loaded CUDA module or library that contains NVSHMEM device code has its
+own copy of NVSHMEM's device state, which the host fills in once, after
+:func:`nvshmem_dsl.init` and before the first launch.  These wrappers are
+reference-counted per handle: a handle initialised twice is finalized once, when
+its count drops to zero.  :func:`install_dsl_hooks` registers them with the
+Numba and CuTe layers of nvshmem_dsl (which call them with ``CUlibrary``
+handles as they load kernels); :func:`nvshmem_dsl.init` does so automatically.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from . import _host, _state
+from .errors import NvshmemStateError
+
+__all__ = [
+    "module_init",
+    "module_finalize",
+    "library_init",
+    "library_finalize",
+    "refcount",
+    "install_dsl_hooks",
+    "uninstall_dsl_hooks",
+    "installed_hooks",
+]
+
+_lock = threading.Lock()
+_refs: dict[tuple[str, int], int] = {}
+_installed: dict[str, bool] = {}
+
+_SYMBOLS = {
+    "cumodule": ("nvshmemx_cumodule_init", "nvshmemx_cumodule_finalize"),
+    "culibrary": ("nvshmemx_culibrary_init", "nvshmemx_culibrary_finalize"),
+}
+
+
+def _handle(handle: Any) -> int:
+    """An int from a CUmodule/CUlibrary: int, cuda.bindings object, ctypes pointer, ``.handle``."""
+    if isinstance(handle, bool):
+        raise TypeError("a module handle is not a bool")
+    if isinstance(handle, int):
+        value = handle
+    else:
+        inner = getattr(handle, "handle", None)
+        if inner is not None and not isinstance(handle, int):
+            handle = inner
+        value = getattr(handle, "value", handle)  # ctypes c_void_p
+        try:
+            value = int(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"cannot use {type(handle).__name__} as a CUmodule/CUlibrary handle") from None
+    if value == 0:
+        raise ValueError("null module handle")
+    return value
+
+
+def _init(kind: str, handle: Any) -> int:
+    h = _handle(handle)
+    _state.require(f"{kind}_init()")
+    with _lock:
+        count = _refs.get((kind, h), 0)
+        if count == 0:
+            _host.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
+        _refs[(kind, h)] = count + 1
+        return count + 1
+
+
+def _finalize(kind: str, handle: Any) -> int:
+    h = _handle(handle)
+    with _lock:
+        count = _refs.get((kind, h), 0)
+        if count == 0:
+            raise NvshmemStateError(f"{kind}_finalize(): {kind} 0x{h:x} is not initialised")
+        if count == 1:
+            del _refs[(kind, h)]
+            if _state.STATE.initialized:
+                _host.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
+        else:
+            _refs[(kind, h)] = count - 1
+        return count - 1
+
+
+def module_init(handle: Any) -> int:
+    """``nvshmemx_cumodule_init`` for a ``CUmodule`` (once per handle); returns its new reference count."""
+    return _init("cumodule", handle)
+
+
+def module_finalize(handle: Any) -> int:
+    """Drop one reference; ``nvshmemx_cumodule_finalize`` when none is left.  Returns the count left."""
+    return _finalize("cumodule", handle)
+
+
+def library_init(handle: Any) -> int:
+    """``nvshmemx_culibrary_init`` for a ``CUlibrary`` (once per handle); returns its reference count."""
+    return _init("culibrary", handle)
+
+
+def library_finalize(handle: Any) -> int:
+    """Drop one reference; ``nvshmemx_culibrary_finalize`` when none is left.  Returns the count left."""
+    return _finalize("culibrary", handle)
+
+
+def refcount(handle: Any, kind: str = "culibrary") -> int:
+    """The current reference count of a handle."""
+    return _refs.get((kind, _handle(handle)), 0)
+
+
+def _dsl_library_finalize(handle: Any) -> None:
+    """Finalize hook for the DSL layers: tolerate handles never initialised or a finalized runtime."""
+    try:
+        h = _handle(handle)
+    except (TypeError, ValueError):
+        return
+    with _lock:
+        known = ("culibrary", h) in _refs
+    if known:
+        library_finalize(h)
+
+
+def install_dsl_hooks(*, import_layers: bool = False) -> dict[str, bool]:
+    """Register :func:`library_init` / finalize with the DSL layers that are loaded.
+
+    By default only layers already imported are wired (importing Numba or the
+    CuTe DSL just for this would make ``init()`` slow); pass ``import_layers=True``
+    to import them.  Missing layers or hook functions are skipped.  Returns
+    {layer: wired}.
+    """
+    result = {}
+    for layer, module_name in (("numba", "nvshmem_dsl.numba._linker"), ("cute", "nvshmem_dsl.cute._compile")):
+        module = sys.modules.get(module_name)
+        if module is None and import_layers:
+            try:
+                import importlib
+
+                module = importlib.import_module(module_name)
+            except Exception:
+                module = None
+        wired = False
+        if module is not None:
+            add_init = getattr(module, "add_module_init_hook", None)
+            set_init = getattr(module, "set_module_init_hook", None)
+            add_fin = getattr(module, "add_module_finalize_hook", None)
+            set_fin = getattr(module, "set_module_finalize_hook", None)
+            if add_init is not None:
+                add_init(library_init)
+                wired = True
+            elif set_init is not None:
+                set_init(library_init)
+                wired = True
+            if add_fin is not None:
+                add_fin(_dsl_library_finalize)
+            elif set_fin is not None:
+                set_fin(_dsl_library_finalize)
+        _installed[layer] = wired
+        result[layer] = wired
+    return result
+
+
+def installed_hooks() -> dict[str, bool]:
+    return dict(_installed)
+
+
+# A DSL layer imported after init() gets the hooks as soon as its module has run.
+_LAYER_MODULES = ("nvshmem_dsl.numba._linker", "nvshmem_dsl.cute._compile")
+
+
+class _WiringLoader:
+    """Wraps a layer module's loader: after the module executes, install the hooks."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        if _state.STATE.initialized:
+            try:
+                install_dsl_hooks()
+            except Exception:  # never break the import
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _LayerFinder:
+    """A sys.meta_path entry that only ever answers for the two DSL layer modules."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _LAYER_MODULES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _WiringLoader(spec.loader)
+                return spec
+        return None
+
+
+_finder = _LayerFinder()
+
+
+def _watch_layer_imports() -> None:
+    """Wire layers imported later (called by init(); a no-op when all are loaded)."""
+    if all(name in sys.modules for name in _LAYER_MODULES):
+        return
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def uninstall_dsl_hooks() -> None:
+    """Take our hooks out of the DSL layers again (done by finalize: modules loaded while
+    the runtime is down must not call into it)."""
+    for module_name in _LAYER_MODULES:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        remove_init = getattr(module, "remove_module_init_hook", None)
+        remove_fin = getattr(module, "remove_module_finalize_hook", None)
+        if remove_init is not None:
+            remove_init(library_init)
+        elif getattr(module, "_init_hook", None) is library_init and hasattr(module, "set_module_init_hook"):
+            module.set_module_init_hook(None)
+        if remove_fin is not None:
+            remove_fin(_dsl_library_finalize)
+        elif getattr(module, "_finalize_hook", None) is _dsl_library_finalize and hasattr(
+            module, "set_module_finalize_hook"
+        ):
+            module.set_module_finalize_hook(None)
+    for layer in list(_installed):
+        _installed[layer] = False
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+
+
+def _on_finalize() -> None:
+    """At runtime finalize: forget every handle (NVSHMEM's finalize releases their state)
+    and unhook the DSL layers."""
+    with _lock:
+        _refs.clear()
+    try:
+        uninstall_dsl_hooks()
+    except Exception:  # a broken DSL layer must not stop finalize
+        pass

@@ -1,0 +1,56 @@
+"""Array views of symmetric memory inside kernels: `peer(x, pe)` and `multicast(team, x)`.
+
+They return an array of the same type as `x` whose data pointer is NVSHMEM's address of `x`
+on PE `pe` (nvshmem_ptr) or the team's multicast address (nvshmemx_mc_ptr); plain loads and
+stores through it reach that memory. The address is null when there is no load/store path
+(a PE on another node, or no multicast): test `ptr(x, pe) != 0` first where that can happen.
+"""
+from __future__ import annotations
+
+from numba.core import cgutils, errors
+from numba.cuda import types
+from numba.cuda.extending import intrinsic
+
+from .. import _optable
+from ._calls import _function_type
+from ._intrinsics import declare_device_function
+
+
+def _view(context, builder, aryty, value, symbol, ptr_arg, other_arg):
+    ary = context.make_array(aryty)(context, builder, value)
+    op = _optable.device_ops()[symbol]
+    fn = declare_device_function(builder, symbol, _function_type(op, builder.module))
+    data = builder.bitcast(ary.data, cgutils.voidptr_t)
+    args = [data, other_arg] if ptr_arg == 0 else [other_arg, data]
+    address = builder.call(fn, args)
+    out = context.make_array(aryty)(context, builder)
+    for field in ("meminfo", "parent", "nitems", "itemsize", "shape", "strides"):
+        setattr(out, field, getattr(ary, field))
+    out.data = builder.bitcast(address, ary.data.type)
+    return out._getvalue()
+
+
+@intrinsic
+def peer(typingctx, x, pe):
+    """An array aliasing symmetric array `x` on PE `pe` (loads and stores go to that PE)."""
+    if not isinstance(x, types.Array):
+        raise errors.TypingError(f"nvshmem_dsl.numba.peer: argument 'x' must be an array, got {x}")
+    if not isinstance(pe, (types.Integer, types.IntegerLiteral)):
+        raise errors.TypingError(f"nvshmem_dsl.numba.peer: argument 'pe' must be an integer, got {pe}")
+
+    def codegen(context, builder, sig, args):
+        pe32 = context.cast(builder, args[1], sig.args[1], types.int32)
+        return _view(context, builder, sig.args[0], args[0], "nvshmem_ptr", 0, pe32)
+    return x(x, pe), codegen
+
+
+@intrinsic
+def multicast(typingctx, team, x):
+    """An array aliasing the multicast address of symmetric array `x` for `team`."""
+    if not isinstance(x, types.Array):
+        raise errors.TypingError(f"nvshmem_dsl.numba.multicast: argument 'x' must be an array, got {x}")
+
+    def codegen(context, builder, sig, args):
+        team32 = context.cast(builder, args[0], sig.args[0], types.int32)
+        return _view(context, builder, sig.args[1], args[1], "nvshmemx_mc_ptr", 1, team32)
+    return x(team, x), codegen

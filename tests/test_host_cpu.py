@@ -1,0 +1,1026 @@
+"""CPU tests of the host runtime: the C library is loaded but no GPU is needed.
+
+Host operations are checked in a *fake* state (``_state.fake``: the runtime
+believes it is initialised with 4 PEs) with the C calls intercepted
+(``_host._interceptor``), on fake arrays whose made-up addresses are entered
+in the symmetric-memory registry; nothing is ever dereferenced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import types
+import warnings
+from importlib import resources
+
+import numpy as np
+import pytest
+
+import nvshmem_dsl as nv
+from nvshmem_dsl import _arrays, _cuda, _host, _hosttable, _init, _libs, _state, host_ops, memory, module_init, teams
+from nvshmem_dsl._generated.constants import STRUCT_SIZES, STRUCT_VERSIONS, Status, Team
+
+SYM = 0x7F0000000000  # fake symmetric allocations
+SYM2 = 0x7F0000100000
+LOCAL = 0x7E0000000000  # fake local (non-symmetric) device memory
+ALLOC = 1 << 20
+
+
+def _gpu_present() -> bool:
+    from conftest import _gpu_count
+
+    return _gpu_count() > 0
+
+
+def table() -> dict:
+    return json.loads(resources.files("nvshmem_dsl._generated").joinpath("ops.json").read_text())
+
+
+class FakeArray:
+    """A device array that only describes itself (never dereferenced)."""
+
+    def __init__(self, ptr, n=32, dtype="float32", strides=None, shape=None):
+        if dtype == "bfloat16":  # numpy has no bfloat16 without ml_dtypes
+            typestr, self._nvshmem_dtype = "<V2", "bfloat16"
+        else:
+            typestr = np.dtype(dtype).str
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape) if shape is not None else (n,),
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": strides,
+            "version": 3,
+        }
+
+
+def sym(n=32, dtype="float32", offset=0, **kw):
+    return FakeArray(SYM + offset, n, dtype, **kw)
+
+
+def sym2(n=32, dtype="float32", offset=0, **kw):
+    return FakeArray(SYM2 + offset, n, dtype, **kw)
+
+
+def local(n=32, dtype="float32", **kw):
+    return FakeArray(LOCAL, n, dtype, **kw)
+
+
+class Fake(types.SimpleNamespace):
+    def symbols(self):
+        return [c[0] for c in self.calls]
+
+    def last(self):
+        return self.calls[-1]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The runtime in a fake initialised state (4 PEs, this one PE 1), C calls recorded."""
+    calls: list = []
+    responses: dict = {"nvshmem_team_n_pes": 4}
+
+    def intercept(symbol, args):
+        calls.append((symbol, args))
+        value = responses.get(symbol, 0)
+        return value(args) if callable(value) else value
+
+    monkeypatch.setattr(_host, "_interceptor", intercept)
+    with _state.fake(n_pes=4, my_pe=1):
+        a = memory._testing_register(SYM, ALLOC)
+        b = memory._testing_register(SYM2, ALLOC)
+        try:
+            yield Fake(calls=calls, responses=responses, allocs=(a, b))
+        finally:
+            memory.REGISTRY.clear("test over")
+
+
+# --------------------------------------------------------------------------- library, cdef, versions
+
+
+def test_cdef_loads_and_struct_sizes_match():
+    ffi = _host._cdef_only()
+    for name, size in STRUCT_SIZES.items():
+        assert ffi.sizeof(name) == size, name
+    for name, info in table()["structs"].items():
+        assert ffi.sizeof(name) == info["size"], name
+    assert STRUCT_VERSIONS["nvshmemx_init_attr_t"] == (2 << 16) + STRUCT_SIZES["nvshmemx_init_attr_t"]
+    assert STRUCT_VERSIONS["nvshmemx_uniqueid_t"] == (1 << 16) + STRUCT_SIZES["nvshmemx_uniqueid_t"]
+
+
+def test_library_exports_every_host_function_of_the_table():
+    missing = [e["symbol"] for e in table()["host"] if not _host.has_symbol(e["symbol"])]
+    assert not missing, missing[:10]
+    assert _host.loaded()
+    assert str(_host.library_path()).endswith(("libnvshmem_host.so.3", "libnvshmem_host.so"))
+
+
+def test_versions():
+    v = nv.versions()
+    assert v["nvshmem"] == "%d.%d.%d" % _libs.nvshmem_version()
+    assert v["nvshmem_found"] == v["nvshmem"]
+    assert v["openshmem"].count(".") == 1
+    assert v["name"].startswith("NVSHMEM")
+    from nvshmem_dsl._generated.constants import SPEC_SHA256
+
+    assert v["spec_sha256"] == SPEC_SHA256
+    assert v["nvshmem_dsl"]
+
+
+def test_info_without_gpu():
+    info = nv.info()
+    assert info["versions"]["nvshmem"]
+    assert info["library"].endswith("libnvshmem_host.so.3")
+    assert info["bitcode_layout"] in ("per-arch", "single", "none")
+    assert info["initialized"] is False
+    if not _gpu_present():
+        assert info["gpus"] == [] and info["cuda_driver"].startswith("unavailable")
+
+
+def test_uniqueid_without_gpu():
+    a, b = nv.get_uniqueid(), nv.get_uniqueid()
+    assert isinstance(a, bytes) and len(a) == 128 == STRUCT_SIZES["nvshmemx_uniqueid_t"]
+    assert a != b
+    assert struct.unpack_from("<i", a)[0] == STRUCT_VERSIONS["nvshmemx_uniqueid_t"]
+
+
+def test_status_errors_name_the_status():
+    err = _host.status_error("nvshmemx_team_init", int(Status.ERROR_SYMMETRY), "members=[0, 1]")
+    assert isinstance(err, nv.NvshmemStatusError)
+    assert err.function == "nvshmemx_team_init" and err.status == 4
+    assert "ERROR_SYMMETRY" in str(err) and "members=[0, 1]" in str(err)
+
+
+def test_call_raises_status_error(monkeypatch):
+    # a status-returning function returning non-zero, through the real call path
+    monkeypatch.setattr(_host, "_interceptor", None)
+    fn = lambda *a: 7  # noqa: E731
+    sig = _host._signature("nvshmem_barrier")
+    monkeypatch.setitem(_host._signatures, "nvshmem_barrier", (fn,) + sig[1:])
+    with pytest.raises(nv.NvshmemStatusError, match="ERROR_INTERNAL") as info:
+        _host.call("nvshmem_barrier", 0)
+    assert info.value.function == "nvshmem_barrier" and info.value.status == 7
+    # value-returning int functions are not statuses
+    assert not _hosttable.returns_status("nvshmem_my_pe")
+    assert not _hosttable.returns_status("nvshmem_int_g")
+    assert _hosttable.returns_status("nvshmem_float_sum_reduce")
+    assert _hosttable.returns_status("nvshmemx_hostlib_init_attr")
+
+
+def test_half_and_bfloat16_conversions():
+    for value in (0.0, 1.0, -2.5, 65504.0, 1e-3):
+        assert _host.half_bits_to_float(_host.float_to_half_bits(value)) == np.float16(value).item()
+    assert _host.float_to_bfloat16_bits(1.0) == 0x3F80
+    assert _host.bfloat16_bits_to_float(_host.float_to_bfloat16_bits(3.140625)) == 3.140625
+    assert _host.float_to_bfloat16_bits(float("nan")) == 0x7FC0
+
+
+# --------------------------------------------------------------------------- init without a GPU
+
+
+@pytest.mark.skipif(_gpu_present(), reason="a GPU is present")
+@pytest.mark.parametrize("args", ["rank=0, nranks=1", ""])
+def test_init_without_gpu_is_a_clear_error(args):
+    code = textwrap.dedent(f"""
+        import nvshmem_dsl as nv
+        for attempt in range(2):
+            try:
+                nv.init({args})
+            except nv.NvshmemInitError as exc:
+                print("INITERROR", exc)
+        assert not nv.is_initialized()
+        try:
+            nv.my_pe()
+        except nv.NvshmemStateError:
+            print("STATEERROR")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVSHMEM_DSL_", "OMPI_", "PMI_", "PMIX_"))}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("INITERROR")]
+    assert len(lines) == 2
+    assert "init()" in lines[0] and ("CUDA" in lines[0] or "GPU" in lines[0])
+    assert "STATEERROR" in proc.stdout
+
+
+def test_use_before_init_raises_state_error():
+    assert not nv.is_initialized()
+    x = FakeArray(SYM)
+    calls = [
+        nv.my_pe, nv.n_pes, lambda: nv.team_my_pe(Team.TEAM_WORLD), lambda: nv.array(4, like="cupy"),
+        lambda: nv.zeros(4), lambda: nv.buffer(16), lambda: nv.put(x, x, 0), lambda: nv.get(x, x, 0),
+        lambda: nv.free(x), nv.barrier_all, nv.quiet, lambda: nv.reduce(Team.TEAM_WORLD, x, x),
+        lambda: nv.peer(x, 0), lambda: nv.split_strided(Team.TEAM_WORLD, 0, 1, 1), nv.query_thread,
+        lambda: nv.culibrary_init(0x1234), lambda: nv.team_init([0]), lambda: nv.atomic_inc(x, 0),
+    ]
+    for fn in calls:
+        with pytest.raises(nv.NvshmemStateError, match="not initialised"):
+            fn()
+    with pytest.raises(nv.NvshmemStateError):
+        nv.finalize()
+
+
+def test_import_is_light():
+    code = ("import sys, nvshmem_dsl; heavy = [m for m in ('numpy', 'cupy', 'torch', 'numba', 'cffi', 'mpi4py') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- init / finalize flow, C intercepted
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    """No GPU needed: one fake device, C calls intercepted."""
+    calls = []
+    responses = {"nvshmem_my_pe": 0, "nvshmem_n_pes": 1, "nvshmem_calloc": 0x7D0000000000,
+                 "nvshmem_malloc": 0x7D0000100000}
+    seen = {}
+
+    def intercept(symbol, args):
+        calls.append((symbol, args))
+        if symbol == "nvshmemx_hostlib_init_attr":
+            attr = args[1]
+            seen.update(
+                version=attr.version, args_version=attr.args.version, uid_version=attr.args.uid_args.version,
+                device=attr.args.cuda_device_id, myrank=attr.args.uid_args.myrank,
+            )
+        value = responses.get(symbol, 0)
+        return value(args) if callable(value) else value
+
+    _host.lib()
+    monkeypatch.setattr(_host, "_interceptor", intercept)
+    monkeypatch.setattr(_cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(_cuda, "set_device", lambda i: f"device {i}")
+    yield types.SimpleNamespace(calls=calls, responses=responses, seen=seen)
+    _state.STATE.failed_init = None
+    if _state.STATE.initialized:
+        _init._finalize_locked(report=False)
+    memory.REGISTRY.clear("test over")
+
+
+def test_init_finalize_flow(fake_driver):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no leak warning expected
+        with nv.init(rank=0, nranks=1) as pe:
+            assert nv.is_initialized() and pe.active
+            assert (nv.my_pe(), nv.n_pes(), pe.device_id, pe.mode) == (0, 1, 0, "explicit")
+            with pytest.raises(nv.NvshmemStateError, match="already initialised"):
+                nv.init()
+            b = nv.buffer(256)
+            assert fake_driver.calls[-1][0] == "nvshmem_malloc"
+            b.free()
+        assert not pe.active and not nv.is_initialized()
+    symbols = [c[0] for c in fake_driver.calls]
+    assert symbols.index("nvshmemx_set_attr_uniqueid_args") < symbols.index("nvshmemx_hostlib_init_attr")
+    assert symbols[-1] == "nvshmemx_hostlib_finalize"
+    assert "nvshmem_free" in symbols  # the internal scratch buffer
+    layout = _init._attr_layout()
+    seen = fake_driver.seen
+    if layout == 2:
+        assert seen["version"] == STRUCT_VERSIONS["nvshmemx_init_attr_t"]
+        assert seen["args_version"] == STRUCT_VERSIONS["nvshmemx_init_args_t"]
+        assert seen["device"] == 0
+    else:
+        assert seen["version"] == (1 << 16) + STRUCT_SIZES["nvshmemx_init_attr_t"]
+    assert seen["uid_version"] == STRUCT_VERSIONS["nvshmemx_uniqueid_args_t"]
+    assert seen["myrank"] == -1  # as the initializer; set_attr_uniqueid_args (intercepted) fills it
+    with pytest.raises(nv.NvshmemStateError, match="already finalized"):
+        nv.finalize()
+    linker = sys.modules.get("nvshmem_dsl.numba._linker")
+    if linker is not None:  # finalize unhooked the Numba layer
+        assert module_init.library_init not in linker._init_hooks
+
+
+def test_init_failure_is_reported_once_and_sticks(fake_driver):
+    fake_driver.responses["nvshmemx_hostlib_init_attr"] = int(Status.ERROR_INTERNAL)
+    with pytest.raises(nv.NvshmemInitError, match="ERROR_INTERNAL"):
+        nv.init(rank=0, nranks=1)
+    assert not nv.is_initialized()
+    with pytest.raises(nv.NvshmemInitError, match="already failed"):
+        nv.init(rank=0, nranks=1)
+    assert "nvshmemx_hostlib_finalize" not in [c[0] for c in fake_driver.calls]  # it would abort
+
+
+def test_init_argument_errors(fake_driver):
+    with pytest.raises(nv.NvshmemInitError, match="uid"):
+        nv.init(rank=0, nranks=2)
+    with pytest.raises(nv.NvshmemInitError, match="128 bytes"):
+        nv.init(rank=0, nranks=2, uid=b"short")
+    with pytest.raises(nv.NvshmemInitError, match="device=3"):
+        nv.init(rank=0, nranks=1, device=3)
+    with pytest.raises(nv.NvshmemInitError):
+        nv.init(rank=2, nranks=2, uid=bytes(128))
+    assert not nv.is_initialized()
+
+
+def test_finalize_reports_leaks(fake_driver):
+    nv.init(rank=0, nranks=1)
+    fake_driver.responses["nvshmem_malloc"] = 0x7D0000100000
+    b = nv.buffer(4096)
+    assert b.allocation.where.startswith(__file__)
+    with pytest.warns(nv.NvshmemLeakWarning, match="4096 B"):
+        nv.finalize()
+    assert b.freed
+    with pytest.raises(nv.NvshmemMemoryError, match="finalized"):
+        b.ptr
+
+
+def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
+    fake_driver.responses.update(nvshmem_n_pes=2)
+    nv.init(rank=0, nranks=2, uid=bytes(128))
+    written = {}
+    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data: written.update(data=data))
+    # the other PE asked for 512 bytes: max 1024, min 512
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n: struct.pack("<qq", 1024, -512))
+    with pytest.raises(nv.NvshmemArgumentError, match="different sizes"):
+        nv.buffer(1024)
+    assert struct.unpack("<qq", written["data"]) == (1024, -1024)
+    assert "nvshmem_int64_max_reduce" in [c[0] for c in fake_driver.calls]
+    assert "nvshmem_malloc" not in [c[0] for c in fake_driver.calls]
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n: struct.pack("<qq", 1024, -1024))
+    fake_driver.responses["nvshmem_malloc"] = 0x7D0000100000
+    b = nv.buffer(1024)
+    b.free()
+    count = len(fake_driver.calls)
+    monkeypatch.setenv(memory.ENV_CHECK_SYMMETRY, "0")
+    b = nv.buffer(1024)
+    assert "nvshmem_int64_max_reduce" not in [c[0] for c in fake_driver.calls[count:]]
+    b.free()
+    nv.finalize()
+
+
+# --------------------------------------------------------------------------- op table -> symbols
+
+
+def test_dtype_preferences():
+    assert _hosttable.typenames_for("float32") == ("float",)
+    assert _hosttable.typenames_for("float64") == ("double",)
+    assert _hosttable.typenames_for("float16") == ("half",)
+    assert _hosttable.typenames_for("bfloat16") == ("bfloat16",)
+    assert _hosttable.typenames_for("int64")[0] == "int64"
+    assert _hosttable.typenames_for("uint64")[0] == "uint64"
+    assert _hosttable.typenames_for("int32")[0] == "int32"
+    assert "short" in _hosttable.typenames_for("int16")
+    assert _hosttable.resolve("wait_until_on_stream", "int16", 2, untyped=False).typename == "short"
+    assert _hosttable.resolve("put", "bool", 1, untyped=True).symbol == "nvshmem_put8"
+    r = _hosttable.resolve("broadcast", "complex128", 16, untyped=True)
+    assert (r.symbol, r.count_scale) == ("nvshmem_broadcastmem", 16)
+    assert _hosttable.resolve("sum_reduce", "bool", 1, untyped=False) is None
+
+
+def test_family_coverage():
+    families = {e["family"] for e in table()["host"]}
+    covered, skipped = set(host_ops.COVERAGE), set(host_ops.NOT_WRAPPED)
+    assert not covered & skipped
+    assert families == covered | skipped, (families - covered - skipped, (covered | skipped) - families)
+    import importlib
+
+    for family, target in host_ops.COVERAGE.items():
+        module, name = target.rsplit(".", 1)
+        fn = getattr(importlib.import_module("nvshmem_dsl." + module), name)
+        assert callable(fn), family
+    for family in skipped:  # still reachable raw
+        entry = next(e for e in table()["host"] if e["family"] == family)
+        assert _host.has_symbol(entry["symbol"])
+
+
+def _numpy_for(dtype: str) -> str | None:
+    """A numpy dtype whose arrays select NVSHMEM dtype ``dtype`` (None for aliases never chosen)."""
+    if dtype in ("8", "16", "32", "64", "128"):
+        return {"8": "bool", "16": "V2", "32": "V4", "64": "complex64", "128": "complex128"}[dtype]
+    if dtype == "mem":
+        return "V3"  # no sized form of 3 bytes
+    name = _hosttable.numpy_name(dtype)
+    if not name or name.startswith("("):
+        return None
+    return name
+
+
+def _call_for(entry, np_dtype):
+    """Invoke the Python function that should reach ``entry`` with arrays of ``np_dtype``."""
+    api, stream = entry["api"], (5 if entry["scope"] == "stream" else None)
+    nbi = entry["nbi"]
+    base = api.removesuffix("_on_stream").replace("_nbi", "")
+    kw = {"stream": stream} if stream is not None else {}
+    S, S2, L = (lambda **k: sym(dtype=np_dtype, **k)), (lambda **k: sym2(dtype=np_dtype, **k)), (lambda **k: local(dtype=np_dtype, **k))
+    if base == "put":
+        return nv.put(S(), L(), 2, nbi=nbi, **kw)
+    if base == "get":
+        return nv.get(L(), S(), 2, nbi=nbi, **kw)
+    if base == "p":
+        return nv.p(S(), 1, 2, **kw)
+    if base == "g":
+        return nv.g(S(), 2, **kw)
+    if base == "iput":
+        return nv.iput(S(), L(n=16), 2, dst_stride=2, **kw)
+    if base == "iget":
+        return nv.iget(L(n=16), S(), 2, src_stride=2, **kw)
+    if base == "put_signal":
+        return nv.put_signal(S(), L(), sym2(1, "uint64"), 1, 2, nbi=nbi, **kw)
+    if base.startswith("wait_until_all_vector"):
+        return nv.wait_until_all_vector(S(n=4), "eq", L(n=4), **kw)
+    if base.startswith("wait_until_all"):
+        return nv.wait_until_all(S(n=4), "eq", 1, **kw)
+    if base.startswith("wait_until"):
+        return nv.wait_until(S(n=1), "eq", 1, **kw)
+    if base in ("broadcast", "fcollect", "alltoall"):
+        fn = getattr(nv, base)
+        extra = (0,) if base == "broadcast" else ()
+        return fn(Team.TEAM_WORLD, S(n=32), S2(n=8 if base != "alltoall" else 32), *extra, **kw)
+    if base.endswith("_reducescatter"):
+        return nv.reducescatter(Team.TEAM_WORLD, S(n=8), S2(n=32), base.split("_")[0], **kw)
+    if base.endswith("_reduce"):
+        return nv.reduce(Team.TEAM_WORLD, S(n=8), S2(n=8), base.split("_")[0], **kw)
+    if base.startswith("atomic_"):
+        fn = getattr(nv, base)
+        params = [p["role"] for p in entry["params"]]
+        args = [S(n=1)]
+        if "compare" in params:
+            args.append(1)
+        if "value" in params:
+            args.append(1)
+        return fn(*args, 2)
+    raise AssertionError(f"no Python call for {api}")
+
+
+DATA_GROUPS = ("rma", "signal", "collectives", "wait", "amo")
+
+
+def test_every_typed_host_function_is_reached(fake):
+    """For each data api of the table and each dtype an array can have, the Python call picks that C function."""
+    reached, skipped_aliases = 0, 0
+    for entry in table()["host"]:
+        if entry["group"] not in DATA_GROUPS or entry["dtype"] is None:
+            continue
+        np_dtype = _numpy_for(entry["dtype"])
+        if np_dtype is None:
+            skipped_aliases += 1
+            continue
+        preferred = _hosttable.resolve(entry["api"], np_dtype, _arrays.itemsize_of(np_dtype),
+                                       untyped=entry["dtype"] in _hosttable.UNTYPED)
+        if preferred is None or preferred.symbol != entry["symbol"]:
+            skipped_aliases += 1  # e.g. "long" when "int64" is preferred for numpy int64
+            continue
+        if entry["api"] in ("put", "get", "put_nbi", "get_nbi") and entry["dtype"] == "mem":
+            np_dtype = "V3"
+        fake.calls.clear()
+        _call_for(entry, np_dtype)
+        assert entry["symbol"] in fake.symbols(), (entry["symbol"], np_dtype, fake.symbols())
+        reached += 1
+    assert reached > 700
+    # every (api, numpy dtype) pair is reachable: the skipped entries are aliases of reached ones
+    apis_dtypes = {(e["api"], _hosttable.numpy_name(e["dtype"])) for e in table()["host"]
+                   if e["group"] in DATA_GROUPS and e["dtype"] not in (None, *_hosttable.UNTYPED)
+                   and _hosttable.numpy_name(e["dtype"]) and not _hosttable.numpy_name(e["dtype"]).startswith("(")}
+    for api, np_dtype in apis_dtypes:
+        assert _hosttable.resolve(api, np_dtype, _arrays.itemsize_of(np_dtype), untyped=False) is not None
+
+
+def test_untyped_host_functions_are_reached(fake):
+    for fn, symbol in [
+        (lambda: nv.quiet(), "nvshmem_quiet"), (lambda: nv.quiet(stream=3), "nvshmemx_quiet_on_stream"),
+        (lambda: nv.fence(), "nvshmem_fence"), (lambda: nv.flush(), "nvshmemx_flush"),
+        (lambda: nv.flush(stream=3), "nvshmemx_flush_on_stream"),
+        (lambda: nv.barrier(), "nvshmem_barrier"), (lambda: nv.barrier(stream=3), "nvshmemx_barrier_on_stream"),
+        (lambda: nv.barrier_all(), "nvshmem_barrier_all"), (lambda: nv.barrier_all(3), "nvshmemx_barrier_all_on_stream"),
+        (lambda: nv.sync(), "nvshmem_team_sync"), (lambda: nv.sync(stream=3), "nvshmemx_team_sync_on_stream"),
+        (lambda: nv.sync_all(), "nvshmem_sync_all"), (lambda: nv.sync_all(stream=3), "nvshmemx_sync_all_on_stream"),
+        (lambda: nv.signal_op(sym(1, "uint64"), 1, 0), "nvshmemx_signal_op_on_stream"),
+        (lambda: nv.signal_fetch(sym(1, "uint64")), "nvshmem_signal_fetch"),
+        (lambda: nv.signal_wait_until(sym(1, "uint64"), "ge", 1), "nvshmemx_signal_wait_until_on_stream"),
+        (lambda: nv.signal_counted_reset(sym(1, "uint64")), "nvshmemx_signal_counted_reset"),
+    ]:
+        fake.calls.clear()
+        fn()
+        assert fake.symbols() == [symbol]
+
+
+def test_arguments_reach_c_in_table_order(fake):
+    nv.put(sym(100), local(100), 3, nelems=10, stream=7, nbi=True)
+    assert fake.last() == ("nvshmemx_float_put_nbi_on_stream", (SYM, LOCAL, 10, 3, 7))
+    nv.put_signal(sym(100, "int64"), local(100, "int64"), sym2(1, "uint64"), 5, 2, op="add")
+    assert fake.last() == ("nvshmemx_int64_put_signal_on_stream",
+                           (SYM, LOCAL, 100, SYM2, 5, int(nv.SignalOp.SIGNAL_ADD), 2, 0))
+    nv.broadcast(Team.TEAM_WORLD, sym(10, "complex128"), sym2(10, "complex128"), 3)
+    assert fake.last() == ("nvshmem_broadcastmem", (0, SYM, SYM2, 160, 3))
+    nv.iput(sym(20, strides=(8,), shape=(10,)), local(10), 1)
+    assert fake.last() == ("nvshmem_float_iput", (SYM, LOCAL, 2, 1, 10, 1))
+    nv.wait_until_all(sym(4, "int32"), ">=", 3, status=local(4, "int32"))
+    assert fake.last() == ("nvshmemx_int32_wait_until_all_on_stream",
+                           (SYM, 4, LOCAL, int(nv.Cmp.CMP_GE), 3, 0))
+    nv.alltoall(Team.TEAM_WORLD, sym(32, "int8"), sym2(32, "int8"))
+    assert fake.last() == ("nvshmem_int8_alltoall", (0, SYM, SYM2, 8))
+    nv.reducescatter(Team.TEAM_WORLD, sym(8, "float64"), sym2(32, "float64"), "prod", stream=9)
+    assert fake.last() == ("nvshmemx_double_prod_reducescatter_on_stream", (0, SYM, SYM2, 8, 9))
+    nv.p(sym(1, "float16"), 0.5, 0)
+    assert fake.last() == ("nvshmem_half_p", (SYM, 0.5, 0))
+
+
+def test_stream_objects(fake):
+    class CoreStream:
+        def __cuda_stream__(self):
+            return (0, 0xABC)
+
+    class TorchStream:
+        cuda_stream = 0xDEF
+
+    class CupyStream:
+        ptr = 0x123
+
+    class NumbaStream:
+        handle = ctypes.c_void_p(0x456)
+
+    for stream, handle in [(CoreStream(), 0xABC), (TorchStream(), 0xDEF), (CupyStream(), 0x123),
+                           (NumbaStream(), 0x456), (0x789, 0x789), (0, 0)]:
+        nv.quiet(stream=stream)
+        assert fake.last() == ("nvshmemx_quiet_on_stream", (handle,))
+    with pytest.raises(TypeError, match="CUDA stream"):
+        nv.quiet(stream=object())
+    with pytest.raises(ValueError):
+        nv.quiet(stream=-1)
+    assert _cuda.stream_handle(None) == 0
+
+
+# --------------------------------------------------------------------------- validation errors
+
+
+def test_dtype_mismatch(fake):
+    with pytest.raises(nv.NvshmemTypeError, match=r"put\(\): dtype mismatch: 'dst' is float32 but 'src' is int32"):
+        nv.put(sym(), local(dtype="int32"), 0)
+    with pytest.raises(nv.NvshmemTypeError, match="dtype mismatch"):
+        nv.reduce(Team.TEAM_WORLD, sym(dtype="float64"), sym2(), "sum")
+    with pytest.raises(nv.NvshmemTypeError, match="dtype mismatch"):
+        nv.wait_until_all_vector(sym(4, "int32"), "eq", local(4, "int64"))
+    assert not fake.calls
+
+
+def test_size_checks(fake):
+    with pytest.raises(nv.NvshmemArgumentError, match=r"nelems=40 needs 40 elements of 'src', which has only 32"):
+        nv.put(sym(), local(), 0, nelems=40)
+    with pytest.raises(nv.NvshmemArgumentError, match="'dst', which has only 8"):
+        nv.get(local(8), sym(), 0)
+    with pytest.raises(nv.NvshmemArgumentError):
+        nv.put(sym(), local(), 0, nelems=2 ** 70)
+    with pytest.raises(nv.NvshmemArgumentError, match="non-negative"):
+        nv.put(sym(), local(), 0, nelems=-1)
+    with pytest.raises(nv.NvshmemTypeError, match="nelems must be an int"):
+        nv.put(sym(), local(), 0, nelems=1.5)
+    big = ALLOC // 4 + 1  # one float past the end of the allocation
+    with pytest.raises(nv.NvshmemMemoryError, match="past the end of its symmetric allocation"):
+        nv.put(sym(big), local(big), 0)
+    with pytest.raises(nv.NvshmemArgumentError, match="from each of 4 PEs"):
+        nv.fcollect(Team.TEAM_WORLD, sym(31), sym2(8))
+    with pytest.raises(nv.NvshmemArgumentError, match="not a multiple of the team size 4"):
+        nv.alltoall(Team.TEAM_WORLD, sym(30), sym2(30))
+    with pytest.raises(nv.NvshmemArgumentError, match="for each of 4 PEs"):
+        nv.reducescatter(Team.TEAM_WORLD, sym(8), sym2(31), "sum")
+    with pytest.raises(nv.NvshmemArgumentError, match="stride 2 needs more than 'dst' holds"):
+        nv.iput(sym(10), local(10), 0, dst_stride=2)
+    with pytest.raises(nv.NvshmemArgumentError, match="positive"):
+        nv.iput(sym(10), local(10), 0, dst_stride=0)
+    with pytest.raises(nv.NvshmemArgumentError, match="contiguous"):
+        nv.iput(sym(10, strides=(8,)), local(5), 0, dst_stride=2)
+    assert not fake.calls
+
+
+def test_symmetric_memory_checks(fake):
+    with pytest.raises(nv.NvshmemMemoryError, match=r"put\(\): argument 'dst' is not symmetric memory"):
+        nv.put(local(), local(), 0)
+    with pytest.raises(nv.NvshmemMemoryError, match="argument 'src' is not symmetric"):
+        nv.get(local(), local(), 0)
+    with pytest.raises(nv.NvshmemMemoryError, match="'dst' is not symmetric"):
+        nv.reduce(Team.TEAM_WORLD, local(), sym2(), "sum")
+    with pytest.raises(nv.NvshmemMemoryError, match="'signal' is not symmetric"):
+        nv.signal_op(local(1, "uint64"), 1, 0)
+    memory._testing_unregister(fake.allocs[0])  # "free" the first allocation
+    with pytest.raises(nv.NvshmemMemoryError, match="no longer valid: freed by nvshmem_dsl.free"):
+        nv.put(sym(), local(), 0)
+    with pytest.raises(nv.NvshmemMemoryError, match="no longer valid"):
+        nv.put(sym2(), sym(), 0)  # freed memory as a local source too
+    assert not nv.is_symmetric(sym()) and nv.is_symmetric(sym2())
+    assert not nv.is_symmetric(object())
+    assert not fake.calls
+
+
+def test_pe_and_root_checks(fake):
+    for bad in (4, -1, 100):
+        with pytest.raises(nv.NvshmemArgumentError, match=rf"pe {bad} is out of range 0..3"):
+            nv.put(sym(), local(), bad)
+    with pytest.raises(nv.NvshmemTypeError, match="pe must be an int"):
+        nv.put(sym(), local(), 1.0)
+    with pytest.raises(nv.NvshmemTypeError, match="not bool"):
+        nv.g(sym(), True)
+    with pytest.raises(nv.NvshmemArgumentError, match="root 4 is out of range"):
+        nv.broadcast(Team.TEAM_WORLD, sym(), sym2(), 4)
+    with pytest.raises(nv.NvshmemArgumentError, match="TEAM_INVALID"):
+        nv.barrier(Team.TEAM_INVALID)
+    with pytest.raises(nv.NvshmemTypeError, match="team must be"):
+        nv.barrier("world")
+    with pytest.raises(nv.NvshmemArgumentError, match="out of range"):
+        nv.peer(sym(), 9)
+    assert not fake.calls
+
+
+def test_unsupported_dtypes_name_function_argument_and_accepted(fake):
+    with pytest.raises(nv.NvshmemTypeError) as info:
+        nv.reduce(Team.TEAM_WORLD, sym(dtype="bool"), sym2(dtype="bool"), "sum")
+    text = str(info.value)
+    assert "reduce(): argument 'dst' has dtype bool" in text and "sum_reduce" in text
+    assert "accepted dtypes:" in text and "float32" in text and "bfloat16" in text
+    with pytest.raises(nv.NvshmemTypeError, match=r"xor_reduce does not support.*accepted dtypes: (?!.*float)"):
+        nv.reduce(Team.TEAM_WORLD, sym(), sym2(), "xor")
+    with pytest.raises(nv.NvshmemTypeError, match="wait_until_on_stream does not support"):
+        nv.wait_until(sym(1, "float32"), "eq", 1.0)
+    with pytest.raises(nv.NvshmemTypeError, match=r"g\(\): argument 'src' has dtype complex64"):
+        nv.g(sym(dtype="complex64"), 0)
+    with pytest.raises(nv.NvshmemTypeError, match="atomic_and does not support"):
+        nv.atomic_and(sym(1, "float32"), 1, 0)
+    with pytest.raises(nv.NvshmemTypeError, match="uint64 .or int64. array"):
+        nv.put_signal(sym(), local(), sym2(1, "int32"), 1, 0)
+    assert not fake.calls
+
+
+def test_value_and_option_checks(fake):
+    with pytest.raises(nv.NvshmemArgumentError, match=r"value=300 does not fit int8 \(-128..127\)"):
+        nv.p(sym(1, "int8"), 300, 0)
+    with pytest.raises(nv.NvshmemArgumentError, match="does not fit uint64"):
+        nv.signal_op(sym(1, "uint64"), -1, 0)
+    with pytest.raises(nv.NvshmemTypeError, match="not an integer"):
+        nv.p(sym(1, "int32"), 1.5, 0)
+    with pytest.raises(nv.NvshmemTypeError, match="must be a number"):
+        nv.p(sym(1, "float32"), "x", 0)
+    with pytest.raises(nv.NvshmemArgumentError, match="unknown comparison"):
+        nv.wait_until(sym(1, "int32"), "approx", 1)
+    with pytest.raises(nv.NvshmemArgumentError, match="not a Cmp value"):
+        nv.wait_until(sym(1, "int32"), 17, 1)
+    with pytest.raises(nv.NvshmemArgumentError, match="unknown signal op"):
+        nv.signal_op(sym(1, "uint64"), 1, 0, op="mul")
+    with pytest.raises(nv.NvshmemArgumentError, match="unknown op 'mean'"):
+        nv.reduce(Team.TEAM_WORLD, sym(), sym2(), "mean")
+    with pytest.raises(nv.NvshmemArgumentError, match="not contiguous"):
+        nv.put(sym(16, strides=(8,)), local(16), 0)
+    with pytest.raises(nv.NvshmemArgumentError, match="status"):
+        nv.wait_until_all(sym(4, "int32"), "eq", 1, status=local(2, "int32"))
+    with pytest.raises(nv.NvshmemTypeError, match="int32 array"):
+        nv.wait_until_all(sym(4, "int32"), "eq", 1, status=local(4, "int64"))
+    assert not fake.calls
+    # the accepted spellings
+    nv.wait_until(sym(1, "int32"), nv.Cmp.CMP_LT, 1)
+    nv.wait_until(sym(1, "int32"), "<", 1)
+    nv.wait_until(sym(1, "int32"), "lt", 1)
+    assert {c[1][1] for c in fake.calls} == {int(nv.Cmp.CMP_LT)}
+
+
+def test_not_arrays(fake):
+    with pytest.raises(nv.NvshmemTypeError, match="host .numpy. array"):
+        nv.put(sym(), np.zeros(32, np.float32), 0)
+    with pytest.raises(nv.NvshmemTypeError, match="must be a GPU array"):
+        nv.put(sym(), [1.0, 2.0], 0)
+    with pytest.raises(nv.NvshmemTypeError, match="malformed"):
+        nv.put(sym(), types.SimpleNamespace(__cuda_array_interface__={"shape": None}), 0)
+
+
+def test_host_atomics_refused_over_p2p(fake):
+    fake.responses["nvshmem_ptr"] = 0x1000  # the target is reachable by load/store
+    with pytest.raises(nv.NvshmemUnsupportedError, match="network transports"):
+        nv.atomic_fetch_add(sym(1, "uint64"), 1, 2)
+    fake.responses["nvshmem_ptr"] = 0  # a remote transport
+    nv.atomic_fetch_add(sym(1, "uint64"), 1, 2)
+    assert fake.last() == ("nvshmem_uint64_atomic_fetch_add", (SYM, 1, 2))
+    nv.atomic_compare_swap(sym(1, "int32"), 3, 4, 0)
+    assert fake.last() == ("nvshmem_int32_atomic_compare_swap", (SYM, 3, 4, 0))
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_registry():
+    reg = memory._Registry()
+    a = memory.Allocation(0x1000, 0x100, "fake")
+    reg.add(a)
+    with pytest.raises(nv.NvshmemMemoryError, match="overlaps"):
+        reg.add(memory.Allocation(0x10F0, 0x100, "fake"))
+    with pytest.raises(nv.NvshmemMemoryError, match="overlaps"):
+        reg.add(memory.Allocation(0x0F00, 0x101, "fake"))
+    b = memory.Allocation(0x1100, 0x10, "fake")
+    reg.add(b)
+    assert reg.containing(0x1000) is a and reg.containing(0x10FF) is a and reg.containing(0x1100) is b
+    assert reg.containing(0x0FFF) is None and reg.containing(0x1110) is None
+    reg.remove(a, "gone")
+    assert reg.containing(0x1000) is None and reg.freed_reason(0x1010) == "gone" and a.freed == "gone"
+    assert reg.live() == [b]
+
+
+def test_memory_calls(fake):
+    fake.responses["nvshmem_malloc"] = 0x7C0000000000
+    b = nv.buffer(100, check=False)
+    assert (b.ptr, b.nbytes) == (0x7C0000000000, 100) and nv.is_symmetric(b)
+    assert fake.symbols() == ["nvshmem_malloc"] and fake.last() == ("nvshmem_malloc", (100,))
+    live = nv.live_allocations()
+    assert any(a["ptr"] == b.ptr and a["where"].startswith(__file__) for a in live)
+    assert "100 B" in nv.leak_report()
+    b.free()
+    assert b.freed and not nv.is_symmetric(b)
+    with pytest.raises(nv.NvshmemMemoryError, match="already freed|no longer valid"):
+        b.free()
+    fake.responses["nvshmem_align"] = 0x7C0000001000
+    nv.buffer(64, align=4096, check=False).free()
+    assert ("nvshmem_align", (4096, 64)) in fake.calls
+    fake.responses["nvshmem_calloc"] = 0x7C0000002000
+    nv.buffer(64, zero=True, check=False).free()
+    assert ("nvshmem_calloc", (1, 64)) in fake.calls
+
+
+@pytest.fixture
+def no_size_check(monkeypatch):
+    monkeypatch.setenv(memory.ENV_CHECK_SYMMETRY, "0")
+
+
+def test_memory_argument_errors(fake, no_size_check):
+    for bad in (0, -5):
+        with pytest.raises(nv.NvshmemArgumentError, match="positive"):
+            nv.buffer(bad)
+    with pytest.raises(nv.NvshmemArgumentError, match="power of two"):
+        nv.buffer(64, align=3)
+    with pytest.raises(nv.NvshmemArgumentError, match="like='bogus'"):
+        nv.array(4, like="bogus")
+    with pytest.raises(nv.NvshmemArgumentError, match="no elements"):
+        nv.array((0, 4), like="cupy")
+    with pytest.raises(nv.NvshmemTypeError, match="unknown dtype"):
+        nv.array(4, "notadtype", like="cupy")
+    fake.responses["nvshmem_malloc"] = 0
+    with pytest.raises(nv.NvshmemOutOfMemoryError, match="NVSHMEM_SYMMETRIC_SIZE"):
+        nv.buffer(1 << 40)
+    with pytest.raises(nv.NvshmemMemoryError, match="view into it"):
+        nv.free(sym(offset=64))
+    with pytest.raises(nv.NvshmemMemoryError, match="not a symmetric allocation"):
+        nv.free(local())
+    nv.free(sym())  # the whole allocation: fine
+    with pytest.raises(nv.NvshmemMemoryError, match="no longer valid"):
+        nv.free(sym())
+
+
+def test_missing_array_library_is_a_clear_error(fake, no_size_check, monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def fake_import(name, *a, **k):
+        if name in ("cupy", "torch"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    fake.responses["nvshmem_malloc"] = 0x7C0000003000
+    with pytest.raises(nv.NvshmemArgumentError, match="like='cupy' but cupy cannot be imported"):
+        nv.array(4, like="cupy")
+    assert "nvshmem_malloc" not in fake.symbols()  # refused before allocating
+
+
+def test_peer_and_multicast(fake):
+    fake.responses["nvshmem_ptr"] = 0
+    with pytest.raises(nv.NvshmemMemoryError, match="not reachable by load/store"):
+        nv.peer(sym(), 2)
+    fake.responses["nvshmem_ptr"] = 0x7B0000000000
+    view = nv.peer(sym(8, "int16"), 2)
+    cai = view.__cuda_array_interface__
+    assert cai["data"][0] == 0x7B0000000000 and cai["shape"] == (8,) and cai["typestr"] == "<i2"
+    assert nv.peer_ptr(sym(), 3) == 0x7B0000000000
+    with pytest.raises(nv.NvshmemMemoryError, match="not symmetric"):
+        nv.peer(local(), 2)
+    x = sym()
+    assert nv.peer(x, 1) is x  # this PE
+    fake.responses["nvshmemx_mc_ptr"] = 0
+    with pytest.raises(nv.NvshmemMemoryError, match="multicast"):
+        nv.multicast(sym())
+    fake.responses["nvshmemx_mc_ptr"] = 0x7A0000000000
+    assert nv.mc_ptr(sym(), Team.TEAM_WORLD) == 0x7A0000000000
+    assert nv.multicast(sym()).__cuda_array_interface__["data"][0] == 0x7A0000000000
+
+
+def test_register_external_checks(fake):
+    gran = memory.cumem_granularity()
+    assert gran == 512 << 20
+    with pytest.raises(nv.NvshmemArgumentError, match="granularity"):
+        nv.register_external(FakeArray(LOCAL, 1000))
+    fake.responses["nvshmemx_buffer_register_symmetric"] = 0
+    big = FakeArray(0x600000000000, gran // 4)
+    with pytest.raises(nv.NvshmemMemoryError, match="VMM"):
+        nv.register_external(big)
+    fake.responses["nvshmemx_buffer_register_symmetric"] = 0x500000000000
+    y = nv.register_external(big)
+    assert y.__cuda_array_interface__["data"][0] == 0x500000000000 and nv.is_symmetric(y)
+    with pytest.raises(nv.NvshmemMemoryError, match="unregister_external"):
+        nv.free(y)
+    with pytest.raises(nv.NvshmemMemoryError, match="not registered"):
+        nv.unregister_external(sym())
+    nv.unregister_external(y)
+    assert fake.last() == ("nvshmemx_buffer_unregister_symmetric", (0x500000000000, gran))
+    assert not nv.is_symmetric(y)
+
+
+def test_granularity_env(monkeypatch):
+    for text, value in [("2M", 2 << 20), ("1g", 1 << 30), ("4096", 4096), ("512MiB", 512 << 20)]:
+        monkeypatch.setenv("NVSHMEM_CUMEM_GRANULARITY", text)
+        assert memory.cumem_granularity() == value, text
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def test_describe_cai_layouts():
+    info = _arrays.describe(FakeArray(0x1000, shape=(4, 8), dtype="float64", strides=(64, 8)))
+    assert info.contiguous and info.strides is None and info.nbytes == 256 and info.size == 32
+    t = _arrays.describe(FakeArray(0x1000, shape=(8, 4), dtype="float64", strides=(8, 64)))  # transposed
+    assert not t.contiguous and t.span == (0x1000, 0x1000 + 256)
+    s = _arrays.describe(FakeArray(0x1000, shape=(5,), dtype="int32", strides=(12,)))
+    assert s.element_stride() == 3 and s.span == (0x1000, 0x1000 + 4 * 12 + 4)
+    v = _arrays.describe(FakeArray(0x1000, 4, dtype="V2"))
+    assert v.dtype == "V2" and v.itemsize == 2
+
+
+def test_dtype_names():
+    assert _arrays.dtype_name("float32") == "float32"
+    assert _arrays.dtype_name(np.float16) == "float16"
+    assert _arrays.dtype_name(np.dtype("uint64")) == "uint64"
+    assert _arrays.dtype_name("bfloat16") == "bfloat16"
+    TorchDtype = type("dtype", (), {"__module__": "torch", "__str__": lambda self: "torch.bfloat16"})
+    assert _arrays.dtype_name(TorchDtype()) == "bfloat16"
+    TorchFloat = type("dtype", (), {"__module__": "torch", "__str__": lambda self: "torch.float"})
+    assert _arrays.dtype_name(TorchFloat()) == "float32"
+    with pytest.raises(nv.NvshmemTypeError):
+        _arrays.dtype_name("nonsense")
+
+
+def test_describe_torch_like():
+    class Device:
+        type = "cuda"
+
+    Tensor = type("Tensor", (), {"__module__": "torch"})
+    t = Tensor()
+    t.device, t.shape, t.dtype = Device(), (3, 4), "torch.bfloat16"
+    t.data_ptr = lambda: 0x2000
+    t.element_size = lambda: 2
+    t.stride = lambda: (4, 1)
+    info = _arrays.describe(t)
+    assert (info.ptr, info.shape, info.dtype, info.itemsize, info.contiguous) == (0x2000, (3, 4), "bfloat16", 2, True)
+    Device.type = "cpu"
+    with pytest.raises(nv.NvshmemTypeError, match="CUDA tensor"):
+        _arrays.describe(t)
+
+
+def _dlpack_capsule(ptr, shape, code, bits, device_type=2):
+    class Managed(ctypes.Structure):
+        _fields_ = [("tensor", _arrays._DLTensor), ("ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+    shape_arr = (ctypes.c_int64 * len(shape))(*shape)
+    m = Managed()
+    m.tensor.data = ptr
+    m.tensor.device = _arrays._DLDevice(device_type, 0)
+    m.tensor.ndim = len(shape)
+    m.tensor.dtype = _arrays._DLDataType(code, bits, 1)
+    m.tensor.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    capsule = new(ctypes.addressof(m), b"dltensor", None)
+    return capsule, (m, shape_arr)
+
+
+def test_describe_dlpack():
+    capsule, keep = _dlpack_capsule(0x3000, (2, 5), 4, 16)  # bfloat16 on CUDA
+    obj = types.SimpleNamespace(__dlpack__=lambda: capsule)
+    info = _arrays.describe(obj)
+    assert (info.ptr, info.shape, info.dtype, info.itemsize, info.contiguous) == (0x3000, (2, 5), "bfloat16", 2, True)
+    capsule, keep2 = _dlpack_capsule(0x3000, (4,), 2, 32, device_type=1)  # on the CPU
+    with pytest.raises(nv.NvshmemTypeError, match="not on a CUDA device"):
+        _arrays.describe(types.SimpleNamespace(__dlpack__=lambda: capsule))
+
+
+# --------------------------------------------------------------------------- teams
+
+
+def test_team_calls(fake):
+    def split(args):
+        args[-1][0] = 9  # the new team handle
+        return 0
+
+    fake.responses["nvshmem_team_split_strided"] = split
+    t = nv.split_strided(Team.TEAM_WORLD, 0, 2, 2)
+    assert isinstance(t, nv.TeamHandle) and int(t) == 9
+    symbol, args = fake.last()
+    assert symbol == "nvshmem_team_split_strided" and args[:4] == (0, 0, 2, 2) and args[5] == 0
+    fake.responses["nvshmem_team_split_strided"] = lambda args: 0  # leaves TEAM_INVALID: not a member
+    assert nv.split_strided(Team.TEAM_WORLD, 1, 2, 2) is None
+    fake.responses["nvshmem_team_split_strided"] = int(Status.ERROR_INVALID_VALUE)
+    nv.reduce(t, sym(), sym2(), "sum")
+    assert fake.last()[1][0] == 9
+    t.destroy()
+    assert fake.last() == ("nvshmem_team_destroy", (9,)) and t.destroyed
+    with pytest.raises(nv.NvshmemStateError, match="destroyed"):
+        nv.barrier(t)
+    with pytest.raises(nv.NvshmemArgumentError, match="predefined"):
+        nv.team_destroy(Team.TEAM_WORLD)
+    with pytest.raises(nv.NvshmemArgumentError, match="empty"):
+        nv.team_init([])
+    with pytest.raises(nv.NvshmemArgumentError, match="repeat"):
+        nv.team_init([0, 1, 0])
+    with pytest.raises(nv.NvshmemArgumentError, match="out of range"):
+        nv.team_init([0, 7])
+    fake.responses["nvshmem_team_translate_pe"] = 3
+    assert nv.translate_pe(Team.TEAM_WORLD, 3) == 3
+
+
+def test_team_config_struct():
+    cfg, mask = teams._new_config(4, 0x1234)
+    assert cfg.version == STRUCT_VERSIONS["nvshmem_team_config_t"]
+    assert (cfg.num_contexts, cfg.uniqueid, mask) == (4, 0x1234, teams.CONFIG_MASK_NUM_CONTEXTS | teams.CONFIG_MASK_UNIQUEID)
+    cfg, mask = teams._new_config(None, None)
+    assert (cfg.num_contexts, cfg.uniqueid, mask) == (-1, 0xFFFFFFFFFFFFFFFF, 0)
+
+
+# --------------------------------------------------------------------------- module init
+
+
+def test_module_init_refcount(fake):
+    h = 0x5555
+    assert nv.culibrary_init(h) == 1
+    assert nv.culibrary_init(types.SimpleNamespace(handle=h)) == 2  # same handle through .handle
+    assert [s for s in fake.symbols()] == ["nvshmemx_culibrary_init"]
+    assert module_init.refcount(h) == 2
+    assert nv.culibrary_finalize(ctypes.c_void_p(h)) == 1
+    assert "nvshmemx_culibrary_finalize" not in fake.symbols()
+    assert nv.culibrary_finalize(h) == 0
+    assert fake.symbols().count("nvshmemx_culibrary_finalize") == 1
+    with pytest.raises(nv.NvshmemStateError, match="not initialised"):
+        nv.culibrary_finalize(h)
+    nv.cumodule_init(h)  # modules and libraries are counted apart
+    assert fake.last() == ("nvshmemx_cumodule_init", (h,))
+    nv.cumodule_finalize(h)
+    fake.responses["nvshmemx_culibrary_init"] = int(Status.ERROR_INVALID_VALUE)
+    with pytest.raises(nv.NvshmemStatusError, match="nvshmemx_culibrary_init.*ERROR_INVALID_VALUE"):
+        nv.culibrary_init(0x6666)
+    assert module_init.refcount(0x6666) == 0
+    with pytest.raises(ValueError):
+        nv.culibrary_init(0)
+
+
+def test_install_dsl_hooks(monkeypatch):
+    got = {}
+    numba_stub = types.SimpleNamespace(add_module_init_hook=lambda fn: got.setdefault("numba_init", fn),
+                                       add_module_finalize_hook=lambda fn: got.setdefault("numba_fin", fn))
+    cute_stub = types.SimpleNamespace(set_module_init_hook=lambda fn: got.setdefault("cute_init", fn),
+                                      set_module_finalize_hook=lambda fn: got.setdefault("cute_fin", fn))
+    monkeypatch.setitem(sys.modules, "nvshmem_dsl.numba._linker", numba_stub)
+    monkeypatch.setitem(sys.modules, "nvshmem_dsl.cute._compile", cute_stub)
+    assert nv.install_dsl_hooks() == {"numba": True, "cute": True}
+    assert got["numba_init"] is module_init.library_init and got["cute_init"] is module_init.library_init
+    got["cute_fin"](0x777)  # a handle never initialised: tolerated
+    removed = []
+    numba_stub.remove_module_init_hook = removed.append
+    numba_stub.remove_module_finalize_hook = removed.append
+    cute_stub._init_hook, cute_stub._finalize_hook = got["cute_init"], got["cute_fin"]
+    cute_stub.set_module_init_hook = lambda fn: removed.append(("cute", fn))
+    cute_stub.set_module_finalize_hook = lambda fn: removed.append(("cute_fin", fn))
+    module_init.uninstall_dsl_hooks()  # what finalize does
+    assert removed == [module_init.library_init, module_init._dsl_library_finalize, ("cute", None), ("cute_fin", None)]
+    monkeypatch.delitem(sys.modules, "nvshmem_dsl.numba._linker")
+    monkeypatch.delitem(sys.modules, "nvshmem_dsl.cute._compile")
+    assert nv.install_dsl_hooks() == {"numba": False, "cute": False}
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def test_public_api():
+    for name in nv.__all__:
+        assert hasattr(nv, name), name
+    assert nv.Team.TEAM_WORLD == 0 and nv.SignalOp.SIGNAL_SET == 9 and nv.Cmp.CMP_EQ == 0
+    assert set(nv.REDUCE_OPS) == {e["op"] for e in table()["host"] if e["family"] == "reduce"}
+    assert nv.session is nv.init
+
+
+def test_layer_imported_after_init_gets_the_hooks():
+    pytest.importorskip("numba.cuda")
+    code = textwrap.dedent("""
+        from nvshmem_dsl import _state, module_init
+        with _state.fake(n_pes=1):
+            module_init._watch_layer_imports()
+            from nvshmem_dsl.numba import _linker
+            hooked = module_init.library_init in _linker._init_hooks
+            module_init._on_finalize()
+            print(hooked, module_init.library_init in _linker._init_hooks)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True False"
