@@ -31,3 +31,13 @@ docs: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) docs/_build build dist *.egg-info
+
+# On a machine with 2 GPUs: the whole GPU suite under our launcher and mpirun.
+gpu-test: $(VENV)/.installed
+	$(PY) tests/gpu/run_suite.py
+
+bench: $(VENV)/.installed
+	$(PY) bench/run.py
+
+bench-check: $(VENV)/.installed
+	$(PY) bench/check.py

@@ -276,8 +276,7 @@ def init(
     try:
         from . import module_init
 
-        module_init.install_dsl_hooks()
-        module_init._watch_layer_imports()
+        module_init.install_dsl_hooks()  # layers imported later wire themselves
     except Exception as exc:  # a broken DSL layer must not break host use
         warnings.warn(f"nvshmem_dsl: could not install the DSL module hooks: {exc}", RuntimeWarning, stacklevel=2)
     return Session()

@@ -165,64 +165,17 @@ def installed_hooks() -> dict[str, bool]:
     return dict(_installed)
 
 
-# A DSL layer imported after init() gets the hooks as soon as its module has run.
-_LAYER_MODULES = ("nvshmem_dsl.numba._linker", "nvshmem_dsl.cute._compile")
-
-
-class _WiringLoader:
-    """Wraps a layer module's loader: after the module executes, install the hooks."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec):
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
-        if _state.STATE.initialized:
-            try:
-                install_dsl_hooks()
-            except Exception:  # never break the import
-                pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class _LayerFinder:
-    """A sys.meta_path entry that only ever answers for the two DSL layer modules."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _LAYER_MODULES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _WiringLoader(spec.loader)
-                return spec
-        return None
-
-
-_finder = _LayerFinder()
-
-
-def _watch_layer_imports() -> None:
-    """Wire layers imported later (called by init(); a no-op when all are loaded)."""
-    if all(name in sys.modules for name in _LAYER_MODULES):
-        return
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+def wire_if_running() -> None:
+    """Called by each DSL package when it is imported: a layer imported after init()
+    is wired to the running session at once (init() wires the ones loaded before)."""
+    if _state.STATE.initialized:
+        install_dsl_hooks()
 
 
 def uninstall_dsl_hooks() -> None:
     """Take our hooks out of the DSL layers again (done by finalize: modules loaded while
     the runtime is down must not call into it)."""
-    for module_name in _LAYER_MODULES:
+    for module_name in ("nvshmem_dsl.numba._linker", "nvshmem_dsl.cute._compile"):
         module = sys.modules.get(module_name)
         if module is None:
             continue
@@ -240,8 +193,6 @@ def uninstall_dsl_hooks() -> None:
             module.set_module_finalize_hook(None)
     for layer in list(_installed):
         _installed[layer] = False
-    if _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
 
 
 def _on_finalize() -> None:

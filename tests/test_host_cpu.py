@@ -1015,7 +1015,7 @@ def test_layer_imported_after_init_gets_the_hooks():
     code = textwrap.dedent("""
         from nvshmem_dsl import _state, module_init
         with _state.fake(n_pes=1):
-            module_init._watch_layer_imports()
+            import nvshmem_dsl.numba
             from nvshmem_dsl.numba import _linker
             hooked = module_init.library_init in _linker._init_hooks
             module_init._on_finalize()

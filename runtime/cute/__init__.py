@@ -1,0 +1,56 @@
+"""NVSHMEM for CuTe DSL kernels.
+
+Inside ``@cute.kernel`` / ``@cute.jit`` device code::
+
+    import nvshmem_dsl.cute as nv
+
+    nv.put_nbi_block(dst, src, pe)            # count = min(size(dst), size(src))
+    nv.p(flags, 3, value, pe)                 # one element: tensor + index
+    old = nv.atomic_fetch_add(counter, 1, pe) # returns a CuTe scalar
+    nv.signal_wait_until(sig, nv.Cmp.CMP_GE, 1)
+    peer = nv.peer_tensor(buf, pe)            # load/store view of a peer's buffer
+    nv.c.nvshmem_putmem(dst, src, nbytes, pe) # any C function by its C name
+
+and compile with :func:`compile` (``cute.compile`` with an explicit GPU arch and
+the NVSHMEM module-init hook), e.g. ``nv.compile(host_fn, *args, arch="sm_90a")``.
+
+The device functions are generated from the spec (``nvshmem_dsl._generated.cute_api``);
+each dispatches on the element type of its first tensor argument; the calling
+conventions are those of :mod:`nvshmem_dsl.numba` (see
+:mod:`nvshmem_dsl.cute._calls`). Importing this package needs neither a GPU nor
+CuTe DSL itself; tracing a kernel needs ``nvidia-cutlass-dsl``.
+"""
+
+from nvshmem_dsl._generated.constants import Cmp, SignalOp, SmemAmount, Team
+from nvshmem_dsl._generated.cute_api import *  # noqa: F401,F403
+from nvshmem_dsl._generated.cute_api import __all__ as _api_names
+
+from . import c
+from ._calls import mc_tensor, peer_tensor
+from ._compile import (
+    ArchNotSetError,
+    CompiledKernel,
+    compile,
+    compile_to_ptx,
+    set_module_finalize_hook,
+    set_module_init_hook,
+)
+from ..errors import NvshmemTypeError
+
+__all__ = [
+    *_api_names,
+    "c",
+    "peer_tensor",
+    "mc_tensor",
+    "compile",
+    "compile_to_ptx",
+    "CompiledKernel",
+    "ArchNotSetError",
+    "set_module_init_hook",
+    "set_module_finalize_hook",
+    "NvshmemTypeError",
+    "SignalOp",
+    "Cmp",
+    "Team",
+    "SmemAmount",
+]

@@ -1,0 +1,36 @@
+"""NVSHMEM device functions for Numba-CUDA kernels.
+
+    import nvshmem_dsl.numba as nv
+
+    @cuda.jit
+    def ring(dst, src):
+        nv.put_block(dst, src, (nv.my_pe() + 1) % nv.n_pes())   # dst, src[, nelems], pe
+
+Every function of the generated API (`nvshmem_dsl._generated.numba_api`, from the spec)
+dispatches on the element dtype of its arrays; `c` holds every device function under its
+C name. Kernels that call NVSHMEM are linked with the NVSHMEM bitcode and get it inlined
+(`_linker`); each loaded module is initialised for NVSHMEM before its first launch by the
+host runtime's hook (installed at `nvshmem_dsl.init()`). Kernels that call no NVSHMEM
+function compile exactly as before.
+"""
+from .._generated.constants import Cmp, SignalOp, SmemAmount, Team
+from .._generated.numba_api import *  # noqa: F403 - the generated API
+from .._generated.numba_api import DISPATCH, __all__ as _api
+from . import c
+from ._intrinsics import declare_device_function
+from ._linker import (
+    add_module_finalize_hook,
+    add_module_init_hook,
+    remove_module_finalize_hook,
+    remove_module_init_hook,
+    set_module_init_hook,
+)
+from ._views import multicast, peer
+
+__all__ = [*_api, "c", "peer", "multicast", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
+           "declare_device_function", "add_module_init_hook", "add_module_finalize_hook",
+           "remove_module_init_hook", "remove_module_finalize_hook", "set_module_init_hook"]
+
+from .. import module_init as _module_init  # noqa: E402
+
+_module_init.wire_if_running()

@@ -1,0 +1,399 @@
+"""NVSHMEM device code in Numba-CUDA kernels, linked and inlined.
+
+The route
+=========
+
+Numba-CUDA normally hands a kernel's LLVM IR to NVVM, which emits PTX.  NVVM
+reads LLVM 7-era IR and cannot read NVSHMEM's device bitcode (clang 22), and
+linking NVSHMEM as a separate object leaves every API call a real call (no
+inlining, no LTO-IR available).  So kernels that call NVSHMEM take another
+path to PTX, inside Numba's own code library:
+
+1. :func:`nvshmem_dsl.numba._intrinsics.declare_device_function` declares the C
+   function (e.g. ``nvshmem_int_p``) in the kernel's LLVM module.  Nothing else
+   marks the kernel: a library "uses NVSHMEM" when its IR declares an
+   ``nvshmem*`` function.
+2. :class:`NvshmemCodeLibrary` (installed as the class of every code library
+   numba-cuda creates, see :func:`install`) notices the declarations in
+   ``get_asm_strs`` and, instead of calling NVVM:
+
+   * parses the kernel's IR modules with llvmlite (LLVM 22 upgrades NVVM IR:
+     typed pointers, ``nvvm.annotations`` -> ``ptx_kernel``/launch bounds),
+     links libdevice if ``__nv_*`` math functions are used, and runs O3 on
+     that (NVSHMEM calls are still declarations, marked ``convergent``);
+   * links in the NVSHMEM functions it calls, taken from a cached, pre-split
+     copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.bitcode`, a few ms);
+   * internalizes everything that came from NVSHMEM except the device state
+     globals the host library looks up (``nvshmemi_device_state_d`` ...),
+     inlines NVSHMEM's API (all ``alwaysinline``), simplifies the Numba
+     functions again and drops what is unused (GlobalDCE).  NVSHMEM's few
+     out-of-line helpers (``noinline`` transport paths, already optimised by
+     clang) are not optimised again: that would triple the time per kernel;
+   * emits PTX with the LLVM NVPTX backend for the kernel's compute
+     capability (``sm_90a`` etc.), PTX ISA 8.5 or the minimum the SM needs
+     (8.6 for sm_100); ``$NVSHMEM_DSL_PTX_VERSION`` overrides it.
+
+   The PTX goes to Numba's usual link step (nvJitLink or the driver) to give
+   the cubin; ``kernel.inspect_asm()`` and ``cuda.compile_ptx`` show it.
+   Libraries without NVSHMEM declarations go through ``CUDACodeLibrary``
+   unchanged (NVVM).
+3. When numba-cuda loads the cubin (a ``CUlibrary``), the library's setup
+   callbacks run; ours calls every function registered with
+   :func:`add_module_init_hook` with the ``CUlibrary`` handle (an int), which
+   is where the host runtime calls ``nvshmemx_culibrary_init``.  That happens
+   once per loaded module (per context), in that context, before the first
+   launch; finalize hooks run when Numba unloads the module.  The hooks are
+   re-attached when a kernel comes back from Numba's on-disk cache.
+
+Limits: LTO-IR output (``cuda.compile(..., output="ltoir")``) is not possible
+for NVSHMEM kernels (with ``lto=True`` such a kernel is added to the link as
+PTX; its other link inputs still get LTO); ``fastmath`` only has its
+per-instruction effects (no FTZ mode).
+
+Public: :class:`NvshmemCodeLibrary`, :func:`install`,
+:func:`add_module_init_hook`, :func:`remove_module_init_hook`,
+:func:`set_module_init_hook`, :func:`add_module_finalize_hook`,
+:func:`remove_module_finalize_hook`, :func:`nvshmem_functions`,
+:func:`compile_ptx`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import warnings
+
+import llvmlite.binding as llvm
+from numba.cuda import codegen as _codegen
+from numba.cuda.codegen import CUDACodeLibrary
+from numba.cuda.core import config
+
+from .. import bitcode
+
+__all__ = [
+    "NvshmemCodeLibrary",
+    "NvshmemLinkError",
+    "add_module_finalize_hook",
+    "add_module_init_hook",
+    "compile_ptx",
+    "install",
+    "nvshmem_functions",
+    "remove_module_finalize_hook",
+    "remove_module_init_hook",
+    "set_module_init_hook",
+]
+
+# A whole declaration line of an nvshmem* function; group 1 is its name.
+_DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)
+_DECLARED_LIBDEVICE = re.compile(r'^declare [^\n]*?@"?(__nv_[A-Za-z0-9_]*)"?\(', re.M)
+
+
+class NvshmemLinkError(RuntimeError):
+    """Linking NVSHMEM device code into a kernel failed."""
+
+
+# --------------------------------------------------------------------------
+# Module hooks
+
+
+_init_hooks: list = []
+_finalize_hooks: list = []
+_warned_no_hook = False
+
+
+def add_module_init_hook(fn):
+    """Call ``fn(culibrary: int)`` for every loaded module (``CUlibrary``) that
+    contains NVSHMEM device code, before its first launch.  Returns ``fn``."""
+    if fn not in _init_hooks:
+        _init_hooks.append(fn)
+    return fn
+
+
+def remove_module_init_hook(fn) -> None:
+    if fn in _init_hooks:
+        _init_hooks.remove(fn)
+
+
+def set_module_init_hook(fn) -> None:
+    """Make ``fn`` the only init hook (``None``: no hook)."""
+    _init_hooks.clear()
+    if fn is not None:
+        _init_hooks.append(fn)
+
+
+def add_module_finalize_hook(fn):
+    """Call ``fn(culibrary: int)`` when such a module is unloaded."""
+    if fn not in _finalize_hooks:
+        _finalize_hooks.append(fn)
+    return fn
+
+
+def remove_module_finalize_hook(fn) -> None:
+    if fn in _finalize_hooks:
+        _finalize_hooks.remove(fn)
+
+
+def _module_setup(object_code) -> None:
+    global _warned_no_hook
+    if not _init_hooks and not _warned_no_hook:
+        _warned_no_hook = True
+        warnings.warn(
+            "a kernel using NVSHMEM was loaded but no module init hook is "
+            "registered, so its NVSHMEM device state is not initialised; "
+            "initialise the nvshmem_dsl runtime before launching kernels",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    handle = int(object_code.handle)
+    for fn in list(_init_hooks):
+        fn(handle)
+
+
+def _module_teardown(object_code) -> None:
+    handle = int(object_code.handle)
+    for fn in list(_finalize_hooks):
+        fn(handle)
+
+
+# --------------------------------------------------------------------------
+# LLVM side
+
+
+def nvshmem_functions(llvm_strs) -> frozenset:
+    """Names of the ``nvshmem*`` functions declared in the given LLVM IR."""
+    return frozenset(n for s in llvm_strs for n in _DECLARATION.findall(s))
+
+
+def _min_ptx(sm: int) -> int:
+    # PTX ISA needed to target the SM at all (x10): sm_90a 8.0, sm_100 8.6 ...
+    table = {100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
+    return table.get(sm, 80 if sm >= 90 else 70)
+
+
+def _target(cc) -> tuple[str, str]:
+    """(cpu, features) for a Numba cc tuple, e.g. ("sm_90a", "+ptx85")."""
+    from numba.cuda.cudadrv import nvrtc
+
+    cpu = nvrtc.get_arch_option(*cc).replace("compute_", "sm_")
+    sm = int(re.match(r"sm_(\d+)", cpu).group(1))
+    ptx = os.environ.get("NVSHMEM_DSL_PTX_VERSION")
+    ptx = int(ptx.replace(".", "")) if ptx else max(85, _min_ptx(sm))
+    return cpu, f"+ptx{ptx}"
+
+
+@functools.lru_cache(maxsize=None)
+def _target_machine(cpu: str, features: str, opt: int):
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(_codegen.CUDA_TRIPLE)
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt)
+
+
+_libdevice_lock = threading.Lock()
+_libdevice = None
+
+
+def _libdevice_module():
+    global _libdevice
+    with _libdevice_lock:
+        if _libdevice is None:
+            from numba.cuda.cudadrv.nvvm import LibDevice
+
+            _libdevice = llvm.parse_bitcode(LibDevice().get())
+        return _libdevice.clone()
+
+
+def _shape(t) -> str:
+    """A type's structure, identified structs spelt out (the IR linker maps
+    identified structs of the same body onto each other)."""
+    if t.is_struct:
+        return "{" + ",".join(_shape(e) for e in t.elements) + "}"
+    return str(t)
+
+
+def _fn_shape(t) -> str:
+    ret = _shape(t.get_function_return())
+    params = ", ".join(_shape(p) for p in t.get_function_parameters())
+    return f"{ret} ({params}{', ...' if t.is_function_vararg else ''})"
+
+
+def _check_declarations(main, api, names) -> None:
+    bad = []
+    for name in sorted(names):
+        want = _fn_shape(api.get_function(name).global_value_type)
+        have = _fn_shape(main.get_function(name).global_value_type)
+        if want != have:
+            bad.append(f"{name}: declared {have}, NVSHMEM defines {want}")
+    if bad:
+        raise NvshmemLinkError(
+            "NVSHMEM functions declared with the wrong type:\n  " + "\n  ".join(bad)
+        )
+
+
+def _internalize(mod, keep) -> None:
+    for v in (*mod.functions, *mod.global_variables):
+        if v.is_declaration or v.name in keep or v.name.startswith("llvm."):
+            continue
+        if v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private):
+            v.linkage = "internal"
+
+
+def _run(mod, pb, *passes) -> None:
+    mpm = llvm.create_new_module_pass_manager()
+    for p in passes:
+        getattr(mpm, f"add_{p}_pass")()
+    mpm.run(mod, pb)
+
+
+def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
+    """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
+    declare linked in and inlined, for compute capability ``cc``.
+
+    Externally visible definitions of the Numba modules keep their linkage;
+    everything else ends up internal, except
+    :data:`nvshmem_dsl.bitcode.EXPORTED_GLOBALS`.  Numba's code (with
+    libdevice) is optimised at O3 first; then NVSHMEM is linked, its
+    ``alwaysinline`` API inlined and the Numba functions simplified again.
+    NVSHMEM's own out-of-line helpers, already optimised by clang, are not
+    run through the optimiser a second time (that would cost ~0.3 s a kernel).
+    """
+    cpu, features = _target(cc)
+    tm = _target_machine(cpu, features, 3 if opt else 0)
+    sm = int(re.match(r"sm_(\d+)", cpu).group(1))
+    names = nvshmem_functions(llvm_strs)
+
+    # Calls to NVSHMEM may synchronise threads: keep them convergent while
+    # only their declarations are visible.
+    mods = [llvm.parse_assembly(_DECLARATION.sub(r"\g<0> convergent nounwind", s))
+            for s in llvm_strs]
+    main = mods[0]
+    for m in mods[1:]:
+        main.link_in(m)
+    main.triple = _codegen.CUDA_TRIPLE
+    main.data_layout = str(tm.target_data)
+    numba_fns = {f.name for f in main.functions if not f.is_declaration}
+    keep = {v.name for v in (*main.functions, *main.global_variables)
+            if not v.is_declaration}
+    keep.update(bitcode.EXPORTED_GLOBALS)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3 if opt else 0))
+
+    if any(_DECLARED_LIBDEVICE.search(s) for s in llvm_strs):
+        main.link_in(_libdevice_module())
+        _internalize(main, keep)
+        _run(main, pb, "global_dead_code_eliminate")
+    if opt:
+        pb.getModulePassManager().run(main, pb)
+
+    if names:
+        try:
+            api = bitcode.api_module(names, sm)
+        except KeyError as e:
+            raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
+        _check_declarations(main, api, names)
+        main.link_in(api)
+        _internalize(main, keep)
+        _run(main, pb, "always_inliner", "global_dead_code_eliminate")
+        if opt:
+            fpm = pb.getFunctionPassManager()
+            for fn in main.functions:
+                if fn.name in numba_fns and not fn.is_declaration:
+                    fpm.run(fn, pb)
+            _run(main, pb, "global_dead_code_eliminate")
+    return tm.emit_assembly(main)
+
+
+# --------------------------------------------------------------------------
+# Numba side
+
+
+class NvshmemCodeLibrary(CUDACodeLibrary):
+    """A ``CUDACodeLibrary`` that links NVSHMEM device code into its PTX when
+    its IR declares NVSHMEM functions, and behaves exactly like its base
+    class otherwise."""
+
+    @property
+    def nvshmem_functions(self) -> frozenset:
+        """The NVSHMEM functions this library (with the libraries linked into
+        it) calls.  Read from ``llvm_strs``, which Numba also computes once."""
+        names = self.__dict__.get("_nvshmem_functions")
+        if names is None:
+            names = self.__dict__["_nvshmem_functions"] = nvshmem_functions(self.llvm_strs)
+        return names
+
+    @property
+    def uses_nvshmem(self) -> bool:
+        return bool(self.nvshmem_functions)
+
+    def get_asm_strs(self, cc=None):
+        if not self.uses_nvshmem:
+            return super().get_asm_strs(cc=cc)
+        cc = self._ensure_cc(cc)
+        ptxes = self._ptx_cache.get(cc)
+        if ptxes:
+            return ptxes
+        ptx = compile_ptx(
+            self.llvm_strs,
+            cc,
+            opt=self._nvvm_options.get("opt", 3),
+        )
+        if config.DUMP_ASSEMBLY:
+            print(("ASSEMBLY %s" % self._name).center(80, "-"))
+            print(ptx)
+            print("=" * 80)
+        self._ptx_cache[cc] = [ptx]
+        return self._ptx_cache[cc]
+
+    def get_ltoir(self, cc=None):
+        if self.uses_nvshmem:
+            raise NvshmemLinkError(
+                "kernels and device functions that call NVSHMEM cannot be "
+                "emitted as LTO-IR (NVVM cannot read NVSHMEM's bitcode); "
+                "compile them to PTX or cubin"
+            )
+        return super().get_ltoir(cc=cc)
+
+    def _link_all(self, linker, cc, ignore_nonlto=False):
+        if not (linker.lto and self.uses_nvshmem):
+            return super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
+        # lto=True: our part can only be PTX; the other inputs still get LTO.
+        for ptx in self.get_asm_strs(cc=cc):
+            linker.add_ptx(ptx.encode())
+        for path in self._linking_files:
+            linker.add_file_guess_ext(path, ignore_nonlto)
+        if self.needs_cudadevrt:
+            from numba.cuda.cudadrv.libs import get_cudalib
+
+            linker.add_file_guess_ext(
+                get_cudalib("cudadevrt", static=True), ignore_nonlto
+            )
+
+    def get_cufunc(self):
+        # Attached here rather than at creation so that kernels loaded from
+        # Numba's disk cache (which drops callbacks) get them too.
+        if self.uses_nvshmem:
+            if _module_setup not in self._setup_functions:
+                self._setup_functions.append(_module_setup)
+            if _module_teardown not in self._teardown_functions:
+                self._teardown_functions.append(_module_teardown)
+        return super().get_cufunc()
+
+
+def install() -> None:
+    """Make numba-cuda create :class:`NvshmemCodeLibrary` code libraries.
+    Idempotent; done on import of this module."""
+    cls = _codegen.JITCUDACodegen._library_class
+    if cls is NvshmemCodeLibrary:
+        return
+    if cls is not CUDACodeLibrary:
+        warnings.warn(
+            f"numba-cuda's code library class is already replaced by {cls!r}; "
+            "nvshmem_dsl replaces it again",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    _codegen.JITCUDACodegen._library_class = NvshmemCodeLibrary
+
+
+install()
