@@ -1,6 +1,9 @@
 """CPU conformance of nvshmem_dsl.numba: every generated function, for every element dtype it
-dispatches to, compiles to PTX for sm_90 with the NVSHMEM code inlined; a sample also for
-sm_80 and sm_100 and as a cubin; and wrong calls fail at compile time with clear errors.
+dispatches to, types, lowers and links for sm_90 with the NVSHMEM code inlined (checked on
+the linked LLVM module: the NVPTX backend is the slow part, ~10 s for one block-scope
+reduction, so the whole sweep stops before it); a sample of every family and scope goes all
+the way to PTX for sm_90, sm_80 and sm_100 and to a cubin; and wrong calls fail at compile
+time with clear errors.
 
 Kernels are built from the op table: one kernel per DSL function holds a call per dtype.
 Local arrays stand in for symmetric ones (the code is compiled, never run).
@@ -15,11 +18,12 @@ from numba.core import errors  # noqa: E402
 from numba.cuda import compile_ptx, types  # noqa: E402
 
 from nvshmem_dsl import _optable  # noqa: E402
-from nvshmem_dsl._generated import numba_api  # noqa: E402
+import nvshmem_dsl.numba as numba_api  # noqa: E402  (the generated API, built)
 
 # Width-only dispatch keys are reached through element types that have no typed form.
 SIZED_STANDINS = {"bits64": "complex64", "bits128": "complex128"}
 PUBLIC_CALL = re.compile(r"call(?:\.uni)?\s[^;]*?\b(nvshmemx?_\w+)")
+PUBLIC_CALL_IR = re.compile(r"call [^@\n]*@(nvshmemx?_\w+)\(")
 # The one device function NVSHMEM does not mark alwaysinline.
 NOT_INLINED = {"nvshmem_global_exit"}
 
@@ -42,7 +46,7 @@ DATA_ROLES = {"sym_dest", "sym_src", "local_dest", "local_src", "sym_target", "i
 
 
 def _apis():
-    return [(name, getattr(numba_api, name)) for name in numba_api.__all__]
+    return [(name, getattr(numba_api, name)) for name in list(numba_api.DISPATCH)]
 
 
 def _dispatch(name):
@@ -72,17 +76,33 @@ def _kernel_source(calls, arrays):
     return "\n".join(lines)
 
 
-def _compile(source, cc=(9, 0)):
+def _kernel(source):
     from nvshmem_dsl.numba import c
     ns = {"cuda": cuda, "types": types, "nv": numba_api, "c": c}
     exec(compile(source, "<generated kernel>", "exec"), ns)
-    ptx, _ = compile_ptx(ns["kernel"], (types.int32,), cc=cc)
+    return ns["kernel"]
+
+
+def _compile(source, cc=(9, 0)):
+    ptx, _ = compile_ptx(_kernel(source), (types.int32,), cc=cc)
     return ptx
 
 
-def _kernel_for(api):
+def _linked_ir(source, cc=(9, 0)):
+    """The kernel's LLVM IR after NVSHMEM is linked and inlined (no backend)."""
+    from numba.cuda.compiler import compile_cuda
+
+    from nvshmem_dsl.numba import _linker
+    library = compile_cuda(_kernel(source), None, (types.int32,), cc=cc).library
+    module, _ = _linker.link(library.llvm_strs, cc, opt=0)
+    return str(module)
+
+
+def _kernel_for(api, first_only=False):
     calls, arrays = [], {v: t for v, t in AUX_DECLS.items()}
     for key, symbol in _dispatch(api).items():
+        if first_only and calls:
+            break
         if key is not None and key.startswith("bits") and key not in SIZED_STANDINS:
             continue  # every 1/2/4-byte dtype has a typed form; see test_raw_c_names
         dtype = SIZED_STANDINS.get(key, key) or "float32"
@@ -95,26 +115,62 @@ def _kernel_for(api):
     return _kernel_source(calls, arrays), calls
 
 
-def _assert_inlined(ptx, context):
-    public = set(PUBLIC_CALL.findall(ptx)) - NOT_INLINED
+def _assert_inlined(ptx, context, pattern=PUBLIC_CALL):
+    public = set(pattern.findall(ptx)) - NOT_INLINED
     assert not public, f"{context}: calls left to {sorted(public)[:5]}"
     assert "nvshmemi_device_state_d" in ptx, f"{context}: device state symbol missing"
 
 
-@pytest.mark.parametrize("api", numba_api.__all__)
-def test_every_function_and_dtype_compiles_inlined(api):
+@pytest.mark.parametrize("api", list(numba_api.DISPATCH))
+def test_every_function_and_dtype_links_inlined(api):
     source, calls = _kernel_for(api)
+    if not calls:
+        pytest.skip("no DSL-typed form")
+    _assert_inlined(_linked_ir(source), api, PUBLIC_CALL_IR)
+
+
+def _family_sample():
+    """One DSL function per family and scope (the first in spec order), for the PTX sample."""
+    seen, out = set(), []
+    for api in list(numba_api.DISPATCH):
+        op = _optable.device_ops()[next(iter(_dispatch(api).values()))]
+        key = (op["family"], op["scope"])
+        if key not in seen:
+            seen.add(key)
+            out.append(api)
+    return out
+
+
+@pytest.mark.parametrize("api", _family_sample())
+def test_every_family_and_scope_compiles_to_ptx_inlined(api):
+    source, calls = _kernel_for(api, first_only=True)
     if not calls:
         pytest.skip("no DSL-typed form")
     _assert_inlined(_compile(source), api)
 
 
+def test_raw_c_names_for_sized_and_mem_forms():
+    """Forms no DSL dtype selects (put8, putmem, ...) are reachable by their C names."""
+    dispatched = {sym for api in list(numba_api.DISPATCH) for sym in _dispatch(api).values()}
+    rest = [sym for sym, op in _optable.device_ops().items()
+            if sym not in dispatched and op["dtype"] in ("8", "16", "32", "mem") and op["scope"] == "thread"]
+    assert rest, "expected sized/mem forms outside the dispatch tables"
+    calls = [_call_raw(sym) for sym in rest]
+    arrays = {"a_uint8": "uint8", **AUX_DECLS}
+    _assert_inlined(_linked_ir(_kernel_source(calls, arrays).replace("nv.c.", "c.")), "raw C names",
+                    PUBLIC_CALL_IR)
+
+
+def _call_raw(symbol):
+    return _call("c." + symbol, symbol, "a_uint8").replace("nv.c.", "c.")
+
+
 def test_every_c_symbol_is_reachable():
     """Every device C function is the target of a DSL function or reachable by its C name."""
-    dispatched = {sym for api in numba_api.__all__ for sym in _dispatch(api).values()}
+    from nvshmem_dsl.numba import c
+    assert set(c.__all__) == set(_optable.device_ops())
     for symbol in _optable.device_ops():
-        assert symbol in dispatched or hasattr(numba_api, "__all__") and callable(
-            getattr(__import__("nvshmem_dsl.numba", fromlist=["c"]).c, symbol))
+        assert getattr(c, symbol) is not None
 
 
 def test_bfloat16_by_c_name():
@@ -136,20 +192,10 @@ def test_other_architectures(cc):
 
 
 def test_cubin_for_sm90():
-    ns = {"cuda": cuda, "types": types, "nv": numba_api}
-    exec(_kernel_source(["nv.put_nbi_warp(a_float32, a_float32, pe)", "nv.quiet()"],
-                        {"a_float32": "float32"}), ns)
-    from numba.cuda import compile
-    code, _ = compile(ns["kernel"], (types.int32,), cc=(9, 0), output="cubin") if _has_output_kw() \
-        else pytest.skip("this numba-cuda cannot emit cubins through compile()")
-    assert code[:4] == b"\x7fELF"
-
-
-def _has_output_kw():
-    import inspect
-
-    from numba.cuda import compile
-    return "output" in inspect.signature(compile).parameters
+    from test_numba_linker import nvjitlink_cubin
+    ptx = _compile(_kernel_source(["nv.put_nbi_warp(a_float32, a_float32, pe)", "nv.quiet()"],
+                                  {"a_float32": "float32"}))
+    assert nvjitlink_cubin(ptx, "sm_90")[:4] == b"\x7fELF"
 
 
 def _typing_error(source):

@@ -13,10 +13,10 @@ C name. Kernels that call NVSHMEM are linked with the NVSHMEM bitcode and get it
 host runtime's hook (installed at `nvshmem_dsl.init()`). Kernels that call no NVSHMEM
 function compile exactly as before.
 """
+from .._generated import numba_api as _table
 from .._generated.constants import Cmp, SignalOp, SmemAmount, Team
-from .._generated.numba_api import *  # noqa: F403 - the generated API
-from .._generated.numba_api import DISPATCH, __all__ as _api
 from . import c
+from ._calls import make_api
 from ._intrinsics import declare_device_function
 from ._linker import (
     add_module_finalize_hook,
@@ -27,7 +27,11 @@ from ._linker import (
 )
 from ._views import multicast, peer
 
-__all__ = [*_api, "c", "peer", "multicast", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
+DISPATCH = _table.DISPATCH
+# The generated API: one intrinsic per DSL function of the spec.
+globals().update({_name: make_api(_name, DISPATCH[_name], _table.DOCS[_name]) for _name in _table.__all__})
+
+__all__ = [*_table.__all__, "c", "peer", "multicast", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
            "declare_device_function", "add_module_init_hook", "add_module_finalize_hook",
            "remove_module_init_hook", "remove_module_finalize_hook", "set_module_init_hook"]
 

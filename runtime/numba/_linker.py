@@ -249,7 +249,15 @@ def _run(mod, pb, *passes) -> None:
 
 def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
-    declare linked in and inlined, for compute capability ``cc``.
+    declare linked in and inlined, for compute capability ``cc`` (see :func:`link`)."""
+    module, tm = link(llvm_strs, cc, opt)
+    return tm.emit_assembly(module)
+
+
+def link(llvm_strs, cc, opt: int = 3):
+    """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
+    declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
+    target machine for ``cc``.
 
     Externally visible definitions of the Numba modules keep their linkage;
     everything else ends up internal, except
@@ -301,7 +309,7 @@ def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
                 if fn.name in numba_fns and not fn.is_declaration:
                     fpm.run(fn, pb)
             _run(main, pb, "global_dead_code_eliminate")
-    return tm.emit_assembly(main)
+    return main, tm
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""What the Numba and CuTe benchmarks share: parameters, host side, timing, JSON output.
+
+Everything that touches the nvshmem_dsl *host* API is in this one module (init, symmetric
+allocation, barrier, finalize), so that a change of that API means a change here only.
+The measurement parameters mirror ``make_params`` in ``bench/cpp/bench.cu``: keep both in
+sync (bench/run.py checks that the ``iters`` of every result agree across implementations).
+
+Timing (the same as the C++ ``Timer``): before each timed launch the stream is synchronised,
+all PEs meet in ``barrier_all``, a 1-thread ``spin`` kernel (~200 us of ``nanosleep``) is
+queued so that the host-side launch cost of the timed kernel is hidden, then a CUDA event
+pair brackets the timed kernel.  One warm-up launch (which also compiles the kernel on first
+use) precedes the ``reps`` timed ones; ``value`` is the median, ``best`` the best rep.
+All launches go to the legacy default stream (cupy's null stream, Numba's default stream,
+``CUstream(0)`` for CuTe), where the cupy events are recorded too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+# ------------------------------------------------------------------ parameters (= bench.cu)
+
+BW_GRID = 132            # blocks of every bandwidth kernel
+BW_BLOCK = 1024          # threads per block at warp and block scope
+THREAD_SCOPE_BLOCK = 1   # thread scope: one thread per block, each putting its chunk
+ALIGN_ELEMS = 32         # chunks are rounded up to 32 floats (128 B)
+LAT_SLOTS = 1024         # p / g cycle over this many elements (a power of two)
+BARRIER_BLOCK = 128      # barrier_all_block: one block of 128 threads
+SPIN_US_BEFORE_TIMED = 200
+SPIN_US_BEFORE_LAUNCHES = 100_000
+ALLOC_BYTES = 1 << 20
+SCOPES = ("thread", "warp", "block")
+
+# u64 scratch layout (as in bench.cu): [0] counter, [1] out, [8] data, [9] src, [16] signal
+U64_COUNTER, U64_OUT, U64_DATA, U64_SRC, U64_SIGNAL, U64_LEN = 0, 1, 8, 9, 16, 32
+
+BENCHES = ("put_bw", "get_bw", "p_lat", "g_lat", "amo_lat", "pingpong", "barrier", "launch", "host")
+
+
+@dataclass
+class Params:
+    quick: bool
+    sizes: list[int]
+    target_bytes: int
+    min_iters: int
+    max_iters: int
+    reps: int
+    lat_iters: int
+    amo_iters: int
+    pingpong_iters: int
+    barrier_iters: int
+    launches: int
+    host_calls: int
+    alloc_reps: int
+    only: set[str] = field(default_factory=set)
+
+    def enabled(self, name: str) -> bool:
+        return not self.only or name in self.only
+
+
+def make_params(quick: bool, reps: int = 0, only: Sequence[str] = ()) -> Params:
+    if quick:
+        p = Params(True, [8, 4096, 1 << 20, 16 << 20, 256 << 20], 1 << 30, 2, 100, 3,
+                   10_000, 5_000, 2_000, 2_000, 500, 100_000, 20)
+    else:
+        p = Params(False, [8] + [1 << (2 * k) for k in range(2, 15)], 4 << 30, 4, 1000, 10,
+                   100_000, 20_000, 10_000, 10_000, 1000, 1_000_000, 100)
+    if reps > 0:
+        p.reps = reps
+    p.only = set(only)
+    return p
+
+
+def bw_iters(p: Params, nbytes: int) -> int:
+    return max(p.min_iters, min(p.max_iters, p.target_bytes // nbytes))
+
+
+def bw_windows(p: Params, op: str, nelems: int) -> int:
+    """Iteration i moves window i % nwin (windows of ``nelems`` floats) of the buffers.
+
+    Gets rotate through the whole (max size) buffers, so that repeated gets of a message
+    smaller than L2 are not served from the local L2; puts repeat one window (nwin = 1).
+    """
+    if op != "get":
+        return 1
+    return max(1, (max(p.sizes) // 4) // nelems)
+
+
+def parse_args(impl: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=f"{impl}_bench", description=f"NVSHMEM {impl} benchmarks (one PE per process)")
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    ap.add_argument("--reps", type=int, default=0, help="timed repetitions per point (default 10, quick 3)")
+    ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHES)}")
+    ap.add_argument("--arch", default=None, help="GPU arch for CuTe (default: the current device)")
+    args = ap.parse_args(argv)
+    args.only = [x for x in args.only.split(",") if x]
+    unknown = set(args.only) - set(BENCHES)
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(BENCHES)}")
+    return args
+
+
+# ------------------------------------------------------------------ output
+
+
+class Output:
+    """One JSON object per line on stdout (the format bench/run.py collects)."""
+
+    def __init__(self, impl: str) -> None:
+        self.impl = impl
+        self.pe = 0
+        self.npes = 1
+
+    def line(self, **fields: Any) -> None:
+        rec = {"impl": self.impl, **fields}
+        rec.setdefault("pe", self.pe)
+        rec.setdefault("npes", self.npes)
+        sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+    def emit(self, bench: str, scope: str, nbytes: int, values: Sequence[float], unit: str,
+             higher_better: bool, iters: int, **extra: Any) -> None:
+        best = max(values) if higher_better else min(values)
+        self.line(bench=bench, scope=scope, bytes=int(nbytes), value=_g(statistics.median(values)),
+                  best=_g(best), unit=unit, iters=int(iters), reps=len(values), **extra)
+
+
+def _g(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+# ------------------------------------------------------------------ device API modules
+
+
+def numba_api():
+    """The Numba device API module (``nvshmem_dsl.numba``: put, put_block, p, g, ...)."""
+    import nvshmem_dsl.numba as nv
+
+    return nv
+
+
+def signal_constants() -> tuple[int, int]:
+    """(SIGNAL_SET, CMP_GE) as plain ints (usable as constants in any kernel)."""
+    from nvshmem_dsl._generated.constants import Cmp, SignalOp
+
+    return int(SignalOp.SIGNAL_SET), int(Cmp.CMP_GE)
+
+
+# ------------------------------------------------------------------ host side (nvshmem_dsl)
+
+
+class Host:
+    """nvshmem_dsl host runtime: init, symmetric cupy arrays, barrier, finalize."""
+
+    def __init__(self) -> None:
+        import cupy  # noqa: F401  (fail early: the benchmarks use cupy arrays and events)
+
+        import nvshmem_dsl as nvshmem
+
+        self.nvshmem = nvshmem
+        self.cupy = cupy
+        self._live: list[Any] = []
+        self.init_s = 0.0
+
+    def init(self, layers: Sequence[str]) -> None:
+        """Import the DSL layers first: init wires its module hooks into the layers imported."""
+        for mod in layers:
+            __import__(mod)
+        t0 = time.perf_counter()
+        self.nvshmem.init()
+        self.init_s = time.perf_counter() - t0
+        install = getattr(self.nvshmem, "install_dsl_hooks", None)
+        if install is not None:
+            install()
+
+    def my_pe(self) -> int:
+        return int(self.nvshmem.my_pe())
+
+    def n_pes(self) -> int:
+        return int(self.nvshmem.n_pes())
+
+    def array(self, n: int, dtype: str, *, zero: bool = True, keep: bool = True):
+        """A symmetric 1-D cupy array (collective)."""
+        fn = self.nvshmem.zeros if zero else self.nvshmem.array
+        x = fn((n,), dtype, like="cupy")
+        if keep:
+            self._live.append(x)
+        return x
+
+    def free(self, x) -> None:
+        self.nvshmem.free(x)
+
+    def barrier_all(self) -> None:
+        self.nvshmem.barrier_all()
+
+    def sync(self) -> None:
+        self.cupy.cuda.Stream.null.synchronize()
+
+    def device_info(self) -> dict:
+        dev = self.cupy.cuda.Device()
+        props = self.cupy.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        return {
+            "device": name.decode() if isinstance(name, bytes) else str(name),
+            "cc": f"{props['major']}.{props['minor']}",
+            "cuda_runtime": self.cupy.cuda.runtime.runtimeGetVersion(),
+            "cuda_driver": self.cupy.cuda.runtime.driverGetVersion(),
+        }
+
+    def versions(self) -> dict:
+        out = {}
+        try:
+            v = self.nvshmem.versions()
+            out.update({k: str(x) for k, x in dict(v).items()})
+        except Exception as exc:  # noqa: BLE001 - informational only
+            out["versions_error"] = str(exc)[:200]
+        return out
+
+    def finalize(self) -> None:
+        self.sync()
+        self.barrier_all()
+        for x in reversed(self._live):
+            self.free(x)
+        self._live.clear()
+        self.nvshmem.finalize()
+
+
+# ------------------------------------------------------------------ timing
+
+
+class Timer:
+    """Device time of one launch, bracketed by cupy events on the null stream (see module doc)."""
+
+    def __init__(self, host: Host, spin: Callable[[int], None]) -> None:
+        self.host = host
+        self.spin = spin  # spin(us): queue a 1-thread nanosleep kernel on the null stream
+        cp = host.cupy
+        self.e0 = cp.cuda.Event()
+        self.e1 = cp.cuda.Event()
+        self.stream = cp.cuda.Stream.null
+
+    def run(self, reps: int, launch: Callable[[], None], before: Callable[[], None] | None = None) -> list[float]:
+        """Seconds of each of ``reps`` launches (after one warm-up)."""
+        cp = self.host.cupy
+        out = []
+        for r in range(-1, reps):
+            if before is not None:
+                before()
+            self.stream.synchronize()
+            self.host.barrier_all()
+            self.spin(SPIN_US_BEFORE_TIMED)
+            self.e0.record(self.stream)
+            launch()
+            self.e1.record(self.stream)
+            self.e1.synchronize()
+            if r >= 0:
+                out.append(cp.cuda.get_elapsed_time(self.e0, self.e1) * 1e-3)
+        self.stream.synchronize()
+        self.host.barrier_all()
+        return out
+
+
+def per_op(secs: Sequence[float], ops: float, scale: float) -> list[float]:
+    return [s / ops * scale for s in secs]
+
+
+def launch_overhead(host: Host, spin: Callable[[int], None], launch: Callable[[], None],
+                    launches: int, reps: int) -> list[float]:
+    """Host microseconds per launch: ``launches`` back-to-back launches queued behind a long spin."""
+    out = []
+    for r in range(-1, reps):
+        host.sync()
+        spin(SPIN_US_BEFORE_LAUNCHES)
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            launch()
+        t1 = time.perf_counter()
+        host.sync()
+        if r >= 0:
+            out.append((t1 - t0) / launches * 1e6)
+    return out
+
+
+def host_benchmarks(out: Output, host: Host, p: Params) -> None:
+    """nvshmem_dsl.my_pe() and array()+free() of 1 MiB (with and without the symmetry check)."""
+    nv = host.nvshmem
+    vals = []
+    for _ in range(p.reps):
+        t0 = time.perf_counter()
+        for _ in range(p.host_calls):
+            nv.my_pe()
+        vals.append((time.perf_counter() - t0) / p.host_calls * 1e9)
+    out.emit("host_my_pe", "", 0, vals, "ns", False, p.host_calls)
+
+    n = ALLOC_BYTES // 4
+    for bench, kwargs in (("host_alloc_free", {}), ("host_alloc_free_nocheck", {"check": False})):
+        try:
+            host.barrier_all()
+            vals = []
+            for _ in range(p.reps):
+                t0 = time.perf_counter()
+                for _ in range(p.alloc_reps):
+                    x = nv.array((n,), "float32", like="cupy", **kwargs)
+                    nv.free(x)
+                vals.append((time.perf_counter() - t0) / p.alloc_reps * 1e6)
+            out.emit(bench, "", ALLOC_BYTES, vals, "us", False, p.alloc_reps)
+        except TypeError as exc:  # e.g. no check= keyword in this version of the host API
+            print(f"{out.impl}: {bench} skipped: {exc}", file=sys.stderr)
+
+
+def chunk_partition(nelems: int, workers: int, w: int) -> tuple[int, int]:
+    """(start, n) of worker ``w`` (the same formula the kernels use; for tests)."""
+    chunk = (nelems + workers - 1) // workers
+    chunk = (chunk + ALIGN_ELEMS - 1) // ALIGN_ELEMS * ALIGN_ELEMS
+    s = w * chunk
+    left = nelems - s
+    return s, (min(left, chunk) if left > 0 else 0)
+
+
+def env_summary() -> dict:
+    keys = ("NVSHMEM_DISABLE_NVLS", "NVSHMEM_SYMMETRIC_SIZE", "NVSHMEM_DSL_CACHE", "CUDA_VISIBLE_DEVICES")
+    return {k: os.environ[k] for k in keys if k in os.environ}
