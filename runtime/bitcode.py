@@ -533,3 +533,45 @@ def pruned_bitcode(bc_path=None, arch=90, names=None) -> bytes:
     if names is None:
         names = api_names(arch, bc_path)
     return api_module(names, arch, bc_path).as_bitcode()
+
+
+# --------------------------------------------------------------------------
+# A copy that libNVVM accepts (for the CuTe DSL, which links bitcode through NVVM)
+
+_SECTION = re.compile(r' section "\.text\.[^"]*"')
+
+
+def nvvm_bitcode(bc_path) -> Path:
+    """``bc_path`` itself, or a cached copy of it that libNVVM accepts.
+
+    NVSHMEM 3.4's single ``libnvshmem_device.bc`` puts some functions in an
+    explicit ``.text.compute`` section, which libNVVM rejects ("Explicit section
+    marker ... is not allowed"); 3.8's per-arch files have none.  The first call
+    per file parses it once (seconds) and, if it has such markers, writes a copy
+    without them to the cache directory (atomically); later calls only stat.
+    """
+    import llvmlite.binding as llvm
+
+    bc_path = Path(bc_path)
+    key = _cache_key(bc_path)
+    copy = cache_dir() / f"{bc_path.stem}-{key[:24]}.nvvm.bc"
+    same = copy.with_suffix(".same")
+    if copy.exists():
+        return copy
+    if same.exists():
+        return bc_path
+    with _file_lock(copy.with_suffix(".lock")):
+        if copy.exists() or same.exists():
+            return copy if copy.exists() else bc_path
+        text = str(llvm.parse_bitcode(bc_path.read_bytes()))
+        stripped, n = _SECTION.subn("", text)
+        if n == 0:
+            same.touch(mode=0o600)
+            return bc_path
+        print(f"nvshmem-dsl: preparing {bc_path.name} for NVVM (once) ...", file=sys.stderr, flush=True)
+        data = llvm.parse_assembly(stripped).as_bitcode()
+        fd, tmp = tempfile.mkstemp(dir=copy.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, copy)
+        return copy

@@ -508,3 +508,21 @@ def test_cache_dir_is_made_private(tmp_path, monkeypatch):
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(d))
     assert bitcode.cache_dir() == d
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+def test_nvvm_bitcode_strips_explicit_sections(tmp_path, monkeypatch):
+    """NVSHMEM 3.4 marks some functions `section ".text.compute"`, which libNVVM (CuTe) rejects."""
+    import llvmlite.binding as llvm
+
+    from nvshmem_dsl import bitcode
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "lib.bc"
+    src.write_bytes(llvm.parse_assembly(
+        'target triple = "nvptx64-nvidia-cuda"\n'
+        'define void @nvshmem_quiet() section ".text.compute" { ret void }\n').as_bitcode())
+    out = bitcode.nvvm_bitcode(src)
+    assert out != src and "section" not in str(llvm.parse_bitcode(out.read_bytes()))
+    assert bitcode.nvvm_bitcode(src) == out  # cached
+    plain = tmp_path / "plain.bc"
+    plain.write_bytes(llvm.parse_assembly('define void @nvshmem_fence() { ret void }\n').as_bitcode())
+    assert bitcode.nvvm_bitcode(plain) == plain and bitcode.nvvm_bitcode(plain) == plain

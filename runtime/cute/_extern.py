@@ -60,10 +60,12 @@ __all__ = [
 
 
 def bitcode_for_arch(arch: str) -> str:
-    """The NVSHMEM device bitcode to link for ``arch`` (e.g. ``"sm_90a"``)."""
+    """The NVSHMEM device bitcode to link for ``arch`` (e.g. ``"sm_90a"``), in a form
+    libNVVM accepts (see :func:`nvshmem_dsl.bitcode.nvvm_bitcode`)."""
     from .._libs import bitcode_path
+    from ..bitcode import nvvm_bitcode
 
-    return str(bitcode_path(arch))
+    return str(nvvm_bitcode(bitcode_path(arch)))
 
 
 # --------------------------------------------------------------- LLVM types

@@ -717,3 +717,11 @@ def test_no_leaks_after_the_numba_suite():
     sync()
     assert nvshmem.live_allocations() == [] or all(
         "session" in repr(a) for a in nvshmem.live_allocations())
+
+
+def test_examples_ring_numba():
+    """The seed's Numba example, ported (it asserts its own result)."""
+    import runpy
+    from pathlib import Path
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "numba_ring_put_get.py"))
+    example["run"]()  # asserts its own result; the session is already initialised
