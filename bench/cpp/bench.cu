@@ -1,0 +1,567 @@
+// CUDA C++ NVSHMEM baseline for `make bench`: the same kernels as bench/numba_bench.py and
+// bench/cute_bench.py, timed the same way, one JSON line per result on stdout.
+//
+// Bootstrap: NVSHMEM's unique-id (UID) bootstrap, no MPI needed.  Rank/size/local rank come
+// from the environment of whatever started the processes:
+//   python -m nvshmem_dsl.run -n 2 bench/cpp/exec.py bench/cpp/build/bench_cpp ...
+//       (NVSHMEM_DSL_RANK / NVSHMEM_DSL_NRANKS / NVSHMEM_DSL_LOCAL_RANK)
+//   mpirun -n 2 bench/cpp/build/bench_cpp ...   (OMPI_COMM_WORLD_* or PMI_RANK / PMI_SIZE)
+// Rank 0 calls nvshmemx_get_uniqueid and writes the 128-byte id to --uid-file (atomically:
+// write a temporary file, then rename); the other ranks poll for the file, then every rank
+// calls nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, ...).  All ranks must see the same
+// file system (one node), which is what this benchmark is about.  bench/run.py passes a
+// fresh file in a private temporary directory.
+//
+// Usage: bench_cpp --uid-file PATH [--quick] [--only put_bw,get_bw,...] [--reps N]
+//
+// Keep the measurement parameters (sizes, iteration counts, grids, partitioning) in sync
+// with bench/_common.py: bench/run.py checks that the "iters" fields agree.
+
+#include <cuda_runtime.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <set>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#define CUDA_CHECK(x)                                                                        \
+    do {                                                                                     \
+        cudaError_t e_ = (x);                                                                \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x,                \
+                    cudaGetErrorString(e_));                                                 \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+// ------------------------------------------------------------------ parameters (= _common.py)
+
+static const int BW_GRID = 132;           // blocks for every bandwidth kernel
+static const int BW_BLOCK = 1024;         // threads per block, warp and block scope
+static const int THREAD_SCOPE_BLOCK = 1;  // thread scope: one thread per block
+static const int ALIGN_ELEMS = 32;        // chunks are rounded up to 32 floats (128 B)
+static const int LAT_SLOTS = 1024;        // p/g cycle over this many elements
+static const int BARRIER_BLOCK = 128;     // barrier_all_block: one block of 128 threads
+static const int SPIN_US_BEFORE_TIMED = 200;
+static const int SPIN_US_BEFORE_LAUNCHES = 100000;
+static const size_t ALLOC_BYTES = 1 << 20;
+
+struct Params {
+    bool quick = false;
+    std::vector<size_t> sizes;
+    long long target_bytes;  // bytes moved per timed launch (iters = target / size, clamped)
+    int min_iters, max_iters;
+    int reps;
+    int lat_iters, amo_iters, pingpong_iters, barrier_iters;
+    int launches, host_calls, alloc_reps;
+};
+
+static Params make_params(bool quick, int reps_override) {
+    Params p;
+    p.quick = quick;
+    if (quick) {
+        p.sizes = {8, 4096, 1 << 20, 16 << 20, 256 << 20};
+        p.target_bytes = 1LL << 30;
+        p.min_iters = 2;
+        p.max_iters = 100;
+        p.reps = 3;
+        p.lat_iters = 10000;
+        p.amo_iters = 5000;
+        p.pingpong_iters = 2000;
+        p.barrier_iters = 2000;
+        p.launches = 500;
+        p.host_calls = 100000;
+        p.alloc_reps = 20;
+    } else {
+        p.sizes = {8};
+        for (int k = 2; k <= 14; k++) p.sizes.push_back(size_t(1) << (2 * k));  // 16 B .. 256 MiB
+        p.target_bytes = 4LL << 30;
+        p.min_iters = 4;
+        p.max_iters = 1000;
+        p.reps = 10;
+        p.lat_iters = 100000;
+        p.amo_iters = 20000;
+        p.pingpong_iters = 10000;
+        p.barrier_iters = 10000;
+        p.launches = 1000;
+        p.host_calls = 1000000;
+        p.alloc_reps = 100;
+    }
+    if (reps_override > 0) p.reps = reps_override;
+    return p;
+}
+
+static int bw_iters(const Params& p, size_t bytes) {
+    long long it = p.target_bytes / (long long)bytes;
+    return (int)std::max<long long>(p.min_iters, std::min<long long>(p.max_iters, it));
+}
+
+// ------------------------------------------------------------------ kernels
+
+enum Scope { THREAD = 0, WARP = 1, BLOCK = 2 };
+static const char* scope_name(int s) { return s == THREAD ? "thread" : s == WARP ? "warp" : "block"; }
+
+// This worker's [start, start + n) of nelems: workers are the blocks (thread and block scope)
+// or the warps (warp scope) of the grid; chunks are ceil(nelems / workers) rounded up to
+// ALIGN_ELEMS, so small messages use the first worker(s) only.
+template <int SCOPE>
+__device__ __forceinline__ void chunk_of(size_t nelems, size_t* start, size_t* n) {
+    long long workers, w;
+    if (SCOPE == WARP) {
+        long long wpb = blockDim.x / 32;
+        workers = (long long)gridDim.x * wpb;
+        w = (long long)blockIdx.x * wpb + threadIdx.x / 32;
+    } else {
+        workers = gridDim.x;
+        w = blockIdx.x;
+    }
+    long long chunk = ((long long)nelems + workers - 1) / workers;
+    chunk = (chunk + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
+    long long s = w * chunk;
+    *start = (size_t)s;
+    long long left = (long long)nelems - s;
+    *n = left > 0 ? (size_t)(left < chunk ? left : chunk) : 0;
+}
+
+// Iteration i moves window (i % nwin) of the buffers (windows of nelems elements).  Gets rotate
+// through the 256 MiB buffers (nwin = buffer / message): repeated gets of one message smaller
+// than L2 would otherwise be served from the local L2 after the first iteration (> 2 TB/s).
+// Puts repeat the same window (nwin = 1), as NVSHMEM's perftest does: remote writes are not
+// cached locally, and rotating only adds first-touch costs at small sizes.
+template <int SCOPE, bool GET>
+__global__ void rma_bw(float* dst, float* src, size_t nelems, int iters, int peer, int nwin) {
+    size_t s, n;
+    chunk_of<SCOPE>(nelems, &s, &n);
+    if (n > 0) {
+        for (int i = 0; i < iters; i++) {
+            size_t off = (size_t)(i % nwin) * nelems + s;
+            if (GET) {  // dst local, src on peer
+                if (SCOPE == THREAD) nvshmem_float_get(dst + off, src + off, n, peer);
+                if (SCOPE == WARP) nvshmemx_float_get_warp(dst + off, src + off, n, peer);
+                if (SCOPE == BLOCK) nvshmemx_float_get_block(dst + off, src + off, n, peer);
+            } else {  // dst on peer, src local
+                if (SCOPE == THREAD) nvshmem_float_put(dst + off, src + off, n, peer);
+                if (SCOPE == WARP) nvshmemx_float_put_warp(dst + off, src + off, n, peer);
+                if (SCOPE == BLOCK) nvshmemx_float_put_block(dst + off, src + off, n, peer);
+            }
+        }
+    }
+    nvshmem_quiet();
+}
+
+__global__ void p_lat(float* dst, int iters, int peer) {
+    for (int i = 0; i < iters; i++) nvshmem_float_p(dst + (i & (LAT_SLOTS - 1)), (float)i, peer);
+    nvshmem_quiet();
+}
+
+__global__ void g_lat(float* src, float* out, int iters, int peer) {
+    float acc = 0.0f;
+    for (int i = 0; i < iters; i++) acc += nvshmem_float_g(src + (i & (LAT_SLOTS - 1)), peer);
+    out[0] = acc;
+}
+
+__global__ void amo_lat(uint64_t* counter, uint64_t* out, int iters, int peer) {
+    uint64_t acc = 0;
+    for (int i = 0; i < iters; i++) acc += nvshmem_uint64_atomic_fetch_add(counter, 1, peer);
+    out[0] = acc;
+}
+
+// PE 0 sends, PE 1 answers; one 8-byte payload and a signal per direction.
+__global__ void pingpong(uint64_t* data, uint64_t* src, uint64_t* sig, int iters, int me, int peer) {
+    if (me > 1) return;
+    for (int i = 1; i <= iters; i++) {
+        if (me == 0) {
+            nvshmem_uint64_put_signal(data, src, 1, sig, (uint64_t)i, NVSHMEM_SIGNAL_SET, peer);
+            nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)i);
+        } else {
+            nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)i);
+            nvshmem_uint64_put_signal(data, src, 1, sig, (uint64_t)i, NVSHMEM_SIGNAL_SET, peer);
+        }
+    }
+    nvshmem_quiet();
+}
+
+__global__ void barrier_lat(int iters) {
+    for (int i = 0; i < iters; i++) nvshmemx_barrier_all_block();
+}
+
+// The kernel whose launch cost is measured: does nothing unless v < 0.
+__global__ void empty_kernel(int* flag, int v) {
+    if (v < 0) flag[0] = nvshmem_my_pe();
+}
+
+// Keeps the stream busy so that the host launch of the timed kernel is hidden.
+__global__ void spin(int us) {
+    for (int i = 0; i < us; i++) __nanosleep(1000);
+}
+
+// ------------------------------------------------------------------ output
+
+static int g_pe = 0, g_npes = 1;
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// value = median over reps; best = the best rep (max for GB/s, min for times).
+static void emit(const char* bench, const char* scope, long long bytes, const std::vector<double>& vals,
+                 const char* unit, bool higher_better, long long iters) {
+    double best = higher_better ? *std::max_element(vals.begin(), vals.end())
+                                : *std::min_element(vals.begin(), vals.end());
+    printf("{\"impl\":\"cpp\",\"bench\":\"%s\",\"scope\":\"%s\",\"bytes\":%lld,\"value\":%.6g,"
+           "\"best\":%.6g,\"unit\":\"%s\",\"iters\":%lld,\"reps\":%zu,\"pe\":%d,\"npes\":%d}\n",
+           bench, scope, bytes, median(vals), best, unit, iters, vals.size(), g_pe, g_npes);
+    fflush(stdout);
+}
+
+// ------------------------------------------------------------------ timing
+
+struct Timer {
+    cudaStream_t stream;
+    cudaEvent_t e0, e1;
+    Timer() {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+    }
+    // Seconds for each of `reps` timed launches (after one warm-up), all PEs starting together.
+    template <typename F>
+    std::vector<double> run(int reps, F launch, void (*before)(cudaStream_t) = nullptr) {
+        std::vector<double> out;
+        for (int r = -1; r < reps; r++) {
+            if (before) before(stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            nvshmem_barrier_all();
+            spin<<<1, 1, 0, stream>>>(SPIN_US_BEFORE_TIMED);
+            CUDA_CHECK(cudaEventRecord(e0, stream));
+            launch(stream);
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaEventRecord(e1, stream));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r >= 0) out.push_back(ms * 1e-3);
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        nvshmem_barrier_all();
+        return out;
+    }
+};
+
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ------------------------------------------------------------------ bootstrap
+
+static int env_int(const char* const* names, int fallback) {
+    for (int i = 0; names[i]; i++) {
+        const char* v = getenv(names[i]);
+        if (v && *v) return atoi(v);
+    }
+    return fallback;
+}
+
+static double init_timeout() {
+    const char* v = getenv("NVSHMEM_DSL_INIT_TIMEOUT");
+    return (v && *v) ? atof(v) : 60.0;
+}
+
+static void write_uid(const std::string& path, const nvshmemx_uniqueid_t& uid) {
+    std::string tmp = path + ".tmp." + std::to_string(getpid());
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "bench_cpp: cannot create %s: %s\n", tmp.c_str(), strerror(errno));
+        exit(2);
+    }
+    if (write(fd, &uid, sizeof(uid)) != (ssize_t)sizeof(uid) || fsync(fd) != 0) {
+        fprintf(stderr, "bench_cpp: cannot write %s: %s\n", tmp.c_str(), strerror(errno));
+        exit(2);
+    }
+    close(fd);
+    if (rename(tmp.c_str(), path.c_str()) != 0) {
+        fprintf(stderr, "bench_cpp: cannot rename %s: %s\n", tmp.c_str(), strerror(errno));
+        exit(2);
+    }
+}
+
+static void read_uid(const std::string& path, nvshmemx_uniqueid_t* uid, int rank) {
+    double deadline = now_s() + init_timeout();
+    while (true) {
+        int fd = open(path.c_str(), O_RDONLY);
+        if (fd >= 0) {
+            ssize_t got = read(fd, uid, sizeof(*uid));
+            close(fd);
+            if (got == (ssize_t)sizeof(*uid)) return;
+        }
+        if (now_s() > deadline) {
+            fprintf(stderr, "bench_cpp: rank %d found no unique id in %s within %.0f s\n", rank,
+                    path.c_str(), init_timeout());
+            exit(2);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
+static void init_nvshmem(const std::string& uid_file) {
+    static const char* rank_vars[] = {"NVSHMEM_DSL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                      "MV2_COMM_WORLD_RANK", "SLURM_PROCID", nullptr};
+    static const char* size_vars[] = {"NVSHMEM_DSL_NRANKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                      "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", nullptr};
+    static const char* local_vars[] = {"NVSHMEM_DSL_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                       "LOCAL_RANK", nullptr};
+    int rank = env_int(rank_vars, 0);
+    int nranks = env_int(size_vars, 1);
+    int local = env_int(local_vars, rank);
+    int ndev = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
+    if (ndev < 1) {
+        fprintf(stderr, "bench_cpp: no CUDA device\n");
+        exit(2);
+    }
+    CUDA_CHECK(cudaSetDevice(local % ndev));
+    CUDA_CHECK(cudaFree(0));
+
+    // Every PE of this benchmark is on this host: keep the UID bootstrap on loopback, as
+    // nvshmem_dsl.init() does under its launcher (an explicit setting wins).
+    setenv("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo", 0);
+    nvshmemx_uniqueid_t uid = NVSHMEMX_UNIQUEID_INITIALIZER;
+    if (nranks > 1 && uid_file.empty()) {
+        fprintf(stderr, "bench_cpp: %d ranks need --uid-file PATH (a path every rank can see)\n", nranks);
+        exit(2);
+    }
+    if (rank == 0) {
+        if (nvshmemx_get_uniqueid(&uid) != 0) {
+            fprintf(stderr, "bench_cpp: nvshmemx_get_uniqueid failed\n");
+            exit(2);
+        }
+        if (nranks > 1) write_uid(uid_file, uid);
+    } else {
+        read_uid(uid_file, &uid, rank);
+    }
+    nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
+    nvshmemx_set_attr_uniqueid_args(rank, nranks, &uid, &attr);
+    if (nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr) != 0) {
+        fprintf(stderr, "bench_cpp: nvshmemx_init_attr failed\n");
+        exit(2);
+    }
+    nvshmem_barrier_all();
+    if (rank == 0 && nranks > 1) unlink(uid_file.c_str());  // everyone has read it
+    g_pe = nvshmem_my_pe();
+    g_npes = nvshmem_n_pes();
+}
+
+// ------------------------------------------------------------------ benchmarks
+
+struct Buffers {
+    float* a;  // max_bytes
+    float* b;  // max_bytes
+    float* lat;
+    float* out;
+    uint64_t* u64;  // [0] counter, [1] out, [8] data, [9] src, [16] signal
+    int* flag;
+    size_t max_bytes;
+};
+
+template <int SCOPE, bool GET>
+static void bw_one(Timer& t, const Params& p, const Buffers& buf, int peer) {
+    dim3 block(SCOPE == THREAD ? THREAD_SCOPE_BLOCK : BW_BLOCK);
+    for (size_t bytes : p.sizes) {
+        if (bytes > buf.max_bytes) continue;
+        size_t nelems = bytes / sizeof(float);
+        if (nelems == 0) nelems = 1;
+        int iters = bw_iters(p, bytes);
+        int nwin = GET ? (int)std::max<size_t>(1, (buf.max_bytes / sizeof(float)) / nelems) : 1;
+        float* dst = buf.a;
+        float* src = buf.b;
+        auto secs = t.run(p.reps, [&](cudaStream_t s) {
+            rma_bw<SCOPE, GET><<<BW_GRID, block, 0, s>>>(dst, src, nelems, iters, peer, nwin);
+        });
+        std::vector<double> gbs;
+        for (double x : secs) gbs.push_back((double)bytes * iters / x / 1e9);
+        emit(GET ? "get_bw" : "put_bw", scope_name(SCOPE), (long long)bytes, gbs, "GB/s", true, iters);
+    }
+}
+
+static std::vector<double> per_op(const std::vector<double>& secs, double ops, double scale) {
+    std::vector<double> v;
+    for (double x : secs) v.push_back(x / ops * scale);
+    return v;
+}
+
+static Buffers* g_buf;
+static void reset_signal(cudaStream_t s) {
+    CUDA_CHECK(cudaMemsetAsync(g_buf->u64 + 16, 0, sizeof(uint64_t), s));
+}
+
+int main(int argc, char** argv) {
+    bool quick = false;
+    int reps = 0;
+    std::string uid_file, only;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "--quick") quick = true;
+        else if (a == "--uid-file" && i + 1 < argc) uid_file = argv[++i];
+        else if (a == "--only" && i + 1 < argc) only = argv[++i];
+        else if (a == "--reps" && i + 1 < argc) reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s --uid-file PATH [--quick] [--only b1,b2] [--reps N]\n", argv[0]);
+            return 2;
+        }
+    }
+    std::set<std::string> want;
+    for (size_t pos = 0; pos < only.size();) {
+        size_t c = only.find(',', pos);
+        if (c == std::string::npos) c = only.size();
+        if (c > pos) want.insert(only.substr(pos, c - pos));
+        pos = c + 1;
+    }
+    auto enabled = [&](const char* name) { return want.empty() || want.count(name) > 0; };
+
+    double t_init = now_s();
+    init_nvshmem(uid_file);
+    t_init = now_s() - t_init;
+    Params p = make_params(quick, reps);
+    int me = g_pe, npes = g_npes, peer = (me + 1) % npes;
+
+    {
+        int dev = 0, rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        cudaRuntimeGetVersion(&rt);
+        cudaDriverGetVersion(&drv);
+        nvshmemx_vendor_get_version_info(&maj, &min, &pat);
+        printf("{\"impl\":\"cpp\",\"bench\":\"meta\",\"pe\":%d,\"npes\":%d,\"device\":\"%s\",\"cc\":\"%d.%d\","
+               "\"nvshmem\":\"%d.%d.%d\",\"nvshmem_headers\":\"%d.%d.%d\",\"cuda_runtime\":%d,\"cuda_driver\":%d,"
+               "\"quick\":%s,\"init_s\":%.3f}\n",
+               me, npes, prop.name, prop.major, prop.minor, maj, min, pat, NVSHMEM_VENDOR_MAJOR_VERSION,
+               NVSHMEM_VENDOR_MINOR_VERSION, NVSHMEM_VENDOR_PATCH_VERSION, rt, drv, quick ? "true" : "false",
+               t_init);
+        fflush(stdout);
+    }
+
+    Buffers buf;
+    buf.max_bytes = *std::max_element(p.sizes.begin(), p.sizes.end());
+    buf.a = (float*)nvshmem_malloc(buf.max_bytes);
+    buf.b = (float*)nvshmem_malloc(buf.max_bytes);
+    buf.lat = (float*)nvshmem_malloc(LAT_SLOTS * sizeof(float));
+    buf.out = (float*)nvshmem_malloc(64);
+    buf.u64 = (uint64_t*)nvshmem_malloc(32 * sizeof(uint64_t));
+    buf.flag = (int*)nvshmem_malloc(64);
+    if (!buf.a || !buf.b || !buf.lat || !buf.out || !buf.u64 || !buf.flag) {
+        fprintf(stderr, "bench_cpp: nvshmem_malloc failed (raise NVSHMEM_SYMMETRIC_SIZE)\n");
+        return 2;
+    }
+    CUDA_CHECK(cudaMemset(buf.a, 0, buf.max_bytes));
+    CUDA_CHECK(cudaMemset(buf.b, 0, buf.max_bytes));
+    CUDA_CHECK(cudaMemset(buf.lat, 0, LAT_SLOTS * sizeof(float)));
+    CUDA_CHECK(cudaMemset(buf.u64, 0, 32 * sizeof(uint64_t)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    nvshmem_barrier_all();
+    g_buf = &buf;
+    Timer t;
+
+    if (enabled("put_bw")) {
+        bw_one<THREAD, false>(t, p, buf, peer);
+        bw_one<WARP, false>(t, p, buf, peer);
+        bw_one<BLOCK, false>(t, p, buf, peer);
+    }
+    if (enabled("get_bw")) {
+        bw_one<THREAD, true>(t, p, buf, peer);
+        bw_one<WARP, true>(t, p, buf, peer);
+        bw_one<BLOCK, true>(t, p, buf, peer);
+    }
+    if (enabled("p_lat")) {
+        int it = p.lat_iters;
+        auto s = t.run(p.reps, [&](cudaStream_t st) { p_lat<<<1, 1, 0, st>>>(buf.lat, it, peer); });
+        emit("p_lat", "thread", 4, per_op(s, it, 1e9), "ns/op", false, it);
+    }
+    if (enabled("g_lat")) {
+        int it = p.lat_iters;
+        auto s = t.run(p.reps, [&](cudaStream_t st) { g_lat<<<1, 1, 0, st>>>(buf.lat, buf.out, it, peer); });
+        emit("g_lat", "thread", 4, per_op(s, it, 1e9), "ns/op", false, it);
+    }
+    if (enabled("amo_lat")) {
+        int it = p.amo_iters;
+        auto s = t.run(p.reps, [&](cudaStream_t st) { amo_lat<<<1, 1, 0, st>>>(buf.u64, buf.u64 + 1, it, peer); });
+        emit("atomic_fetch_add_lat", "thread", 8, per_op(s, it, 1e9), "ns/op", false, it);
+    }
+    if (enabled("pingpong") && npes >= 2) {
+        int it = p.pingpong_iters;
+        auto s = t.run(
+            p.reps,
+            [&](cudaStream_t st) {
+                pingpong<<<1, 1, 0, st>>>(buf.u64 + 8, buf.u64 + 9, buf.u64 + 16, it, me, peer);
+            },
+            reset_signal);
+        emit("put_signal_pingpong", "thread", 8, per_op(s, 2.0 * it, 1e6), "us", false, it);
+    }
+    if (enabled("barrier")) {
+        int it = p.barrier_iters;
+        auto s = t.run(p.reps, [&](cudaStream_t st) { barrier_lat<<<1, BARRIER_BLOCK, 0, st>>>(it); });
+        emit("barrier_all_block_lat", "block", 0, per_op(s, it, 1e6), "us", false, it);
+    }
+    if (enabled("launch")) {
+        std::vector<double> v;
+        for (int r = -1; r < p.reps; r++) {
+            CUDA_CHECK(cudaStreamSynchronize(t.stream));
+            spin<<<1, 1, 0, t.stream>>>(SPIN_US_BEFORE_LAUNCHES);
+            double t0 = now_s();
+            for (int i = 0; i < p.launches; i++) empty_kernel<<<1, 1, 0, t.stream>>>(buf.flag, 1);
+            double t1 = now_s();
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaStreamSynchronize(t.stream));
+            if (r >= 0) v.push_back((t1 - t0) / p.launches * 1e6);
+        }
+        emit("launch_overhead", "", 0, v, "us", false, p.launches);
+    }
+    if (enabled("host")) {
+        std::vector<double> v;
+        volatile int sink = 0;
+        for (int r = 0; r < p.reps; r++) {
+            double t0 = now_s();
+            for (int i = 0; i < p.host_calls; i++) sink += nvshmem_my_pe();
+            v.push_back((now_s() - t0) / p.host_calls * 1e9);
+        }
+        (void)sink;
+        emit("host_my_pe", "", 0, v, "ns", false, p.host_calls);
+        v.clear();
+        nvshmem_barrier_all();
+        for (int r = 0; r < p.reps; r++) {
+            double t0 = now_s();
+            for (int i = 0; i < p.alloc_reps; i++) {
+                void* x = nvshmem_malloc(ALLOC_BYTES);
+                nvshmem_free(x);
+            }
+            v.push_back((now_s() - t0) / p.alloc_reps * 1e6);
+        }
+        emit("host_alloc_free", "", (long long)ALLOC_BYTES, v, "us", false, p.alloc_reps);
+    }
+
+    CUDA_CHECK(cudaDeviceSynchronize());
+    nvshmem_barrier_all();
+    nvshmem_free(buf.flag);
+    nvshmem_free(buf.u64);
+    nvshmem_free(buf.out);
+    nvshmem_free(buf.lat);
+    nvshmem_free(buf.b);
+    nvshmem_free(buf.a);
+    nvshmem_finalize();
+    return 0;
+}

@@ -1,0 +1,275 @@
+"""NVSHMEM benchmarks in Numba-CUDA: the kernels of bench/cpp/bench.cu, written with nvshmem_dsl.numba.
+
+Run one process per PE:
+
+    python -m nvshmem_dsl.run -n 2 bench/numba_bench.py [--quick] [--only put_bw,p_lat]
+    mpirun -n 2 python bench/numba_bench.py
+
+Prints one JSON line per result (impl "numba"); bench/run.py collects them.  The kernels are
+plain Python functions here (``KERNELS``) so that tests can compile them to PTX without a GPU
+(bench/test_bench_compile.py); ``jit_kernels()`` makes the ``cuda.jit`` dispatchers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# 1-thread and 1-block kernels are the point of the latency benchmarks: no occupancy warnings
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+from numba import cuda, float32, int64, uint64  # noqa: E402
+
+import _common as C  # noqa: E402
+
+nv = C.numba_api()
+SIG_SET, CMP_GE = C.signal_constants()
+ALIGN = C.ALIGN_ELEMS
+SLOT_MASK = C.LAT_SLOTS - 1
+U64_COUNTER, U64_OUT, U64_DATA, U64_SRC, U64_SIGNAL = C.U64_COUNTER, C.U64_OUT, C.U64_DATA, C.U64_SRC, C.U64_SIGNAL
+
+
+# ------------------------------------------------------------------ kernels (= bench.cu)
+
+
+@cuda.jit(device=True, inline="always")
+def chunk_of(nelems, workers, w):
+    """This worker's (start, n): chunks of ceil(nelems / workers) rounded up to ALIGN elements."""
+    chunk = (nelems + workers - 1) // workers
+    chunk = (chunk + ALIGN - 1) // ALIGN * ALIGN
+    s = w * chunk
+    left = nelems - s
+    n = left if left < chunk else chunk
+    if n < 0:
+        n = int64(0)
+    return s, n
+
+
+def put_thread(dst, src, nelems, iters, peer, nwin):
+    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
+    if n > 0:
+        for i in range(iters):
+            off = (i % nwin) * nelems + s
+            nv.put(dst[off:off + n], src[off:off + n], n, peer)
+    nv.quiet()
+
+
+def put_warp(dst, src, nelems, iters, peer, nwin):
+    wpb = int64(cuda.blockDim.x // 32)
+    s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
+    if n > 0:
+        for i in range(iters):
+            off = (i % nwin) * nelems + s
+            nv.put_warp(dst[off:off + n], src[off:off + n], n, peer)
+    nv.quiet()
+
+
+def put_block(dst, src, nelems, iters, peer, nwin):
+    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
+    if n > 0:
+        for i in range(iters):
+            off = (i % nwin) * nelems + s
+            nv.put_block(dst[off:off + n], src[off:off + n], n, peer)
+    nv.quiet()
+
+
+def get_thread(dst, src, nelems, iters, peer, nwin):
+    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
+    if n > 0:
+        for i in range(iters):
+            off = (i % nwin) * nelems + s
+            nv.get(dst[off:off + n], src[off:off + n], n, peer)
+    nv.quiet()
+
+
+def get_warp(dst, src, nelems, iters, peer, nwin):
+    wpb = int64(cuda.blockDim.x // 32)
+    s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
+    if n > 0:
+        for i in range(iters):
+            off = (i % nwin) * nelems + s
+            nv.get_warp(dst[off:off + n], src[off:off + n], n, peer)
+    nv.quiet()
+
+
+def get_block(dst, src, nelems, iters, peer, nwin):
+    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
+    if n > 0:
+        for i in range(iters):
+            off = (i % nwin) * nelems + s
+            nv.get_block(dst[off:off + n], src[off:off + n], n, peer)
+    nv.quiet()
+
+
+def p_lat(dst, iters, peer):
+    for i in range(iters):
+        nv.p(dst, i & SLOT_MASK, float32(i), peer)
+    nv.quiet()
+
+
+def g_lat(src, out, iters, peer):
+    acc = float32(0.0)
+    for i in range(iters):
+        acc += nv.g(src, i & SLOT_MASK, peer)
+    out[0] = acc
+
+
+def amo_lat(u64, iters, peer):
+    acc = uint64(0)
+    for i in range(iters):
+        acc += nv.atomic_fetch_add(u64, U64_COUNTER, uint64(1), peer)
+    u64[U64_OUT] = acc
+
+
+def pingpong(u64, iters, me, peer):
+    if me > 1:
+        return
+    data = u64[U64_DATA:U64_DATA + 1]
+    src = u64[U64_SRC:U64_SRC + 1]
+    sig = u64[U64_SIGNAL:U64_SIGNAL + 1]
+    for i in range(1, iters + 1):
+        if me == 0:
+            nv.put_signal(data, src, 1, sig, uint64(i), SIG_SET, peer)
+            nv.signal_wait_until(sig, CMP_GE, uint64(i))
+        else:
+            nv.signal_wait_until(sig, CMP_GE, uint64(i))
+            nv.put_signal(data, src, 1, sig, uint64(i), SIG_SET, peer)
+    nv.quiet()
+
+
+def barrier_lat(iters):
+    for i in range(iters):
+        nv.barrier_all_block()
+
+
+def empty_kernel(flag, v):
+    if v < 0:
+        flag[0] = nv.my_pe()
+
+
+def spin(us):
+    for i in range(us):
+        cuda.nanosleep(1000)
+
+
+BW_KERNELS = {
+    ("put", "thread"): put_thread, ("put", "warp"): put_warp, ("put", "block"): put_block,
+    ("get", "thread"): get_thread, ("get", "warp"): get_warp, ("get", "block"): get_block,
+}
+
+# name -> (python function, Numba signature); the signatures are those the host code launches.
+_F32, _U64, _I32 = "float32[::1]", "uint64[::1]", "int32"
+SIGNATURES = {
+    **{f"{op}_{scope}": f"void({_F32}, {_F32}, int64, {_I32}, {_I32}, {_I32})" for op, scope in BW_KERNELS},
+    "p_lat": f"void({_F32}, {_I32}, {_I32})",
+    "g_lat": f"void({_F32}, {_F32}, {_I32}, {_I32})",
+    "amo_lat": f"void({_U64}, {_I32}, {_I32})",
+    "pingpong": f"void({_U64}, {_I32}, {_I32}, {_I32})",
+    "barrier_lat": f"void({_I32})",
+    "empty_kernel": f"void(int32[::1], {_I32})",
+    "spin": f"void({_I32})",
+}
+KERNELS = {
+    **{f"{op}_{scope}": fn for (op, scope), fn in BW_KERNELS.items()},
+    "p_lat": p_lat, "g_lat": g_lat, "amo_lat": amo_lat, "pingpong": pingpong,
+    "barrier_lat": barrier_lat, "empty_kernel": empty_kernel, "spin": spin,
+}
+
+
+def jit_kernels() -> dict:
+    """Lazily compiled dispatchers (compiled at the first launch, i.e. in the warm-up)."""
+    return {name: cuda.jit(fn) for name, fn in KERNELS.items()}
+
+
+# ------------------------------------------------------------------ host side
+
+
+def main(argv=None) -> int:
+    args = C.parse_args("numba", argv)
+    p = C.make_params(args.quick, args.reps, args.only)
+    out = C.Output("numba")
+    host = C.Host()
+    host.init(["nvshmem_dsl.numba"])
+    me, npes = host.my_pe(), host.n_pes()
+    out.pe, out.npes = me, npes
+    peer = (me + 1) % npes
+    import numba_cuda
+
+    out.line(bench="meta", quick=p.quick, init_s=round(host.init_s, 3), api=nv.__name__,
+             numba_cuda=getattr(numba_cuda, "__version__", "?"), **host.device_info(), **host.versions(),
+             env=C.env_summary())
+
+    K = jit_kernels()
+    stream = cuda.legacy_default_stream()
+    max_bytes = max(p.sizes)
+    a_cp = host.array(max_bytes // 4, "float32")
+    b_cp = host.array(max_bytes // 4, "float32")
+    lat_cp = host.array(C.LAT_SLOTS, "float32")
+    res_cp = host.array(16, "float32")
+    u64_cp = host.array(C.U64_LEN, "uint64")
+    flag_cp = host.array(16, "int32")
+    a, b, lat, res, u64, flag = (cuda.as_cuda_array(x) for x in (a_cp, b_cp, lat_cp, res_cp, u64_cp, flag_cp))
+    host.sync()
+    host.barrier_all()
+
+    def spin_launch(us: int) -> None:
+        K["spin"][1, 1, stream](us)
+
+    timer = C.Timer(host, spin_launch)
+
+    for op in ("put", "get"):
+        if not p.enabled(f"{op}_bw"):
+            continue
+        for scope in C.SCOPES:
+            kern = K[f"{op}_{scope}"]
+            block = C.THREAD_SCOPE_BLOCK if scope == "thread" else C.BW_BLOCK
+            for nbytes in p.sizes:
+                nelems = max(1, nbytes // 4)
+                iters = C.bw_iters(p, nbytes)
+                nwin = C.bw_windows(p, op, nelems)
+                secs = timer.run(p.reps, lambda: kern[C.BW_GRID, block, stream](a, b, nelems, iters, peer, nwin))
+                out.emit(f"{op}_bw", scope, nbytes, [nbytes * iters / s / 1e9 for s in secs], "GB/s", True, iters)
+
+    if p.enabled("p_lat"):
+        it = p.lat_iters
+        secs = timer.run(p.reps, lambda: K["p_lat"][1, 1, stream](lat, it, peer))
+        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+    if p.enabled("g_lat"):
+        it = p.lat_iters
+        secs = timer.run(p.reps, lambda: K["g_lat"][1, 1, stream](lat, res, it, peer))
+        out.emit("g_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+    if p.enabled("amo_lat"):
+        it = p.amo_iters
+        secs = timer.run(p.reps, lambda: K["amo_lat"][1, 1, stream](u64, it, peer))
+        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it)
+    if p.enabled("pingpong") and npes >= 2:
+        it = p.pingpong_iters
+        sig = u64_cp[C.U64_SIGNAL:C.U64_SIGNAL + 1]
+        secs = timer.run(p.reps, lambda: K["pingpong"][1, 1, stream](u64, it, me, peer),
+                         before=lambda: sig.fill(0))
+        out.emit("put_signal_pingpong", "thread", 8, C.per_op(secs, 2 * it, 1e6), "us", False, it)
+    if p.enabled("barrier"):
+        it = p.barrier_iters
+        secs = timer.run(p.reps, lambda: K["barrier_lat"][1, C.BARRIER_BLOCK, stream](it))
+        out.emit("barrier_all_block_lat", "block", 0, C.per_op(secs, it, 1e6), "us", False, it)
+    if p.enabled("launch"):
+        kern = K["empty_kernel"]
+        kern[1, 1, stream](flag, 1)  # compile
+        vals = C.launch_overhead(host, spin_launch, lambda: kern[1, 1, stream](flag, 1), p.launches, p.reps)
+        out.emit("launch_overhead", "", 0, vals, "us", False, p.launches)
+        # cupy arrays straight in: Numba converts (and stream-synchronises) them at every launch
+        vals = C.launch_overhead(host, lambda us: None, lambda: kern[1, 1, stream](flag_cp, 1),
+                                 p.launches, p.reps)
+        out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
+    if p.enabled("host"):
+        C.host_benchmarks(out, host, p)
+
+    del a, b, lat, res, u64, flag
+    host.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
