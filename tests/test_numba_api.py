@@ -229,3 +229,14 @@ def test_error_scalar_where_array_required():
 def test_error_array_where_scalar_required():
     msg = _typing_error(_kernel_source(["nv.put(a_float32, a_float32, a_float32)"], {"a_float32": "float32"}))
     assert "nvshmem_dsl.numba.put: argument 'pe' must be a scalar" in msg
+
+
+def test_constants_are_accepted_as_arguments():
+    """IntEnum members (Team, Cmp, SignalOp) work wherever the C function takes an int."""
+    import nvshmem_dsl.numba as nvm
+    ns = {"cuda": cuda, "types": types, "nv": nvm}
+    exec(compile(_kernel_source(
+        ["nv.barrier(nv.Team.TEAM_WORLD)", "nv.signal_wait_until(sig, nv.Cmp.CMP_EQ, 1)",
+         "nv.signal_op(sig, 1, nv.SignalOp.SIGNAL_ADD, pe)"], {"sig": "uint64"}), "<k>", "exec"), ns)
+    ptx, _ = compile_ptx(ns["kernel"], (types.int32,), cc=(9, 0))
+    _assert_inlined(ptx, "IntEnum arguments")

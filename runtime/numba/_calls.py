@@ -103,12 +103,14 @@ def _is_array(t) -> bool:
 
 
 def _is_int(t) -> bool:
-    return isinstance(t, (types.Integer, types.IntegerLiteral, types.Boolean, types.BooleanLiteral))
+    return isinstance(t, (types.Integer, types.IntegerLiteral, types.Boolean, types.BooleanLiteral,
+                          types.IntEnumMember))
 
 
 def _is_scalar(t) -> bool:
-    return isinstance(t, (types.Number, types.IntegerLiteral, types.BooleanLiteral, types.Boolean)) \
-        or t == types.bfloat16
+    """Numbers, booleans, IntEnum members (Cmp.CMP_EQ, Team.TEAM_WORLD, ...) and bfloat16."""
+    return isinstance(t, (types.Number, types.IntegerLiteral, types.BooleanLiteral, types.Boolean,
+                          types.IntEnumMember)) or t == types.bfloat16
 
 
 def _dtype_name(t) -> str:
