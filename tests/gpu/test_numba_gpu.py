@@ -29,6 +29,17 @@ def session():
     nvshmem.barrier_all()
 
 
+def requires(*symbols):
+    """Skip when the installed NVSHMEM's device library lacks one of `symbols` (NVSHMEM 3.4
+    has no float/double/half atomic_add and no flush, for example)."""
+    from nvshmem_dsl import bitcode
+    dev = cuda.get_current_device()
+    have = bitcode.api_names(dev.compute_capability[0] * 10 + dev.compute_capability[1])
+    missing = [s for s in symbols if s not in have]
+    if missing:
+        pytest.skip(f"not in this NVSHMEM's device library: {', '.join(missing)}")
+
+
 def me():
     return nvshmem.my_pe()
 
@@ -394,6 +405,7 @@ def k_float_add(x, pe):
 
 
 def test_float_atomic_add():
+    requires("nvshmemx_float_atomic_add")
     x = nvshmem.zeros((1,), np.float32, like="cupy")
     sync()
     k_float_add[2, 128](x, peer())
@@ -467,7 +479,6 @@ def k_fence_order(x, pe):
         nv.p(x, 0, int32(1), pe)
         nv.fence()
         nv.p(x, 1, int32(2), pe)
-        nv.flush()
         nv.quiet()
 
 
@@ -486,7 +497,6 @@ def k_barriers(x, out, scope):
             nv.sync_all_warp()
             r = nv.barrier_warp(Team.TEAM_WORLD)
             s = nv.team_sync_warp(Team.TEAM_WORLD)
-            nv.flush_warp()
             if t == 0:
                 out[0] = r
                 out[1] = s
@@ -495,7 +505,6 @@ def k_barriers(x, out, scope):
         nv.sync_all_block()
         r = nv.barrier_block(Team.TEAM_WORLD)
         s = nv.team_sync_block(Team.TEAM_WORLD)
-        nv.flush_block()
         if t == 0:
             out[0] = r
             out[1] = s
@@ -517,6 +526,29 @@ def test_barriers_syncs_and_queries(scope):
     sync()
     check(x, np.array([1, 2], np.int32), "fence-ordered puts")
     np.testing.assert_array_equal(cp.asnumpy(out)[:7], [0, 0, me(), npes(), me(), npes(), 1])
+    nvshmem.free(x)
+
+
+@cuda.jit
+def k_flush(x, pe):
+    t = cuda.threadIdx.x
+    if t == 0:
+        nv.p(x, 0, int32(5), pe)
+        nv.flush()
+    if t < 32:
+        nv.flush_warp()
+    nv.flush_block()
+    if t == 0:
+        nv.quiet()
+
+
+def test_flush_at_every_scope():
+    requires("nvshmemx_flush", "nvshmemx_flush_warp", "nvshmemx_flush_block")
+    x = nvshmem.zeros((1,), np.int32, like="cupy")
+    sync()
+    k_flush[1, 64](x, peer())
+    sync()
+    check(x, np.array([5], np.int32), "p then flush")
     nvshmem.free(x)
 
 
@@ -609,74 +641,35 @@ def test_broadcast_fcollect_alltoall(kind, scope):
     nvshmem.free(src), nvshmem.free(dst)
 
 
-@cuda.jit
-def k_reduce(op, scope, dst, src):
-    t = cuda.threadIdx.x
-    if scope == 0 and t != 0:
-        return
-    if scope == 1 and t >= 32:
-        return
-    w = Team.TEAM_WORLD
-    n = dst.size
-    if scope == 0:
-        if op == 0:
-            nv.sum_reduce(w, dst, src, n)
-        elif op == 1:
-            nv.max_reduce(w, dst, src, n)
-        elif op == 2:
-            nv.min_reduce(w, dst, src, n)
-        elif op == 3:
-            nv.prod_reduce(w, dst, src, n)
-        elif op == 4:
-            nv.and_reduce(w, dst, src, n)
-        elif op == 5:
-            nv.or_reduce(w, dst, src, n)
-        else:
-            nv.xor_reduce(w, dst, src, n)
-    elif scope == 1:
-        if op == 0:
-            nv.sum_reduce_warp(w, dst, src, n)
-        elif op == 1:
-            nv.max_reduce_warp(w, dst, src, n)
-        elif op == 2:
-            nv.min_reduce_warp(w, dst, src, n)
-        elif op == 3:
-            nv.prod_reduce_warp(w, dst, src, n)
-        elif op == 4:
-            nv.and_reduce_warp(w, dst, src, n)
-        elif op == 5:
-            nv.or_reduce_warp(w, dst, src, n)
-        else:
-            nv.xor_reduce_warp(w, dst, src, n)
-    else:
-        if op == 0:
-            nv.sum_reduce_block(w, dst, src, n)
-        elif op == 1:
-            nv.max_reduce_block(w, dst, src, n)
-        elif op == 2:
-            nv.min_reduce_block(w, dst, src, n)
-        elif op == 3:
-            nv.prod_reduce_block(w, dst, src, n)
-        elif op == 4:
-            nv.and_reduce_block(w, dst, src, n)
-        elif op == 5:
-            nv.or_reduce_block(w, dst, src, n)
-        else:
-            nv.xor_reduce_block(w, dst, src, n)
+def _reduce_kernel(op, scope):
+    """A kernel calling <op>_reduce at `scope` (one C function per kernel: block-scope
+    reductions are large, and compiling all of them into one kernel takes minutes)."""
+    fn = getattr(nv, f"{op}_reduce" + {"thread": "", "warp": "_warp", "block": "_block"}[scope])
+    threads = {"thread": 1, "warp": 32, "block": 64}[scope]
+
+    @cuda.jit
+    def kernel(dst, src):
+        if cuda.threadIdx.x < threads:
+            fn(Team.TEAM_WORLD, dst, src, dst.size)
+    return kernel
 
 
 REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply,
             "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
-@pytest.mark.parametrize("scope", [0, 1, 2], ids=["thread", "warp", "block"])
-@pytest.mark.parametrize("op", list(REDUCERS))
+# Every op at thread scope, and every scope for sum and xor (each kernel is compiled anew).
+REDUCE_CASES = [(op, "thread") for op in ("sum", "max", "min", "prod", "and", "or", "xor")] + \
+    [("sum", "warp"), ("sum", "block"), ("xor", "block")]
+
+
+@pytest.mark.parametrize("op,scope", REDUCE_CASES)
 def test_reduce(op, scope):
     n = 256
     values = [data(pe, n, np.uint32, salt=7) % 8 + 1 for pe in range(npes())]
     src, dst = sym(values[me()]), poisoned(n, np.uint32)
     sync()
-    k_reduce[1, 64](list(REDUCERS).index(op), scope, dst, src)
+    _reduce_kernel(op, scope)[1, 64](dst, src)
     sync()
     want = values[0]
     for v in values[1:]:
