@@ -108,7 +108,7 @@ def _param(spec: Spec, p: ParamSpec, dt: Dtype | None) -> Param:
         return Param(p.name, p.role, dt.ctype, dt.llvm, elem=dt.name)
     if depth:
         return Param(p.name, p.role, _spell(base, const, depth), "ptr", pointer=True)
-    return Param(p.name, p.role, _spell(base, const, 0), spec.ctypes[base])
+    return Param(p.name, p.role, _spell(base, const, 0), spec.ctypes[base], required=p.required)
 
 
 def _return(spec: Spec, text: str, dt: Dtype | None) -> tuple[str, str]:

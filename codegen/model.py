@@ -52,6 +52,7 @@ class ParamSpec:
     name: str
     role: str
     type: str
+    required: bool = False   # a count that may not default to the smallest array size
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Param:
     byval: str = ""       # '%struct.__half' when passed as `ptr byval(...)`
     pointer: bool = False
     elem: str = ""        # dtype name the pointer/value refers to ('' when none)
+    required: bool = False  # a count the DSLs must not default
 
 
 @dataclass(frozen=True)

@@ -240,3 +240,9 @@ def test_constants_are_accepted_as_arguments():
          "nv.signal_op(sig, 1, nv.SignalOp.SIGNAL_ADD, pe)"], {"sig": "uint64"}), "<k>", "exec"), ns)
     ptx, _ = compile_ptx(ns["kernel"], (types.int32,), cc=(9, 0))
     _assert_inlined(ptx, "IntEnum arguments")
+
+
+def test_error_alltoall_needs_its_count():
+    """alltoall's arrays hold a block per PE, so min(sizes) is not the count: it is required."""
+    msg = _typing_error(_kernel_source(["nv.alltoall(0, a_float32, a_float32)"], {"a_float32": "float32"}))
+    assert "nvshmem_dsl.numba.alltoall: takes (team, dst, src, nelems)" in msg

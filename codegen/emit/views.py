@@ -27,7 +27,8 @@ class ApiFunction:
 
     @property
     def has_count(self) -> bool:
-        return any(p.role == "count" for p in self.first.params)
+        """Whether the element count may be left out (it defaults to the smallest array size)."""
+        return any(p.role == "count" and not p.required for p in self.first.params)
 
 
 def _preference(dt: Dtype) -> tuple[int, str]:

@@ -22,11 +22,14 @@ CuTe DSL itself; tracing a kernel needs ``nvidia-cutlass-dsl``.
 """
 
 from nvshmem_dsl._generated.constants import Cmp, SignalOp, SmemAmount, Team
-from nvshmem_dsl._generated.cute_api import *  # noqa: F401,F403
-from nvshmem_dsl._generated.cute_api import __all__ as _api_names
+from nvshmem_dsl._generated import cute_api as _table
 
 from . import c
-from ._calls import mc_tensor, peer_tensor
+from ._calls import make_api, mc_tensor, peer_tensor
+
+# The names nvshmem_dsl.numba uses for the same views.
+peer = peer_tensor
+multicast = mc_tensor
 from ._compile import (
     ArchNotSetError,
     CompiledKernel,
@@ -37,11 +40,18 @@ from ._compile import (
 )
 from ..errors import NvshmemTypeError
 
+DISPATCH = _table.DISPATCH
+# The generated API: one function per DSL function of the spec.
+globals().update({_name: make_api(_name, DISPATCH[_name], _table.DOCS[_name]) for _name in _table.__all__})
+
 __all__ = [
-    *_api_names,
+    *_table.__all__,
+    "DISPATCH",
     "c",
     "peer_tensor",
     "mc_tensor",
+    "peer",
+    "multicast",
     "compile",
     "compile_to_ptx",
     "CompiledKernel",
@@ -54,3 +64,7 @@ __all__ = [
     "Team",
     "SmemAmount",
 ]
+
+from .. import module_init as _module_init  # noqa: E402
+
+_module_init.wire_if_running()

@@ -194,7 +194,7 @@ class _Form:
     def signature(self, with_index: bool) -> str:
         names = []
         for k, p in enumerate(self.params):
-            if p["role"] == "count" and with_index:
+            if p["role"] == "count" and with_index and not p.get("required"):
                 names.append(f"[{p['name']}]")
             else:
                 names.append(p["name"])
@@ -215,7 +215,7 @@ def _form(symbol: str) -> _Form:
             bits = info["bits"]
         else:
             elem = info.get("cute") or dt
-    has_count = any(p["role"] == "count" for p in params)
+    has_count = any(p["role"] == "count" and not p.get("required") for p in params)
     single = frozenset(
         k for k, p in enumerate(params)
         if p["llvm"] == "ptr" and not p.get("byval") and (
@@ -262,7 +262,7 @@ def _match(api: str, form: _Form, args: tuple, raw: bool) -> list[_Step]:
                 fail(i, "too many arguments")
             return []
         p = params[k]
-        if p["role"] == "count" and not raw:
+        if p["role"] == "count" and not raw and not p.get("required"):
             try:
                 return given(k, i)
             except _NoMatch:
@@ -422,6 +422,17 @@ def _pointer_result(value: Any, like: Any) -> Any:
     return cute.make_ptr(dtype, value, cute.AddressSpace.generic, assumed_align=align)
 
 
+def _require_tracing(api: str) -> None:
+    """Device functions only make sense while CuTe traces device code."""
+    from cutlass._mlir import ir
+
+    try:
+        ir.InsertionPoint.current
+    except ValueError:
+        _fail(api, "is a device function: call it in @cute.kernel (or device @cute.jit) "
+                   "code that is being compiled")
+
+
 def _call(api: str, form: _Form, args: tuple, raw: bool) -> Any:
     plan = _match(api, form, args, raw)
     if not raw:
@@ -480,6 +491,7 @@ def make_api(api: str, dispatch: dict, doc: str = ""):
     table = _pytypes.MappingProxyType(dict(dispatch))
 
     def fn(*args):
+        _require_tracing(api)
         return _call(api, _select(api, table, args), args, raw=False)
 
     fn.__name__ = fn.__qualname__ = api
@@ -504,9 +516,11 @@ def c_function(symbol: str):
     if symbol not in _optable.device_ops():
         raise AttributeError(f"nvshmem_dsl.cute.c has no device function {symbol!r}")
     form = _form(symbol)
+    name = f"c.{symbol}"
 
     def fn(*args):
-        return _call(symbol, form, args, raw=True)
+        _require_tracing(name)
+        return _call(name, form, args, raw=True)
 
     fn.__name__ = fn.__qualname__ = symbol
     fn.__module__ = "nvshmem_dsl.cute.c"
@@ -548,6 +562,7 @@ def peer_tensor(t: Any, pe: Any) -> Any:
     generic space. The address is null when ``pe`` cannot be reached by load/store
     (check ``peer.iterator.toint() != 0``).
     """
+    _require_tracing("peer_tensor")
     if not _is_tensor(t):
         _fail("peer_tensor", f"argument 't' must be a tensor, got {_type_name(t)}")
     if not _is_scalar(pe):
@@ -565,6 +580,7 @@ def mc_tensor(team: Any, t: Any) -> Any:
     multimem reductions through it). The address is null when the team has no
     multicast object.
     """
+    _require_tracing("mc_tensor")
     if not _is_tensor(t):
         _fail("mc_tensor", f"argument 't' must be a tensor, got {_type_name(t)}")
     if not _is_scalar(team):

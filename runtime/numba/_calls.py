@@ -128,7 +128,7 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
     arrays_for_count = [k for k, p in enumerate(params)
                         if p["role"] in ("sym_dest", "local_dest", "sym_src", "local_src", "ivars")]
     for p in params:
-        if p["role"] == "count" and default_count:
+        if p["role"] == "count" and default_count and not p.get("required"):
             plan.append(("count", None))
             continue
         if i >= len(argtys):
@@ -161,7 +161,7 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
 
 
 def _expected_args(op: dict, default_count: bool) -> int:
-    return sum(1 for p in op["params"] if not (p["role"] == "count" and default_count))
+    return sum(1 for p in op["params"] if not (p["role"] == "count" and default_count and not p.get("required")))
 
 
 def _describe(p: dict) -> str:
@@ -282,7 +282,7 @@ def make_api(api: str, dispatch: dict, doc: str = ""):
     dtype-free functions) to a C symbol.
     """
     any_op = _optable.device_ops()[next(iter(dispatch.values()))]
-    has_count = any(p["role"] == "count" for p in any_op["params"])
+    has_count = any(p["role"] == "count" and not p.get("required") for p in any_op["params"])
 
     def typer(typingctx, *args):
         argtys = args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args

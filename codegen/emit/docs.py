@@ -1,0 +1,136 @@
+"""reStructuredText reference pages (generated/docs/*.rst) for the Sphinx docs in docs/.
+
+The same model and per-DSL views as the code emitters: the API pages cannot disagree with
+the functions they describe. One compact table per family keeps the pages small.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from ..model import Op, Spec
+from . import render, with_header
+from .views import ApiFunction, api_functions
+
+_TICK = re.compile(r"(?<![`\w])`([^`\n]+)`(?![`\w])")
+
+
+def rst(text: str) -> str:
+    """Spec prose -> inline rst: `x` (markdown code) becomes ``x``; stray markup is escaped."""
+    text = " ".join((text or "").split())
+    parts = _TICK.split(text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"``{part}``")
+        else:
+            out.append(re.sub(r"([*|_\\])", r"\\\1", part))
+    return "".join(out)
+
+
+def _call_forms(api: ApiFunction) -> list[str]:
+    names = [p.name for p in api.first.params]
+    forms = [f"{api.name}({', '.join(names)})"]
+    if api.has_count:
+        forms.append(f"{api.name}({', '.join(p.name for p in api.first.params if p.role != 'count')})")
+    return forms
+
+
+def _families(spec: Spec, apis: list[ApiFunction]) -> list[dict]:
+    """Group -> families -> their DSL functions, in spec order."""
+    by_family: dict[str, list[ApiFunction]] = {}
+    for api in apis:
+        by_family.setdefault(api.family, []).append(api)
+    groups: dict[str, list[dict]] = {}
+    for fam in spec.families:
+        if fam.name not in by_family:
+            continue
+        fapis = by_family[fam.name]
+        params: dict[str, str] = {}
+        for api in fapis:
+            for p in api.first.params:
+                params.setdefault(p.name, spec.roles[p.role] + (" (array)" if p.pointer else ""))
+        groups.setdefault(fam.group, []).append({
+            "name": fam.name,
+            "summary": rst(fapis[0].first.summary),
+            "semantics": rst(fapis[0].first.semantics),
+            "symbol": fam.symbol,
+            "source": fam.source,
+            "params": list(params.items()),
+            "apis": [{
+                "name": a.name,
+                "forms": _call_forms(a),
+                "scope": a.scope,
+                "nbi": a.nbi,
+                "dtypes": list(a.dtypes),
+                "sized": any(k and k.startswith("bits") for k, _ in a.dispatch),
+                "n_c": len(a.ops),
+                "dispatch": list(a.dispatch),
+            } for a in fapis],
+        })
+    return [{"name": g, "doc": rst(spec.groups.get(g, "")), "families": fams} for g, fams in groups.items()]
+
+
+def _host(spec: Spec) -> list[dict]:
+    ops: dict[str, list[Op]] = {}
+    for op in spec.ops_for("host"):
+        ops.setdefault(op.family, []).append(op)
+    groups: dict[str, list[dict]] = {}
+    for fam in spec.families:
+        if fam.name not in ops:
+            continue
+        fops = ops[fam.name]
+        groups.setdefault(fam.group, []).append({
+            "name": fam.name, "side": fam.side, "symbol": fam.symbol,
+            "summary": rst(fops[0].summary), "n_c": len(fops),
+            "examples": [o.symbol for o in fops[:3]],
+            "scopes": sorted({o.scope for o in fops}, key=list(spec.scopes).index),
+        })
+    return [{"name": g, "doc": rst(spec.groups.get(g, "")), "families": f} for g, f in groups.items()]
+
+
+def _coverage(spec: Spec, numba: list[ApiFunction], cute: list[ApiFunction]) -> dict:
+    scopes = list(spec.scopes)
+    count = Counter((o.side, o.family, o.scope) for side in ("device", "host") for o in spec.ops_for(side))
+    fns = {name: Counter((a.family, a.scope) for a in apis) for name, apis in (("N", numba), ("C", cute))}
+    rows = []
+    totals = {"device": 0, "host": 0}
+    for fam in spec.families:
+        cells = []
+        for sc in scopes:
+            dev, host = count[("device", fam.name, sc)], count[("host", fam.name, sc)]
+            n, c = fns["N"][(fam.name, sc)], fns["C"][(fam.name, sc)]
+            parts = []
+            if n or c:
+                parts.append(" ".join(x for x, k in (("N", n), ("C", c)) if k) + f" {n}fn/{dev}")
+            elif dev:
+                parts.append(f"raw {dev}")
+            if host:
+                parts.append(f"H {host}")
+            cells.append(" · ".join(parts) or "--")
+            totals["device"] += dev
+            totals["host"] += host
+        rows.append({"name": fam.name, "group": fam.group, "cells": cells})
+    return {"scopes": scopes, "rows": rows, "totals": totals,
+            "n_numba": len(numba), "n_cute": len(cute)}
+
+
+def emit(spec: Spec) -> dict[str, str]:
+    numba = api_functions(spec, "numba")
+    cute = api_functions(spec, "cute")
+    pages = {
+        "numba_api.rst": render("docs_dsl_api.rst.j2", spec=spec, dsl="numba", module="nvshmem_dsl.numba",
+                                title="Numba-CUDA device API", n_apis=len(numba),
+                                groups=_families(spec, numba), array="array"),
+        "cute_api.rst": render("docs_dsl_api.rst.j2", spec=spec, dsl="cute", module="nvshmem_dsl.cute",
+                               title="CuTe DSL device API", n_apis=len(cute),
+                               groups=_families(spec, cute), array="tensor"),
+        "host_api.rst": render("docs_host_api.rst.j2", spec=spec, groups=_host(spec),
+                               n_host=len(spec.ops_for("host"))),
+        "constants.rst": render("docs_constants.rst.j2", spec=spec,
+                                groups=[{"name": g.name, "doc": rst(g.doc), "c_type": g.c_type,
+                                         "members": [(v.name, v.c, v.value, rst(v.doc)) for v in g.values]}
+                                        for g in spec.constants.values()]),
+        "coverage.rst": render("docs_coverage.rst.j2", spec=spec, cov=_coverage(spec, numba, cute)),
+    }
+    return {f"docs/{name}": with_header(body, spec.digest, "..") for name, body in pages.items()}
