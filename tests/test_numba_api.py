@@ -245,4 +245,4 @@ def test_constants_are_accepted_as_arguments():
 def test_error_alltoall_needs_its_count():
     """alltoall's arrays hold a block per PE, so min(sizes) is not the count: it is required."""
     msg = _typing_error(_kernel_source(["nv.alltoall(0, a_float32, a_float32)"], {"a_float32": "float32"}))
-    assert "nvshmem_dsl.numba.alltoall: takes (team, dst, src, nelems)" in msg
+    assert "nvshmem_dsl.numba.alltoall: missing argument 'nelems'" in msg
