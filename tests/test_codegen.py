@@ -70,8 +70,8 @@ def test_check_generated_catches_a_stray_file(tmp_path):
 
 def test_every_generated_file_carries_provenance_and_a_valid_seal():
     spec_digest = load().digest
-    for path in GENERATED.iterdir():
-        if path.name in ("__init__.py", "__pycache__"):
+    for path in GENERATED.rglob("*"):
+        if path.name == "__init__.py" or not path.is_file() or "__pycache__" in path.parts:
             continue
         text = path.read_text()
         if path.suffix == ".json":
@@ -80,7 +80,7 @@ def test_every_generated_file_carries_provenance_and_a_valid_seal():
             assert prov["spec_sha256"] == spec_digest
             assert prov["seal"] == seal(dumps(data)), path
         else:
-            comment = "//" if path.suffix == ".h" else "#"
+            comment = {".h": "//", ".rst": ".."}.get(path.suffix, "#")
             recorded, body = split_header(text, comment)
             assert spec_digest[:16] in text.splitlines()[0]
             assert recorded == seal(body), path

@@ -1,0 +1,62 @@
+"""The Sphinx docs build cleanly (-W) and every Python code block in them compiles."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+_BLOCK = re.compile(r"^( *)\.\. code-block:: (\w+)\n((?:\1 +:.*\n)*)\n((?:(?:\1 +.*)?\n)+)", re.M)
+
+
+def _blocks(language: str):
+    for page in sorted(DOCS.rglob("*.rst")):
+        text = page.read_text()
+        for m in _BLOCK.finditer(text):
+            if m.group(2) != language:
+                continue
+            lines = m.group(4).splitlines()
+            indent = min(len(l) - len(l.lstrip()) for l in lines if l.strip())
+            code = "\n".join(l[indent:] for l in lines).strip() + "\n"
+            yield f"{page.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}", code
+
+
+def test_docs_have_python_blocks():
+    assert len(list(_blocks("python"))) >= 3
+
+
+@pytest.mark.parametrize("where,code", list(_blocks("python")), ids=lambda x: x if ":" in str(x) else "")
+def test_python_code_blocks_compile(where, code):
+    compile(code, where, "exec")
+
+
+def test_console_blocks_name_real_make_targets_and_examples():
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    for where, code in _blocks("console"):
+        for line in code.splitlines():
+            cmd = line.removeprefix("$ ").split("#")[0]
+            for target in re.findall(r"\bmake ([\w-]+)", cmd):
+                assert target in targets, f"{where}: make {target}"
+            for script in re.findall(r"(\S+\.py)\b", cmd):
+                assert (ROOT / script).exists(), f"{where}: {script}"
+
+
+def test_literalincludes_exist():
+    for page in DOCS.rglob("*.rst"):
+        for target in re.findall(r"^\.\. (?:literalinclude|include):: (\S+)", page.read_text(), re.M):
+            assert (page.parent / target).resolve().exists(), f"{page}: {target}"
+
+
+def test_sphinx_build_is_warning_free(tmp_path):
+    pytest.importorskip("sphinx")
+    proc = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", "-d", str(tmp_path / "doctrees"),
+         str(DOCS), str(tmp_path / "html")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "html" / "api" / "numba.html").exists()
