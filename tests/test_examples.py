@@ -26,3 +26,12 @@ def test_cute_ring_example_compiles_with_nvshmem_inlined():
     t = cute.runtime.make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=16)
     ptx = nv.compile_to_ptx(example["rma_launcher"], t, t, t, cutlass.Int32(1), arch="sm_90a")
     assert "nvshmemi_device_state_d" in ptx and ".func nvshmem" not in ptx
+
+
+@pytest.mark.parametrize("name", ["numba_put_signal_pipeline", "numba_allreduce", "numba_halo_exchange"])
+def test_numba_examples_compile_with_nvshmem_inlined(name):
+    pytest.importorskip("numba.cuda")
+    example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
+    for ptx in example["compile_check"]():
+        assert "nvshmemi_device_state_d" in ptx
+        assert ".func nvshmem" not in ptx and "call.uni nvshmem_" not in ptx

@@ -712,9 +712,11 @@ def test_no_leaks_after_the_numba_suite():
         "session" in repr(a) for a in nvshmem.live_allocations())
 
 
-def test_examples_ring_numba():
-    """The seed's Numba example, ported (it asserts its own result)."""
+@pytest.mark.parametrize("name", ["numba_ring_put_get", "numba_put_signal_pipeline", "numba_allreduce",
+                                  "numba_halo_exchange"])
+def test_examples(name):
+    """The Numba examples (the seed's ring, ported, and ours); each asserts its own result."""
     import runpy
     from pathlib import Path
-    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "numba_ring_put_get.py"))
-    example["run"]()  # asserts its own result; the session is already initialised
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"))
+    example["run"]()  # the session is already initialised

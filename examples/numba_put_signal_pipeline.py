@@ -1,0 +1,66 @@
+"""Producer/consumer pipeline with put_signal (Numba): PE 0 streams chunks to PE 1; each chunk's
+signal tells PE 1 that exactly that chunk has landed, so PE 1 starts on it without a barrier.
+
+Run: python -m nvshmem_dsl.run -n 2 examples/numba_put_signal_pipeline.py
+"""
+import numpy as np
+from numba import cuda, types
+
+import nvshmem_dsl as nvshmem
+import nvshmem_dsl.numba as nv
+
+CHUNKS, CHUNK = 8, 4096
+
+
+@cuda.jit
+def producer(data, src, signals, consumer_pe):
+    c = cuda.blockIdx.x  # one block per chunk
+    lo = c * CHUNK
+    nv.put_signal_nbi_block(data[lo:lo + CHUNK], src[lo:lo + CHUNK], signals[c:c + 1],
+                            1, nv.SignalOp.SIGNAL_SET, consumer_pe)
+
+
+@cuda.jit
+def consumer(data, signals, out):
+    c = cuda.blockIdx.x
+    if cuda.threadIdx.x == 0:
+        nv.signal_wait_until(signals[c:c + 1], nv.Cmp.CMP_EQ, 1)
+    cuda.syncthreads()
+    lo = c * CHUNK
+    for i in range(cuda.threadIdx.x, CHUNK, cuda.blockDim.x):
+        out[lo + i] = 2 * data[lo + i]  # the "work" on a chunk
+
+
+def run():
+    me = nvshmem.my_pe()
+    data = nvshmem.zeros((CHUNKS * CHUNK,), np.float32, like="numba")
+    signals = nvshmem.zeros((CHUNKS,), np.uint64, like="numba")
+    src = cuda.to_device(np.arange(CHUNKS * CHUNK, dtype=np.float32))
+    out = cuda.device_array(CHUNKS * CHUNK, np.float32)
+    nvshmem.barrier_all()
+    if me == 0:
+        producer[CHUNKS, 256](data, src, signals, 1)
+    elif me == 1:
+        consumer[CHUNKS, 256](data, signals, out)
+    cuda.synchronize()
+    nvshmem.barrier_all()
+    if me == 1:
+        np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(CHUNKS * CHUNK, dtype=np.float32))
+        print("PE 1: every chunk arrived and was processed")
+    nvshmem.free(data), nvshmem.free(signals)
+
+
+def compile_check(cc=(9, 0)):
+    """Compile the kernels to PTX without a GPU (used by the CPU tests)."""
+    f, u = types.float32[::1], types.uint64[::1]
+    return [cuda.compile_ptx(producer.py_func, (f, f, u, types.int32), cc=cc)[0],
+            cuda.compile_ptx(consumer.py_func, (f, u, f), cc=cc)[0]]
+
+
+def main():
+    with nvshmem.init():
+        run()
+
+
+if __name__ == "__main__":
+    main()
