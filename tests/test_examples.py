@@ -35,3 +35,11 @@ def test_numba_examples_compile_with_nvshmem_inlined(name):
     for ptx in example["compile_check"]():
         assert "nvshmemi_device_state_d" in ptx
         assert ".func nvshmem" not in ptx and "call.uni nvshmem_" not in ptx
+
+
+@pytest.mark.parametrize("name", ["cute_put_signal_pipeline", "cute_allreduce", "cute_halo_exchange"])
+def test_cute_examples_compile_with_nvshmem_inlined(name):
+    pytest.importorskip("cutlass.cute")
+    example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
+    for ptx in example["compile_check"]():
+        assert "nvshmemi_device_state_d" in ptx and ".func nvshmem" not in ptx

@@ -229,8 +229,11 @@ def test_barrier_fcollect_sum_reduce_and_queries():
 
 # --- the seed example, ported: put_block then get_block around a ring ------------------
 
-def test_examples_ring_cute():
+@pytest.mark.parametrize("name", ["cute_ring_put_get", "cute_put_signal_pipeline", "cute_allreduce",
+                                  "cute_halo_exchange"])
+def test_examples(name):
+    """The CuTe examples (the seed's ring, ported, and ours); each asserts its own result."""
     import runpy
     from pathlib import Path
-    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "cute_ring_put_get.py"))
-    example["run"]()  # asserts its own result; the session is already initialised
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"))
+    example["run"]()  # the session is already initialised
