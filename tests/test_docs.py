@@ -60,3 +60,13 @@ def test_sphinx_build_is_warning_free(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "html" / "api" / "numba.html").exists()
+
+
+def test_readme_python_blocks_compile():
+    """The README's quick start is valid Python (it runs on GPUs as examples/ do)."""
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert blocks, "the README has a quick start"
+    for block in blocks:
+        compile(block, "README.md", "exec")
