@@ -59,3 +59,24 @@ def scalar_kind(ctype: str) -> str:
     if text in ("float", "double", "half", "__half", "__nv_bfloat16"):
         return "float"
     return "signed"
+
+
+@functools.lru_cache(maxsize=None)
+def _device_symbols_by_api() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for op in table()["device"]:
+        out.setdefault(op["api"], []).append(op["symbol"])
+    return out
+
+
+def api_doc(api: str, dispatch: dict, container: str) -> str:
+    """The docstring of DSL function `api` for a DSL whose data arguments are `container`s:
+    the shared text of the spec (generated/device_api.py) and this DSL's dtype -> C function."""
+    from ._generated.device_api import DOCS
+    lines = [DOCS[api].replace("{container}", container).rstrip(), "", "C function per element dtype:"]
+    lines += [f"    {key if key is not None else '(any)'}: {sym}" for key, sym in dispatch.items()]
+    others = [sym for sym in _device_symbols_by_api()[api] if sym not in dispatch.values()]
+    if others:
+        lines.append(f"Other C spellings of the same operation ({len(others)}, e.g. {others[0]}) "
+                     "are reachable under their C names.")
+    return "\n".join(lines) + "\n"

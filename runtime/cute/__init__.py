@@ -23,6 +23,7 @@ CuTe DSL itself; tracing a kernel needs ``nvidia-cutlass-dsl``.
 
 from nvshmem_dsl._generated.constants import Cmp, SignalOp, SmemAmount, Team
 from nvshmem_dsl._generated import cute_api as _table
+from nvshmem_dsl._optable import api_doc as _api_doc
 
 from . import c
 from ._calls import make_api, mc_tensor, peer_tensor
@@ -42,7 +43,8 @@ from ..errors import NvshmemTypeError
 
 DISPATCH = _table.DISPATCH
 # The generated API: one function per DSL function of the spec.
-globals().update({_name: make_api(_name, DISPATCH[_name], _table.DOCS[_name]) for _name in _table.__all__})
+globals().update({_name: make_api(_name, DISPATCH[_name], _api_doc(_name, DISPATCH[_name], "tensor"))
+                  for _name in _table.__all__})
 
 __all__ = [
     *_table.__all__,

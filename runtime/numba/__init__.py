@@ -14,6 +14,7 @@ host runtime's hook (installed at `nvshmem_dsl.init()`). Kernels that call no NV
 function compile exactly as before.
 """
 from .._generated import numba_api as _table
+from .._optable import api_doc as _api_doc
 from .._generated.constants import Cmp, SignalOp, SmemAmount, Team
 from . import c
 from ._calls import make_api
@@ -29,7 +30,8 @@ from ._views import multicast, peer
 
 DISPATCH = _table.DISPATCH
 # The generated API: one intrinsic per DSL function of the spec.
-globals().update({_name: make_api(_name, DISPATCH[_name], _table.DOCS[_name]) for _name in _table.__all__})
+globals().update({_name: make_api(_name, DISPATCH[_name], _api_doc(_name, DISPATCH[_name], "array"))
+                  for _name in _table.__all__})
 
 __all__ = [*_table.__all__, "c", "peer", "multicast", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
            "declare_device_function", "add_module_init_hook", "add_module_finalize_hook",
