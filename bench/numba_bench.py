@@ -116,6 +116,23 @@ def g_lat(src, out, iters, peer):
     out[0] = acc
 
 
+def p_lat_peer_ptr(dst, iters, peer):
+    """The hardware floor of p_lat: plain stores through the peer view, no NVSHMEM call."""
+    q = nv.peer(dst, peer)
+    for i in range(iters):
+        q[i & SLOT_MASK] = float32(i)
+    nv.quiet()
+
+
+def g_lat_peer_ptr(src, out, iters, peer):
+    """The hardware floor of g_lat: plain loads through the peer view."""
+    q = nv.peer(src, peer)
+    acc = float32(0.0)
+    for i in range(iters):
+        acc += q[i & SLOT_MASK]
+    out[0] = acc
+
+
 def amo_lat(u64, iters, peer):
     acc = uint64(0)
     for i in range(iters):
@@ -165,6 +182,8 @@ SIGNATURES = {
     **{f"{op}_{scope}": f"void({_F32}, {_F32}, int64, {_I32}, {_I32}, {_I32})" for op, scope in BW_KERNELS},
     "p_lat": f"void({_F32}, {_I32}, {_I32})",
     "g_lat": f"void({_F32}, {_F32}, {_I32}, {_I32})",
+    "p_lat_peer_ptr": f"void({_F32}, {_I32}, {_I32})",
+    "g_lat_peer_ptr": f"void({_F32}, {_F32}, {_I32}, {_I32})",
     "amo_lat": f"void({_U64}, {_I32}, {_I32})",
     "pingpong": f"void({_U64}, {_I32}, {_I32}, {_I32})",
     "barrier_lat": f"void({_I32})",
@@ -173,7 +192,7 @@ SIGNATURES = {
 }
 KERNELS = {
     **{f"{op}_{scope}": fn for (op, scope), fn in BW_KERNELS.items()},
-    "p_lat": p_lat, "g_lat": g_lat, "amo_lat": amo_lat, "pingpong": pingpong,
+    "p_lat": p_lat, "g_lat": g_lat, "p_lat_peer_ptr": p_lat_peer_ptr, "g_lat_peer_ptr": g_lat_peer_ptr, "amo_lat": amo_lat, "pingpong": pingpong,
     "barrier_lat": barrier_lat, "empty_kernel": empty_kernel, "spin": spin,
 }
 
@@ -236,10 +255,14 @@ def main(argv=None) -> int:
         it = p.lat_iters
         secs = timer.run(p.reps, lambda: K["p_lat"][1, 1, stream](lat, it, peer))
         out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        secs = timer.run(p.reps, lambda: K["p_lat_peer_ptr"][1, 1, stream](lat, it, peer))
+        out.emit("p_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
     if p.enabled("g_lat"):
         it = p.lat_iters
         secs = timer.run(p.reps, lambda: K["g_lat"][1, 1, stream](lat, res, it, peer))
         out.emit("g_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        secs = timer.run(p.reps, lambda: K["g_lat_peer_ptr"][1, 1, stream](lat, res, it, peer))
+        out.emit("g_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
     if p.enabled("amo_lat"):
         it = p.amo_iters
         secs = timer.run(p.reps, lambda: K["amo_lat"][1, 1, stream](u64, it, peer))

@@ -100,7 +100,7 @@ def test_numba_kernel_table(numba_bench):
 
 
 @pytest.mark.parametrize("name", ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", "get_block",
-                                  "p_lat", "g_lat", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin"])
+                                  "p_lat", "g_lat", "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin"])
 def test_numba_kernel_compiles(numba_bench, name):
     from numba import cuda
 

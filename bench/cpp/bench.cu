@@ -166,6 +166,21 @@ __global__ void p_lat(float* dst, int iters, int peer) {
     nvshmem_quiet();
 }
 
+// The hardware floor of p_lat / g_lat: plain stores / loads through nvshmem_ptr, no NVSHMEM
+// call in the loop (what an inlined nvshmem_float_p/g reduces to over NVLink).
+__global__ void p_lat_peer_ptr(float* dst, int iters, int peer) {
+    float* q = (float*)nvshmem_ptr(dst, peer);
+    for (int i = 0; i < iters; i++) q[i & (LAT_SLOTS - 1)] = (float)i;
+    nvshmem_quiet();
+}
+
+__global__ void g_lat_peer_ptr(float* src, float* out, int iters, int peer) {
+    const float* q = (const float*)nvshmem_ptr(src, peer);
+    float acc = 0.0f;
+    for (int i = 0; i < iters; i++) acc += q[i & (LAT_SLOTS - 1)];
+    out[0] = acc;
+}
+
 __global__ void g_lat(float* src, float* out, int iters, int peer) {
     float acc = 0.0f;
     for (int i = 0; i < iters; i++) acc += nvshmem_float_g(src + (i & (LAT_SLOTS - 1)), peer);
@@ -491,11 +506,15 @@ int main(int argc, char** argv) {
         int it = p.lat_iters;
         auto s = t.run(p.reps, [&](cudaStream_t st) { p_lat<<<1, 1, 0, st>>>(buf.lat, it, peer); });
         emit("p_lat", "thread", 4, per_op(s, it, 1e9), "ns/op", false, it);
+        s = t.run(p.reps, [&](cudaStream_t st) { p_lat_peer_ptr<<<1, 1, 0, st>>>(buf.lat, it, peer); });
+        emit("p_lat", "peer_ptr", 4, per_op(s, it, 1e9), "ns/op", false, it);
     }
     if (enabled("g_lat")) {
         int it = p.lat_iters;
         auto s = t.run(p.reps, [&](cudaStream_t st) { g_lat<<<1, 1, 0, st>>>(buf.lat, buf.out, it, peer); });
         emit("g_lat", "thread", 4, per_op(s, it, 1e9), "ns/op", false, it);
+        s = t.run(p.reps, [&](cudaStream_t st) { g_lat_peer_ptr<<<1, 1, 0, st>>>(buf.lat, buf.out, it, peer); });
+        emit("g_lat", "peer_ptr", 4, per_op(s, it, 1e9), "ns/op", false, it);
     }
     if (enabled("amo_lat")) {
         int it = p.amo_iters;

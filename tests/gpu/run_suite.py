@@ -1,6 +1,7 @@
 """The GPU suite in one command (`make gpu-test`): every GPU test file on 2 PEs under our
-launcher, then once under mpirun; one line per test file x DSL x launcher; non-zero exit on
-any failure or hang (each test is bounded by NVSHMEM_DSL_TEST_TIMEOUT, each run by --timeout).
+launcher, then under mpirun (and under torchrun with `--launchers ...,torchrun`); one line per
+test file x DSL x launcher; non-zero exit on any failure or hang (each test is bounded by
+NVSHMEM_DSL_TEST_TIMEOUT, each run by --timeout).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ SUITES = {  # DSL -> test files
     "numba": ["tests/gpu/test_numba_gpu.py"],
     "cute": ["tests/gpu/test_cute_gpu.py"],
 }
+LAUNCHERS = ("launcher", "mpirun", "torchrun")
 
 
 def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, out: Path) -> dict:
@@ -28,7 +30,17 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
     if launcher == "launcher":
         cmd = [sys.executable, "-m", "nvshmem_dsl.run", "-n", str(nproc), "--timeout", "120",
                "-m", "pytest", *pytest_args[2:], f"--junitxml={xml}"]
-    else:
+    elif launcher == "torchrun":
+        # torch's launcher sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT; nvshmem_dsl.init()
+        # then exchanges the unique id over its own TCP store at MASTER_PORT + 1 (no torch import).
+        try:
+            import torch.distributed.run  # noqa: F401
+        except ImportError:
+            return {"status": "skipped (no torch)", "tests": {}}
+        env.setdefault("NVSHMEM_DSL_SECRET", os.urandom(16).hex())
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "pytest", *pytest_args[2:], f"--junitxml={xml}"]
+    elif launcher == "mpirun":
         mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
         if mpirun is None:
             return {"status": "skipped (no mpirun)", "tests": {}}
@@ -37,6 +49,8 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
                    for a in ("-x", v)]
         cmd = [mpirun, "-n", str(nproc), *exports, sys.executable, "-m", "pytest", *pytest_args[2:],
                f"--junitxml={xml}"]
+    else:
+        raise SystemExit(f"run_suite.py: unknown launcher {launcher!r} (choose from {', '.join(LAUNCHERS)})")
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)

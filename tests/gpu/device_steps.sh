@@ -1,0 +1,47 @@
+#!/bin/bash
+# The GPU work of a session on the lent 2 x H200 machine (no pip there), one step per device
+# call, run from the repository root:  bash tests/gpu/device_steps.sh STEP [extra args]
+#
+#   cute-part1   carry .dw/base + .dw/cute1: places part 1 of the CuTe DSL (next call at once)
+#   cute-suite   carry .dw/base + .dw/cute2: CuTe GPU suite + CuTe examples under our launcher
+#   launchers    host suite under torchrun, Numba examples, Numba suite under mpirun
+#   bench        make bench (C++, Numba, CuTe in one run); args go to bench/run.py
+#   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
+#
+# Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
+# printed summary. ../shared/device/README.md explains .dw (bash ../shared/device/pack.sh .dw cute).
+set -u
+step=${1:?step}; shift
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+work=/tmp/gpu-$step; rm -rf "$work"; mkdir -p "$work"
+. tests/gpu/prelude.sh > "$work/prelude.log" 2>&1
+tail -3 "$work/prelude.log"
+export NVSHMEM_DSL_INIT_TIMEOUT=${NVSHMEM_DSL_INIT_TIMEOUT:-90} NVSHMEM_DSL_TEST_TIMEOUT=${NVSHMEM_DSL_TEST_TIMEOUT:-240}
+export PYTEST_ADDOPTS="--tb=short -rfEs ${PYTEST_ADDOPTS:-}"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpus.txt" 2>&1
+rc=0
+case "$step" in
+  cute-part1) ;;
+  cute-suite)
+    python3 -c "import cutlass; print('cutlass', cutlass.__version__)" || rc=1
+    timeout 540 python3 tests/gpu/run_suite.py --dsl cute --launchers launcher --timeout 520 --out "$work" "$@" || rc=$?
+    ;;
+  launchers)
+    timeout 200 python3 tests/gpu/run_suite.py --dsl host --launchers torchrun --timeout 190 --out "$work" || rc=$?
+    PYTEST_ADDOPTS="$PYTEST_ADDOPTS -k examples" timeout 200 python3 tests/gpu/run_suite.py --dsl numba \
+      --launchers launcher --timeout 190 --out "$work/examples" || rc=$?
+    ;;
+  bench)
+    timeout 580 python3 bench/run.py --out "$work/latest.json" "$@" > "$work/bench.log" 2>&1 || rc=$?
+    tail -80 "$work/bench.log"
+    cp bench/results/*.png "$work/" 2>/dev/null; cp -r bench/results/logs "$work/" 2>/dev/null
+    ;;
+  suite)
+    timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?
+    ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac
+tar -czf "$OUT/$step.tar.gz" -C /tmp "gpu-$step" 2>/dev/null
+echo "step $step: rc=$rc"
+exit $rc
