@@ -31,6 +31,7 @@ writes first (``cupy.cuda.runtime.deviceSynchronize()``,
 
 from __future__ import annotations
 
+import inspect
 import operator
 import os
 from typing import Any
@@ -724,79 +725,46 @@ def _amo(api: str, target: Any, pe: Any, value: Any = None, compare: Any = None)
     if "value" in roles:
         values["value"] = _scalar(value, r.typename, fn, "value")
     if "compare" in roles:
-        values["compare"] = _scalar(compare, r.typename, fn, "compare")
+        values["compare"] = _scalar(compare, r.typename, fn, "cond")
     result = _invoke(r, values)
     return None if r.entry["ret"]["ctype"] == "void" else _result(result, r.typename)
 
 
-def atomic_fetch(target: Any, pe: int) -> Any:
-    """Atomically read the first element of symmetric ``target`` on PE ``pe``."""
-    return _amo("atomic_fetch", target, pe)
+_AMO_APIS = tuple(a for a in __all__ if a.startswith("atomic_"))
 
 
-def atomic_set(target: Any, value: Any, pe: int) -> None:
-    """Atomically store ``value``."""
-    _amo("atomic_set", target, pe, value)
+def _amo_function(api: str):
+    """The host function for atomic ``api``: its parameters are the spec's (names and order as in
+    C and in the device APIs: target, cond, value, pe), its docstring the spec's summary."""
+    entry = next(iter(_hosttable._host_index()[api].values()))
+    names = [p["name"] for p in entry["params"]]
+    by_role = {p["role"]: p["name"] for p in entry["params"]}
+    fetching = entry["ret"]["ctype"] != "void"
+
+    def amo(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = amo.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise NvshmemTypeError(f"{api}(): {exc}") from None
+        a = {role: bound.arguments[name] for role, name in by_role.items()}
+        return _amo(api, a["sym_target"], a["pe"], a.get("value"), a.get("compare"))
+
+    amo.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Any) for n in names],
+        return_annotation=Any if fetching else None)
+    doc = _hosttable.table()["docs"]["host"][api]
+    accepted = ", ".join(_hosttable.accepted_numpy_names(api))
+    amo.__name__ = amo.__qualname__ = api
+    amo.__module__ = __name__
+    amo.__doc__ = (f"{doc['summary']}\n\n{doc['semantics']} The target is the first element of the "
+                   f"symmetric array ``target`` (slice it to pick another); blocking host call.\n\n"
+                   f"Element dtypes: {accepted}. C functions: ``nvshmem_<TYPE>_{api}``.")
+    return amo
 
 
-def atomic_swap(target: Any, value: Any, pe: int) -> Any:
-    """Atomically store ``value``; returns the old value."""
-    return _amo("atomic_swap", target, pe, value)
-
-
-def atomic_compare_swap(target: Any, compare: Any, value: Any, pe: int) -> Any:
-    """Store ``value`` if the element equals ``compare``; returns the old value."""
-    return _amo("atomic_compare_swap", target, pe, value, compare)
-
-
-def atomic_inc(target: Any, pe: int) -> None:
-    """Atomically add 1."""
-    _amo("atomic_inc", target, pe)
-
-
-def atomic_fetch_inc(target: Any, pe: int) -> Any:
-    """Atomically add 1; returns the old value."""
-    return _amo("atomic_fetch_inc", target, pe)
-
-
-def atomic_add(target: Any, value: Any, pe: int) -> None:
-    """Atomically add ``value``."""
-    _amo("atomic_add", target, pe, value)
-
-
-def atomic_fetch_add(target: Any, value: Any, pe: int) -> Any:
-    """Atomically add ``value``; returns the old value."""
-    return _amo("atomic_fetch_add", target, pe, value)
-
-
-def atomic_and(target: Any, value: Any, pe: int) -> None:
-    """Atomic bitwise and."""
-    _amo("atomic_and", target, pe, value)
-
-
-def atomic_or(target: Any, value: Any, pe: int) -> None:
-    """Atomic bitwise or."""
-    _amo("atomic_or", target, pe, value)
-
-
-def atomic_xor(target: Any, value: Any, pe: int) -> None:
-    """Atomic bitwise xor."""
-    _amo("atomic_xor", target, pe, value)
-
-
-def atomic_fetch_and(target: Any, value: Any, pe: int) -> Any:
-    """Atomic bitwise and; returns the old value."""
-    return _amo("atomic_fetch_and", target, pe, value)
-
-
-def atomic_fetch_or(target: Any, value: Any, pe: int) -> Any:
-    """Atomic bitwise or; returns the old value."""
-    return _amo("atomic_fetch_or", target, pe, value)
-
-
-def atomic_fetch_xor(target: Any, value: Any, pe: int) -> Any:
-    """Atomic bitwise xor; returns the old value."""
-    return _amo("atomic_fetch_xor", target, pe, value)
+for _api in _AMO_APIS:
+    globals()[_api] = _amo_function(_api)
+del _api
 
 
 # --------------------------------------------------------------------------- coverage of the op table

@@ -21,6 +21,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 import nvshmem_dsl as nv
 from nvshmem_dsl import _arrays, _cuda, _host, _hosttable, _init, _libs, _state, host_ops, memory, module_init, teams
@@ -699,6 +700,31 @@ def test_host_atomics_refused_over_p2p(fake):
     assert fake.last() == ("nvshmem_uint64_atomic_fetch_add", (SYM, 1, 2))
     nv.atomic_compare_swap(sym(1, "int32"), 3, 4, 0)
     assert fake.last() == ("nvshmem_int32_atomic_compare_swap", (SYM, 3, 4, 0))
+    nv.atomic_compare_swap(sym(1, "int32"), pe=1, value=6, cond=5)
+    assert fake.last() == ("nvshmem_int32_atomic_compare_swap", (SYM, 5, 6, 1))
+    with pytest.raises(nv.NvshmemTypeError, match=r"atomic_add\(\): missing a required argument: 'pe'"):
+        nv.atomic_add(sym(1, "int32"), 1)
+    with pytest.raises(nv.NvshmemArgumentError, match="cond"):
+        nv.atomic_compare_swap(sym(1, "int32"), 2**40, 4, 0)
+
+
+def test_host_atomics_follow_the_spec():
+    """The 14 host atomics are built from the op table: the spec's parameter names and order
+    (those of the device APIs), its summary as docstring, the dtypes it lists."""
+    import inspect
+    import json
+
+    from nvshmem_dsl import host_ops
+
+    table = json.loads((Path(__file__).resolve().parents[1] / "generated" / "ops.json").read_text())
+    apis = sorted({e["api"] for e in table["host"] if e["group"] == "amo"})
+    assert len(apis) == 14 and apis == sorted(host_ops._AMO_APIS)
+    for api in apis:
+        fn = getattr(nv, api)
+        entry = next(e for e in table["host"] if e["api"] == api)
+        assert list(inspect.signature(fn).parameters) == [p["name"] for p in entry["params"]], api
+        assert fn.__doc__.startswith(table["docs"]["host"][api]["summary"]), api
+        assert fn.__name__ == api
 
 
 # --------------------------------------------------------------------------- memory
