@@ -70,6 +70,22 @@ def init_driver() -> None:
     _initialised = True
 
 
+#: The NVSHMEM device-state global that nvshmemx_cumodule_init/culibrary_init fill in; a
+#: module or library without it uses no NVSHMEM (and NVSHMEM's init of it fails, status 7).
+DEVICE_STATE_SYMBOL = b"nvshmemi_device_state_d"
+
+
+def library_uses_nvshmem(handle: int) -> bool:
+    """Whether the loaded ``CUlibrary`` ``handle`` holds NVSHMEM's device state (it then needs
+    ``nvshmemx_culibrary_init`` before its kernels run)."""
+    drv = driver()
+    err = drv.cuLibraryGetGlobal(drv.CUlibrary(int(handle)), DEVICE_STATE_SYMBOL)[0]
+    if int(err) == int(drv.CUresult.CUDA_ERROR_NOT_FOUND):
+        return False
+    _check((err, None), "cuLibraryGetGlobal(nvshmemi_device_state_d)")
+    return True
+
+
 def device_count() -> int:
     """Number of visible CUDA devices; NvshmemInitError when there is no driver."""
     init_driver()

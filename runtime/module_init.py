@@ -15,8 +15,8 @@ import sys
 import threading
 from typing import Any
 
-from . import _host, _state
-from .errors import NvshmemStateError
+from . import _cuda, _host, _state
+from .errors import NvshmemArgumentError, NvshmemStateError, NvshmemStatusError
 
 __all__ = [
     "module_init",
@@ -59,13 +59,29 @@ def _handle(handle: Any) -> int:
     return value
 
 
+def _lacks_nvshmem(handle: int) -> bool:
+    """True only when the driver says the library has no NVSHMEM device state."""
+    try:
+        return not _cuda.library_uses_nvshmem(handle)
+    except Exception:  # no driver, foreign handle: keep NVSHMEM's own error
+        return False
+
+
 def _init(kind: str, handle: Any) -> int:
     h = _handle(handle)
     _state.require(f"{kind}_init()")
     with _lock:
         count = _refs.get((kind, h), 0)
         if count == 0:
-            _host.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
+            try:
+                _host.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
+            except NvshmemStatusError:
+                if kind == "culibrary" and _lacks_nvshmem(h):
+                    raise NvshmemArgumentError(
+                        f"library_init(): CUlibrary 0x{h:x} holds no NVSHMEM device state "
+                        f"({_cuda.DEVICE_STATE_SYMBOL.decode()}): none of its kernels calls NVSHMEM, "
+                        "so it needs no NVSHMEM init") from None
+                raise
         _refs[(kind, h)] = count + 1
         return count + 1
 

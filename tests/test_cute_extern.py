@@ -229,7 +229,11 @@ class _FakeCompiled:
 
 
 @pytest.fixture
-def hooks():
+def hooks(monkeypatch):
+    import nvshmem_dsl.cute._compile as compile_module
+
+    # the fake libraries all hold NVSHMEM code (test_library_without_nvshmem_is_left_alone: not all)
+    monkeypatch.setattr(compile_module, "library_uses_nvshmem", lambda h: True)
     events = []
     set_module_init_hook(lambda h: events.append(("init", h)))
     set_module_finalize_hook(lambda h: events.append(("fini", h)))
@@ -257,6 +261,24 @@ def test_init_before_first_launch_and_finalize_on_release(hooks):
     hooks.clear()
     fake.jit_module.unload()  # CuTe unloading by itself (GC) also finalizes
     assert hooks == [("fini", h[0]), ("fini", h[1])]
+
+
+def test_library_without_nvshmem_is_left_alone(hooks, monkeypatch):
+    """NVSHMEM's culibrary_init fails (status 7) on a library with no NVSHMEM device state, e.g.
+    a helper kernel that calls no NVSHMEM function: such libraries get neither init nor finalize."""
+    import nvshmem_dsl.cute._compile as compile_module
+
+    monkeypatch.setattr(compile_module, "library_uses_nvshmem", lambda h: h % 2 == 0)
+    fake = _FakeCompiled(hooks)
+    k = CompiledKernel(fake, "sm_90a")
+    k(1)
+    k(2)
+    h = fake.handles()
+    assert h[0] % 2 == 0 and h[1] % 2 == 1
+    assert hooks == [("init", h[0]), ("launch", (1,)), ("launch", (2,))]
+    hooks.clear()
+    k.release()
+    assert hooks == [("fini", h[0])]
 
 
 def test_to_device_initializes(hooks):

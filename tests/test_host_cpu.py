@@ -978,7 +978,7 @@ def test_team_config_struct():
 # --------------------------------------------------------------------------- module init
 
 
-def test_module_init_refcount(fake):
+def test_module_init_refcount(fake, monkeypatch):
     h = 0x5555
     assert nv.culibrary_init(h) == 1
     assert nv.culibrary_init(types.SimpleNamespace(handle=h)) == 2  # same handle through .handle
@@ -997,6 +997,12 @@ def test_module_init_refcount(fake):
     with pytest.raises(nv.NvshmemStatusError, match="nvshmemx_culibrary_init.*ERROR_INVALID_VALUE"):
         nv.culibrary_init(0x6666)
     assert module_init.refcount(0x6666) == 0
+    # a library without NVSHMEM code: NVSHMEM's error is explained
+    monkeypatch.setattr(module_init._cuda, "library_uses_nvshmem", lambda handle: handle != 0x7777)
+    with pytest.raises(nv.NvshmemArgumentError, match="0x7777 holds no NVSHMEM device state"):
+        nv.culibrary_init(0x7777)
+    with pytest.raises(nv.NvshmemStatusError):
+        nv.culibrary_init(0x8888)
     with pytest.raises(ValueError):
         nv.culibrary_init(0)
 

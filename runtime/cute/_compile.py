@@ -26,6 +26,8 @@ import tempfile
 import threading
 from typing import Any, Callable, Optional
 
+from .._cuda import library_uses_nvshmem
+
 __all__ = [
     "compile",
     "compile_to_ptx",
@@ -129,6 +131,7 @@ _init_hook: Optional[Callable[[int], Any]] = None
 _finalize_hook: Optional[Callable[[int], Any]] = None
 _hook_generation = 0
 _initialized: set[int] = set()  # library handles passed to the init hook
+_without_nvshmem: set[int] = set()  # loaded library handles that hold no NVSHMEM code
 _unload_cb_registered = False
 
 
@@ -151,6 +154,7 @@ def set_module_finalize_hook(fn: Optional[Callable[[int], Any]]) -> None:
 
 def _on_library_unload(handle: int) -> None:
     with _lock:
+        _without_nvshmem.discard(handle)
         if handle not in _initialized:
             return
         _initialized.discard(handle)
@@ -210,9 +214,15 @@ class CompiledKernel:
             hook = _init_hook
             if hook is not None:
                 for handle in loaded_libraries(fn):
-                    if handle not in _initialized:
+                    if handle in _initialized or handle in _without_nvshmem:
+                        continue
+                    # a library with no NVSHMEM code (a kernel that calls none) is left alone:
+                    # NVSHMEM's init fails on it (status 7)
+                    if library_uses_nvshmem(handle):
                         hook(handle)
                         _initialized.add(handle)
+                    else:
+                        _without_nvshmem.add(handle)
             self._ready = (jm, _hook_generation)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
