@@ -6,6 +6,7 @@
 #   cute-suite   carry .dw/base + .dw/cute2: CuTe GPU suite + CuTe examples under our launcher
 #   launchers    host suite under torchrun, Numba examples, Numba suite under mpirun
 #   bench        make bench (C++, Numba, CuTe in one run); args go to bench/run.py
+#   copy-ab      Numba bandwidth with NVSHMEM_DSL_COPY_REWRITE off/store/vector, + suite (vector)
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -36,6 +37,16 @@ case "$step" in
     timeout 580 python3 bench/run.py --out "$work/latest.json" "$@" > "$work/bench.log" 2>&1 || rc=$?
     tail -80 "$work/bench.log"
     cp bench/results/*.png "$work/" 2>/dev/null; cp -r bench/results/logs "$work/" 2>/dev/null
+    ;;
+  copy-ab)  # NVSHMEM_DSL_COPY_REWRITE off/store/vector: bandwidth side by side with C++, then the
+            # Numba suite with the rewrite on
+    for m in ${COPY_MODES:-off store vector}; do
+      NVSHMEM_DSL_COPY_REWRITE=$m timeout 150 python3 bench/run.py --quick --impls cpp,numba --no-compile-time \
+        --only put_bw,get_bw --out "$work/copy-$m.json" > "$work/copy-$m.log" 2>&1 || rc=$?
+      grep -E "^(put|get)_bw" "$work/copy-$m.log" | sed "s/^/$m /"
+    done
+    NVSHMEM_DSL_COPY_REWRITE=vector timeout 300 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher \
+      --timeout 290 --out "$work/suite-vector" | head -3 || rc=$?
     ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?

@@ -1,0 +1,125 @@
+"""The rewrite of NVSHMEM's copy loops (nvshmem_dsl.bitcode_copies): what it changes, what it
+must leave alone, and the PTX a Numba put gets with and without it."""
+import llvmlite.binding as llvm
+import pytest
+
+from nvshmem_dsl import bitcode_copies as bc
+
+# NVSHMEM 3.4's copy loop (nvshmem_float_put), cut down: the v4 path runs only when
+# (dst | src) & 15 == 0.
+GUARDED = """
+define void @copy(ptr %dst, ptr %src, i64 %n) {
+entry:
+  %d = ptrtoint ptr %dst to i64
+  %s = ptrtoint ptr %src to i64
+  %or = or i64 %d, %s
+  %low = and i64 %or, 15
+  %ok = icmp eq i64 %low, 0
+  br i1 %ok, label %loop, label %done
+
+loop:
+  %i = phi i64 [ %next, %loop ], [ 0, %entry ]
+  %to = getelementptr inbounds i32, ptr %dst, i64 %i
+  %from = getelementptr inbounds i32, ptr %src, i64 %i
+  %a = load i32, ptr %from, align 4
+  %p1 = getelementptr inbounds i32, ptr %from, i64 1
+  %b = load i32, ptr %p1, align 4
+  %p2 = getelementptr inbounds i32, ptr %from, i64 2
+  %c = load i32, ptr %p2, align 4
+  %p3 = getelementptr inbounds i32, ptr %from, i64 3
+  %e = load i32, ptr %p3, align 4
+  tail call void asm sideeffect "st.volatile.global.v4.u32 [$0], {$1,$2,$3,$4};", "l,r,r,r,r"(ptr nonnull %to, i32 %a, i32 %b, i32 %c, i32 %e)
+  %next = add nuw nsw i64 %i, 4
+  %more = icmp ult i64 %next, %n
+  br i1 %more, label %loop, label %done
+
+done:
+  ret void
+}
+"""
+
+UNGUARDED = GUARDED.replace("%low = and i64 %or, 15", "%low = and i64 %or, 3")
+
+# An LL-protocol packet: data and flag words, not a copy; must stay a volatile asm store.
+FLAGS = """
+define void @packet(ptr %dst, ptr %src, i32 %flag) {
+  %a = load i32, ptr %src, align 4
+  %p1 = getelementptr inbounds i8, ptr %src, i64 4
+  %b = load i32, ptr %p1, align 4
+  tail call void asm sideeffect "st.volatile.global.v4.u32 [$0], {$1,$2,$3,$4};", "l,r,r,r,r"(ptr %dst, i32 %a, i32 %flag, i32 %b, i32 %flag)
+  ret void
+}
+"""
+
+
+def _rewrite(text, how):
+    out, n = bc.rewrite(text, how)
+    llvm.parse_assembly(out).verify()
+    return out, n
+
+
+def test_guarded_copy_becomes_vector_load_and_weak_store():
+    out, n = _rewrite(GUARDED, "vector")
+    assert n == 1
+    assert "asm sideeffect" not in out
+    assert "load <4 x i32>, ptr %from, align 16" in out
+    assert "store <4 x i32>" in out and "ptr addrspace(1)" in out and "store volatile" not in out
+    assert out.count("load i32") == 0
+
+
+def test_store_mode_keeps_the_scalar_loads():
+    out, n = _rewrite(GUARDED, "store")
+    assert n == 1 and "asm sideeffect" not in out
+    assert out.count("load i32") == 4 and "load <4 x i32>" not in out
+
+
+def test_unchecked_source_alignment_is_left_alone_by_vector():
+    out, n = _rewrite(UNGUARDED, "vector")
+    assert n == 0 and out == UNGUARDED
+
+
+def test_packets_with_flags_are_never_rewritten():
+    for how in ("store", "vector"):
+        out, n = _rewrite(FLAGS, how)
+        assert n == 0 and out == FLAGS
+
+
+def test_off_changes_nothing():
+    assert bc.rewrite(GUARDED, "off") == (GUARDED, 0)
+
+
+def test_mode_from_environment(monkeypatch):
+    monkeypatch.delenv(bc.ENV, raising=False)
+    assert bc.mode() == "vector"
+    monkeypatch.setenv(bc.ENV, "OFF")
+    assert bc.mode() == "off"
+    monkeypatch.setenv(bc.ENV, "fast")
+    with pytest.raises(ValueError, match="NVSHMEM_DSL_COPY_REWRITE='fast'"):
+        bc.mode()
+
+
+@pytest.mark.parametrize("how", ["off", "vector"])
+def test_numba_put_copy_loop(monkeypatch, how):
+    """With the rewrite the thread-scope put copies with 128-bit loads and weak 128-bit stores
+    (as nvcc's header path does); without it NVSHMEM's volatile asm store is there."""
+    pytest.importorskip("numba.cuda")
+    from numba import cuda, float32, int64, void
+
+    import nvshmem_dsl.numba as nv
+    try:
+        from nvshmem_dsl._libs import bitcode_path
+
+        bitcode_path("sm_90")
+    except Exception as exc:  # pragma: no cover
+        pytest.skip(f"no NVSHMEM device bitcode: {exc}")
+    monkeypatch.setenv(bc.ENV, how)
+
+    def put(dst, src, n, pe):
+        nv.put(dst, src, n, pe)
+
+    ptx, _ = cuda.compile_ptx(put, void(float32[::1], float32[::1], int64, int64), cc=(9, 0))
+    if how == "off":
+        assert "st.volatile.global.v4.u32" in ptx
+    else:
+        assert "st.volatile.global.v4.u32" not in ptx
+        assert "ld.global.v4" in ptx and "st.global.v4" in ptx
