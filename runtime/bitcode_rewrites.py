@@ -1,4 +1,5 @@
-"""Rewrites of the copy loops in NVSHMEM's device bitcode (experimental, opt-in).
+"""Rewrites of NVSHMEM's device bitcode that let LLVM optimise the code it inlines into kernels:
+the copy loops.
 
 NVSHMEM's ``libnvshmem_device*.bc`` (built with clang) copies data in its put/get paths with
 four scalar 32-bit loads and an inline-asm ``st.volatile.global.v4.u32``; the header path that

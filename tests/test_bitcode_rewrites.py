@@ -1,9 +1,9 @@
-"""The rewrite of NVSHMEM's copy loops (nvshmem_dsl.bitcode_copies): what it changes, what it
+"""The rewrite of NVSHMEM's copy loops (nvshmem_dsl.bitcode_rewrites): what it changes, what it
 must leave alone, and the PTX a Numba put gets with and without it."""
 import llvmlite.binding as llvm
 import pytest
 
-from nvshmem_dsl import bitcode_copies as bc
+from nvshmem_dsl import bitcode_rewrites as bc
 
 # NVSHMEM 3.4's copy loop (nvshmem_float_put), cut down: the v4 path runs only when
 # (dst | src) & 15 == 0.

@@ -48,6 +48,15 @@ case "$step" in
     NVSHMEM_DSL_COPY_REWRITE=vector timeout 300 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher \
       --timeout 290 --out "$work/suite-vector" | head -3 || rc=$?
     ;;
+  numba-perf)  # the Numba kernels as they compile now: loop-shape experiment, bench, suite
+    timeout 120 python3 -m nvshmem_dsl.run -n 2 bench/experiments/p_loop_shapes.py 2>&1 | tail -8 || rc=$?
+    timeout 200 python3 bench/run.py --quick --impls cpp,numba --no-compile-time --only put_bw,p_lat,g_lat \
+      --out "$work/latest.json" > "$work/bench.log" 2>&1 || rc=$?
+    grep -E "^[a-z_]+ +(thread|warp|block|peer_ptr) " "$work/bench.log"
+    timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher --timeout 190 \
+      --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
+    head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
+    ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?
     ;;
