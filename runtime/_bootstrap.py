@@ -5,6 +5,12 @@ a function returning the unique-id bytes (``nvshmemx_get_uniqueid``), which only
 rank 0 calls.  The modes, tried in this order:
 
 ``explicit``  the caller passes ``rank``, ``nranks`` (and ``uid`` when nranks > 1).
+``nvshmem``   ``NVSHMEM_BOOTSTRAP`` names one of NVSHMEM's own bootstraps (``PMI``,
+              ``PMI2``, ``PMIX``, ``MPI``, ``SHMEM``, ``plugin``): NVSHMEM itself finds the
+              ranks (e.g. ``srun --mpi=pmix`` with ``NVSHMEM_BOOTSTRAP=PMIX``); no id is
+              exchanged here, and the GPU comes from the launcher's local rank
+              (``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``,
+              ``LOCAL_RANK`` ...).
 ``mpi``       a communicator is passed, or the process was started by mpirun /
               mpiexec / srun --mpi (``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``,
               ``PMIX_RANK``, ``MV2_COMM_WORLD_SIZE``...) and mpi4py is installed.
@@ -62,7 +68,13 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-MODES = ("explicit", "mpi", "torchrun", "launcher", "single")
+MODES = ("explicit", "nvshmem", "mpi", "torchrun", "launcher", "single")
+
+#: NVSHMEM's own bootstrap selector; any value but UID (ours) hands the bootstrap to NVSHMEM.
+ENV_NVSHMEM_BOOTSTRAP = "NVSHMEM_BOOTSTRAP"
+#: Where launchers put the rank's index on its node, first found wins.
+LOCAL_RANK_VARS = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                   "PMIX_LOCAL_RANK", "PALS_LOCAL_RANKID", "LOCAL_RANK")
 
 ENV_MODE = "NVSHMEM_DSL_BOOTSTRAP"
 ENV_TIMEOUT = "NVSHMEM_DSL_INIT_TIMEOUT"
@@ -185,6 +197,8 @@ def detect_mode(
         if forced not in MODES:
             raise NvshmemInitError(f"{ENV_MODE}={forced!r}; expected one of {', '.join(MODES)}")
         return forced
+    if env.get(ENV_NVSHMEM_BOOTSTRAP, "").strip().upper() not in ("", "UID"):
+        return "nvshmem"
     under_mpi = any(name in env for name in MPI_ENV_VARS)
     if under_mpi and _mpi4py_available():
         return "mpi"
@@ -241,6 +255,9 @@ def bootstrap(
         return _mpi(make_uid if exchange_uid else None, comm, timeout, env)
     if mode == "single":
         return Bootstrap("single", 0, 1, 0, _call_make_uid(make_uid, "single") if make_uid else None)
+    if mode == "nvshmem":
+        # rank and size are NVSHMEM's to find (-1 until init); only the GPU is chosen here
+        return Bootstrap("nvshmem", -1, -1, _launcher_local_rank(env, local_rank), None)
 
     if mode == "torchrun":
         r = _int_env(env, "RANK", mode)
@@ -269,6 +286,15 @@ def bootstrap(
     else:
         the_uid = fetch_uid(host, port, rank=r, nranks=n, key=key, timeout=timeout, mode=mode)
     return Bootstrap(mode, r, n, lr, the_uid)
+
+
+def _launcher_local_rank(env: Mapping[str, str], given: int | None) -> int:
+    if given is not None:
+        return int(given)
+    for name in LOCAL_RANK_VARS:
+        if name in env:
+            return _int_env(env, name, "nvshmem")
+    return 0
 
 
 def _call_make_uid(make_uid: Callable[[], bytes] | None, mode: str) -> bytes:

@@ -220,7 +220,8 @@ def init(
             get_uniqueid, uid=uid, rank=rank, nranks=nranks, local_rank=local_rank, comm=mpi_comm,
             mode=mode, timeout=timeout,
         )
-        if bs.uid is None or len(bs.uid) != STRUCT_SIZES["nvshmemx_uniqueid_t"]:
+        own_bootstrap = bs.mode == "nvshmem"  # NVSHMEM_BOOTSTRAP=PMI/PMIX/MPI...: NVSHMEM finds the ranks
+        if not own_bootstrap and (bs.uid is None or len(bs.uid) != STRUCT_SIZES["nvshmemx_uniqueid_t"]):
             got = "none" if bs.uid is None else f"{len(bs.uid)} bytes"
             raise NvshmemInitError(
                 f"init(): the unique id must be the {STRUCT_SIZES['nvshmemx_uniqueid_t']} bytes of "
@@ -237,24 +238,28 @@ def init(
         except Exception as exc:
             raise NvshmemInitError(f"init(): cannot make CUDA device {device_id} current: {exc}") from exc
 
-        f = _host.ffi()
-        uid_struct = f.new("nvshmemx_uniqueid_t *")
-        f.memmove(uid_struct, bs.uid, len(bs.uid))
         layout = _attr_layout()
         attr = _new_init_attr(layout, device_id)
-        _host.call("nvshmemx_set_attr_uniqueid_args", bs.rank, bs.nranks, uid_struct, attr)
-        status = _host.call("nvshmemx_hostlib_init_attr", int(InitFlags.INIT_WITH_UNIQUEID), attr, check=False)
+        if own_bootstrap:
+            flags, who = 0, f"with NVSHMEM_BOOTSTRAP={os.environ.get('NVSHMEM_BOOTSTRAP')}"
+        else:
+            f = _host.ffi()
+            uid_struct = f.new("nvshmemx_uniqueid_t *")
+            f.memmove(uid_struct, bs.uid, len(bs.uid))
+            _host.call("nvshmemx_set_attr_uniqueid_args", bs.rank, bs.nranks, uid_struct, attr)
+            flags, who = int(InitFlags.INIT_WITH_UNIQUEID), f"PE {bs.rank} of {bs.nranks}"
+        status = _host.call("nvshmemx_hostlib_init_attr", flags, attr, check=False)
         if status != 0:
             name = _host.status_name(status)
             s.failed_init = f"nvshmemx_hostlib_init_attr returned {status} ({name})"
             raise NvshmemInitError(
-                f"init(): NVSHMEM failed to initialise PE {bs.rank} of {bs.nranks} on device {device_id}: "
+                f"init(): NVSHMEM failed to initialise {who} on device {device_id}: "
                 f"nvshmemx_hostlib_init_attr returned {status} ({name}). Run with NVSHMEM_DEBUG=INFO for "
                 "NVSHMEM's own explanation; NVSHMEM cannot be initialised again in this process."
             )
         pe = _host.call("nvshmem_my_pe")
         npes = _host.call("nvshmem_n_pes")
-        if pe != bs.rank or npes != bs.nranks:
+        if not own_bootstrap and (pe != bs.rank or npes != bs.nranks):
             warnings.warn(
                 f"NVSHMEM numbers this PE {pe} of {npes}, the bootstrap said rank {bs.rank} of {bs.nranks}",
                 RuntimeWarning,

@@ -90,11 +90,32 @@ def run_ranks(envs, make_uid, timeout=10.0):
         ({"RANK": "0", "WORLD_SIZE": "2", "NVSHMEM_DSL_BOOTSTRAP": "single"}, "single"),
         # LOCAL_RANK alone (our launcher without NVSHMEM_DSL_*) is not torchrun
         ({"LOCAL_RANK": "1"}, "single"),
+        # NVSHMEM's own bootstrap (srun --mpi=pmix with NVSHMEM_BOOTSTRAP=PMIX ...) wins over MPI
+        ({"NVSHMEM_BOOTSTRAP": "PMIX", "PMIX_RANK": "0", "SLURM_LOCALID": "0"}, "nvshmem"),
+        ({"NVSHMEM_BOOTSTRAP": "pmi", "PMI_SIZE": "2"}, "nvshmem"),
+        ({"NVSHMEM_BOOTSTRAP": "MPI", "OMPI_COMM_WORLD_SIZE": "2"}, "nvshmem"),
+        # UID is the unique-id bootstrap we drive ourselves
+        ({"NVSHMEM_BOOTSTRAP": "UID", "OMPI_COMM_WORLD_SIZE": "2"}, "mpi"),
+        ({"NVSHMEM_BOOTSTRAP": "PMI", "NVSHMEM_DSL_BOOTSTRAP": "single"}, "single"),
     ],
 )
 def test_detect_mode(env, mode, monkeypatch):
     monkeypatch.setattr(bs, "_mpi4py_available", lambda: True)
     assert detect_mode(env) == mode
+
+
+@pytest.mark.parametrize("env, local_rank", [
+    ({"NVSHMEM_BOOTSTRAP": "PMIX", "SLURM_LOCALID": "3", "LOCAL_RANK": "1"}, 3),
+    ({"NVSHMEM_BOOTSTRAP": "MPI", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, 1),
+    ({"NVSHMEM_BOOTSTRAP": "PMI2", "LOCAL_RANK": "2"}, 2),
+    ({"NVSHMEM_BOOTSTRAP": "PMI"}, 0),
+])
+def test_nvshmem_mode_leaves_ranks_to_nvshmem(env, local_rank):
+    b = bootstrap(lambda: pytest.fail("no unique id in nvshmem mode"), env=env)
+    assert (b.mode, b.rank, b.nranks, b.uid, b.local_rank) == ("nvshmem", -1, -1, None, local_rank)
+    assert b.device(2) == local_rank % 2
+    with pytest.raises(NvshmemInitError, match="SLURM_LOCALID"):
+        bootstrap(env={"NVSHMEM_BOOTSTRAP": "PMIX", "SLURM_LOCALID": "x"})
 
 
 def test_detect_explicit_and_comm_win_over_env():

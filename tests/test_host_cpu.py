@@ -302,6 +302,21 @@ def test_init_finalize_flow(fake_driver):
         assert module_init.library_init not in linker._init_hooks
 
 
+def test_init_with_nvshmems_own_bootstrap(fake_driver, monkeypatch):
+    """NVSHMEM_BOOTSTRAP=PMIX (srun) / PMI / MPI: init hands the bootstrap to NVSHMEM (flags 0,
+    no unique id) on the GPU of the launcher's local rank."""
+    monkeypatch.setenv("NVSHMEM_BOOTSTRAP", "PMIX")
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    fake_driver.responses.update({"nvshmem_my_pe": 3, "nvshmem_n_pes": 8})
+    with nv.init() as pe:
+        assert (nv.my_pe(), nv.n_pes(), pe.mode, pe.device_id) == (3, 8, "nvshmem", 0)
+    symbols = [c[0] for c in fake_driver.calls]
+    assert "nvshmemx_set_attr_uniqueid_args" not in symbols and "nvshmemx_get_uniqueid" not in symbols
+    init_call = next(c for c in fake_driver.calls if c[0] == "nvshmemx_hostlib_init_attr")
+    assert init_call[1][0] == 0  # flags: NVSHMEM's bootstrap from its environment
+    assert fake_driver.seen["device"] == 0
+
+
 def test_init_failure_is_reported_once_and_sticks(fake_driver):
     fake_driver.responses["nvshmemx_hostlib_init_attr"] = int(Status.ERROR_INTERNAL)
     with pytest.raises(nv.NvshmemInitError, match="ERROR_INTERNAL"):
