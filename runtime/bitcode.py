@@ -17,6 +17,18 @@ a *piece store* kept in a user-private cache directory:
 * every global variable, every defined function and every metadata node as
   a separate piece of LLVM assembly, with its direct dependencies.
 
+Building the store takes a few seconds of several CPUs: worker processes
+each parse the bitcode and print their share of the functions (printing the
+whole module as text is the slowest step), one per CPU up to 8, fewer when
+memory is short.  A process that finds no store starts that build in a
+process of its own and meanwhile gets the functions its first kernel calls
+from a *closure* extracted by one more process (a parse and a dead-code pass:
+quicker than the whole build, and the same IR), and waits for the build when
+it exits.  Another process finding the store being built does the same or,
+when it needs the whole store (:func:`api_names`), waits for it (a file
+lock).  ``$NVSHMEM_DSL_BUILD_JOBS`` sets the number of build processes; ``1``
+builds in the calling process, without closures.
+
 :func:`api_module` takes the transitive closure of the requested API names
 (plus the state globals the host library looks up), assembles those pieces
 and parses them (a few ms to a few hundred ms), memoised per process.
@@ -27,12 +39,18 @@ Public functions: :func:`api_module`, :func:`pruned_bitcode`,
 
 from __future__ import annotations
 
+import atexit
+import glob
 import hashlib
 import importlib.util
+import io
 import json
 import os
+import pickle
 import re
+import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -52,7 +70,7 @@ __all__ = [
 ]
 
 #: Bump when the on-disk layout or the way pieces are derived changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 #: Device globals that the host library (``nvshmemx_culibrary_init``) looks up
 #: by name in every loaded module; they must survive linking with external
@@ -181,11 +199,36 @@ def store_path(bc_path=None, arch=90) -> Path:
 
 # --------------------------------------------------------------------------
 # Building the store
+#
+# Parsing the bitcode (4-7 s) and printing it as text (5-13 s) are single calls
+# into LLVM; the rest is cheap.  So the store is built by several worker
+# processes at once (*parts*): each parses the bitcode, makes the externally
+# visible definitions that are not its own (a sorted list dealt out
+# round-robin) internal, lets GlobalDCE drop what its own ones do not use,
+# gives the survivors their linkage back, and prints, splits and compresses
+# what is left.  Every externally visible function is taken from the part that
+# owns it; internal helpers and globals, which several parts may print, from
+# the first.  Parts number their metadata and attribute groups independently:
+# the store keeps each part's metadata and :meth:`_Store.assemble` renumbers
+# part ``s``'s ``!N`` and ``#N`` to ``N + s * stride`` (part 0 keeps its own).
+#
+# The same machinery extracts a *closure*: a part that owns only the functions
+# one kernel calls.  It costs a parse and a GlobalDCE, and is what the first
+# kernel of a process links while the store is still being built (see
+# :func:`_first_store`).
 
 
 def _name_of(define_line: bytes) -> bytes:
     # nothing before the function's name contains an '@'
     return _GLOBAL_REF.search(define_line).group(1)
+
+
+def _unquote(name: bytes) -> str:
+    """The symbol of a printed global name (``"a b"`` -> ``a b``)."""
+    if name[:1] != b'"':
+        return name.decode()
+    body = re.sub(rb"\\([0-9A-Fa-f]{2})", lambda m: bytes([int(m.group(1), 16)]), name[1:-1])
+    return body.decode(errors="surrogateescape")
 
 
 def _split(text: bytes):
@@ -228,67 +271,175 @@ def _deps(text: bytes, globs, funcs):
     return f, g, {int(x) for x in _MD_REF.findall(text)}
 
 
-def _build(bc_path: Path, arch: int, out: Path, key: str) -> None:
+def _global_dce(mod) -> None:
     import llvmlite.binding as llvm
 
-    t0 = time.perf_counter()
-    print(
-        f"nvshmem-dsl: preparing NVSHMEM bitcode for sm_{arch} (once) ...",
-        file=sys.stderr,
-        flush=True,
-    )
-    mod = llvm.parse_bitcode(bc_path.read_bytes())
-    stats["bitcode_parses"] += 1
-    api = sorted(
-        f.name
-        for f in mod.functions
-        if not f.is_declaration
-        and f.linkage == llvm.Linkage.external
-        and f.name.startswith("nvshmem")
-    )
+    llvm.initialize_all_targets()
+    tm = llvm.Target.from_triple(mod.triple or "nvptx64-nvidia-cuda").create_target_machine()
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(0))
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_global_dead_code_eliminate_pass()
+    mpm.run(mod, pb)
+
+
+#: zlib level of the pieces: 1 packs the IR text about 4.5:1 at three times
+#: the speed of level 6 (5:1); reading is as fast either way.
+_ZLEVEL = 1
+_ATTR_DEF = re.compile(rb"attributes #(\d+) ")
+# what `_renumber` rewrites: !N and #N outside quoted strings
+_RENUMBER = re.compile(rb'"[^"]*"|([!#])(\d+)')
+
+
+def _renumber(text: bytes, md_off: int, attr_off: int) -> bytes:
+    """``text`` with metadata ``!N`` -> ``!(N + md_off)`` and attribute groups
+    ``#N`` -> ``#(N + attr_off)`` (quoted strings left alone)."""
+    if not (md_off or attr_off):
+        return text
+
+    def sub(m):
+        kind = m.group(1)
+        if kind is None:
+            return m.group(0)
+        return kind + str(int(m.group(2)) + (md_off if kind == b"!" else attr_off)).encode()
+
+    return _RENUMBER.sub(sub, text)
+
+
+def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None) -> dict:
+    """Part ``part`` of ``parts`` of the store for ``bc_path`` (see above); with
+    ``own`` (names), the part that owns just those functions (a closure)."""
+    import llvmlite.binding as llvm
+
+    # A context of its own: freed with it, and no type of another module can
+    # make LLVM rename NVSHMEM's types (all parts must print the same names).
+    ctx = llvm.create_context()
+    mod = llvm.parse_bitcode(bc_path.read_bytes(), context=ctx)
+    local = (llvm.Linkage.internal, llvm.Linkage.private)
+    api, public = [], {}
+    for f in mod.functions:
+        if not f.is_declaration and f.linkage not in local:
+            public[f.name] = f
+            if f.linkage == llvm.Linkage.external and f.name.startswith("nvshmem"):
+                api.append(f.name)
+    mine = set(sorted(public)[part::parts]) if own is None else set(own) & set(public)
+    changed = {}
+    for name, f in public.items():
+        if name not in mine:
+            changed[name] = (f.linkage, f.visibility)
+            f.linkage = "internal"
+    public = set(public)  # drop the ValueRefs: GlobalDCE deletes functions
+    if changed:
+        _global_dce(mod)
+        for f in mod.functions:  # the survivors print as they are in NVSHMEM
+            old = changed.get(f.name)
+            if old is not None:
+                f.linkage, f.visibility = old
     text = str(mod).encode()
-    del mod
+    mod.close()
+    ctx.close()
     preamble, globs, funcs, mds = _split(text)
     del text
-
-    # zlib releases the GIL: compress the pieces on all cores.
-    names = list(funcs)
-    pieces = [funcs[n] for n in names] + [
-        b"\n".join(preamble),
-        b"\n".join(globs.values()),
-        b"\n".join(mds[k] for k in sorted(mds)),
-    ]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as ex:
-        packed = list(ex.map(lambda data: zlib.compress(data, 6), pieces))
-    blob, where = bytearray(), []
-    for z in packed:
-        where.append([len(blob), len(z)])
-        blob += z
-
-    fn_index = {}
-    for i, name in enumerate(names):
+    # a part of the store keeps its own functions and the internal ones; a
+    # closure all it printed (the others' linkage is restored above)
+    names = [n for n in funcs
+             if own is not None or _unquote(n) in mine or _unquote(n) not in public]
+    if sum(_unquote(n) in mine for n in names) != len(mine):
+        raise RuntimeError(f"part {part}/{parts}: some of its own functions were not printed")
+    sources = [funcs[n] for n in names]
+    sources.append(b"\n".join(mds[k] for k in sorted(mds)))
+    if threads > 1:  # zlib releases the GIL
+        with ThreadPoolExecutor(max_workers=threads) as ex:
+            packed = list(ex.map(lambda data: zlib.compress(data, _ZLEVEL), sources))
+    else:
+        packed = [zlib.compress(data, _ZLEVEL) for data in sources]
+    blob, fn_index = bytearray(), {}
+    for name, z in zip(names, packed):
         f, g, m = _deps(funcs[name], globs, funcs)
         f.discard(name)
         fn_index[name.decode()] = [
-            *where[i],
+            len(blob),
+            len(z),
             sorted(x.decode() for x in f),
             sorted(x.decode() for x in g),
             sorted(m),
         ]
+        blob += z
+    attrs = [int(m.group(1)) for m in map(_ATTR_DEF.match, preamble) if m]
+    return {
+        "api": sorted(api),
+        "public": len(public),
+        "preamble": preamble,
+        "globals": {k.decode(): v for k, v in globs.items()},
+        "metadata": packed[-1],
+        "md_max": max(mds, default=0),
+        "attr_max": max(attrs, default=0),
+        "functions": fn_index,
+        "blob": bytes(blob),
+    }
+
+
+def _merge_preambles(parts, attr_stride: int) -> bytes:
+    """One preamble for all parts: the first part's target lines, every named
+    type, comdat and declaration once, and every part's attribute groups
+    (renumbered like the part's functions)."""
+    head, types, decls, attrs = [], {}, {}, []
+    for s, part in enumerate(parts):
+        for line in part["preamble"]:
+            if line.startswith((b"target ", b"module asm")):
+                if s == 0:
+                    head.append(line)
+            elif line.startswith(b"attributes #"):
+                attrs.append(_renumber(line, 0, s * attr_stride))
+            elif line.startswith(b"declare "):
+                decls.setdefault(_name_of(line), _renumber(line, 0, s * attr_stride))
+            else:  # %type = ..., $comdat = ...
+                types.setdefault(line.split(b" = ", 1)[0], line)
+    return b"\n".join(head + list(types.values()) + list(decls.values()) + attrs)
+
+
+def _merge(parts, bc_path: Path, arch: int, key: str):
+    """The store's index and blob, from its parts."""
+    if any(p["api"] != parts[0]["api"] or p["public"] != parts[0]["public"] for p in parts):
+        raise RuntimeError("the parts of the NVSHMEM bitcode disagree")
+    md_stride = 10 ** len(str(max(p["md_max"] for p in parts) + 1))
+    attr_stride = 10 ** len(str(max(p["attr_max"] for p in parts) + 1))
+    blob = bytearray()
+
+    def put(data: bytes) -> list:
+        blob.extend(data)
+        return [len(blob) - len(data), len(data)]
+
+    functions, seen, segments = {}, set(), []
+    for s, part in enumerate(parts):
+        pb = part["blob"]
+        for name, (off, n, f, g, m) in part["functions"].items():
+            if name not in functions:
+                functions[name] = [s, *put(pb[off:off + n]), f, g, m]
+        lines = [line for name, line in part["globals"].items() if name not in seen]
+        seen.update(part["globals"])
+        segments.append({
+            "globals": put(zlib.compress(b"\n".join(lines), _ZLEVEL)),
+            "metadata": put(part["metadata"]),
+        })
+    preamble = put(zlib.compress(_merge_preambles(parts, attr_stride), _ZLEVEL))
     index = {
         "format": FORMAT_VERSION,
         "key": key,
         "arch": arch,
         "source": str(bc_path),
-        "api": api,
-        "preamble": where[-3],
-        "globals": where[-2],
-        "metadata": where[-1],
-        "functions": fn_index,
+        "api": parts[0]["api"],
+        "preamble": preamble,
+        "md_stride": md_stride,
+        "attr_stride": attr_stride,
+        "segments": segments,
+        "functions": functions,
+        "blob_size": len(blob),
     }
-    index["blob_size"] = len(blob)
-    raw = json.dumps(index, separators=(",", ":")).encode()
+    return index, blob
 
+
+def _write_store(out: Path, index: dict, blob) -> None:
+    raw = json.dumps(index, separators=(",", ":")).encode()
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -306,9 +457,217 @@ def _build(bc_path: Path, arch: int, out: Path, key: str) -> None:
         except OSError:
             pass
         raise
+
+
+# Worker processes run `python -S -c _WORKER_MAIN ...`: this file loaded by
+# path, so that neither the nvshmem_dsl package nor the user's __main__ is
+# imported, with the parent's sys.path.
+_WORKER_MAIN = (
+    "import importlib.util, json, sys\n"
+    "sys.path[:] = json.loads(sys.argv[1])\n"
+    "spec = importlib.util.spec_from_file_location('_nvshmem_dsl_bitcode_worker', sys.argv[2])\n"
+    "mod = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(mod)\n"
+    "mod._worker_main(sys.argv[3:])\n"
+)
+
+#: Most part processes a build starts, and the smallest bitcode worth them.
+_MAX_JOBS = 8
+_PARALLEL_MIN_BYTES = 4 << 20
+#: Memory a part needs, per byte of bitcode (~1.6 GB for the 54 MB sm_90 file).
+_BYTES_PER_BC_BYTE = 40
+
+
+class _WorkerFailed(RuntimeError):
+    pass
+
+
+def _worker_main(argv) -> None:
+    what, *args = argv
+    if what == "part":  # bc_path part parts threads out [own-json]
+        bc_path, part, parts, threads, out, own = args
+        data = _part(Path(bc_path), int(part), int(parts), int(threads),
+                     json.loads(own) if own else None)
+        with open(out + ".tmp", "wb") as fh:
+            pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(out + ".tmp", out)
+    elif what == "build":  # bc_path arch out key; holds the store's lock (inherited)
+        bc_path, arch, out, key = args
+        _build(Path(bc_path), int(arch), Path(out), key, side=True)
+    else:
+        raise SystemExit(f"unknown worker command {what!r}")
+
+
+def _spawn(args, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-S", "-c", _WORKER_MAIN, json.dumps(sys.path),
+         os.path.abspath(__file__), *map(str, args)],
+        stdin=subprocess.DEVNULL, **kw,
+    )
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _mem_available():
+    """Bytes of memory this process may still use, or None if unknown."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v2 limit
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            free = int(limit) - used
+            avail = free if avail is None else min(avail, free)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def _per_process_bytes(bc_path: Path) -> int:
+    return _BYTES_PER_BC_BYTE * bc_path.stat().st_size
+
+
+def _can_spawn(bc_path: Path) -> bool:
+    return (bool(sys.executable) and os.path.isfile(__file__)
+            and bc_path.stat().st_size >= _PARALLEL_MIN_BYTES)
+
+
+def _env_jobs():
+    try:
+        return max(1, int(os.environ.get("NVSHMEM_DSL_BUILD_JOBS", "").strip()))
+    except ValueError:
+        return None
+
+
+def _build_jobs(bc_path: Path, side: bool = False) -> int:
+    """How many processes build the store for ``bc_path``:
+    ``$NVSHMEM_DSL_BUILD_JOBS``, else one per CPU (at most :data:`_MAX_JOBS`;
+    one CPU left for closures when ``side``) as far as the available memory
+    allows; 1 (the building process itself) for small files."""
+    env = _env_jobs()
+    if env is not None:
+        return env
+    if not _can_spawn(bc_path):
+        return 1
+    jobs = min(_cpus() - side, _MAX_JOBS)
+    avail = _mem_available()
+    if avail is not None:
+        jobs = min(jobs, avail // _per_process_bytes(bc_path) - side)
+    return max(1, int(jobs))
+
+
+def _side_builds(bc_path: Path) -> bool:
+    """Whether a missing store is built by a process of its own while the
+    kernels that need it now link closures extracted on the side: with
+    ``NVSHMEM_DSL_BUILD_JOBS`` > 1, or, by default, for files worth it with two
+    CPUs and the memory for two processes (``NVSHMEM_DSL_BUILD_JOBS=1``:
+    never; everything in the calling process)."""
+    try:
+        import fcntl  # noqa: F401  (the builder holds the store's lock)
+    except ImportError:  # pragma: no cover - not POSIX
+        return False
+    env = _env_jobs()
+    if env is not None:
+        return env > 1 and bool(sys.executable) and os.path.isfile(__file__)
+    if not _can_spawn(bc_path) or _cpus() < 2:
+        return False
+    avail = _mem_available()
+    return avail is None or avail >= 2 * _per_process_bytes(bc_path)
+
+
+def _run_parts(bc_path: Path, tmpdir: Path, parts: int, threads: int) -> list:
+    """The ``parts`` parts of the store for ``bc_path``, built by as many
+    processes at once (working in ``tmpdir``)."""
+    procs = []
+    try:
+        for i in range(parts):
+            with open(tmpdir / f"part{i}.log", "wb") as log:
+                procs.append(_spawn(
+                    ["part", bc_path, i, parts, threads, tmpdir / f"part{i}", ""],
+                    stdout=log, stderr=subprocess.STDOUT,
+                ))
+        results = []
+        for i, p in enumerate(procs):
+            rc = p.wait()
+            if rc != 0:
+                log = (tmpdir / f"part{i}.log").read_bytes()[-1500:].decode(errors="replace")
+                raise _WorkerFailed(f"part {i} exited with status {rc}: {log.strip()}")
+            with open(tmpdir / f"part{i}", "rb") as fh:
+                results.append(pickle.load(fh))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Temporary files of builds of ``out`` that died (call with the lock held),
+    and closure folders older than an hour."""
+    for p in out.parent.glob(glob.escape(out.name) + ".build-*"):
+        shutil.rmtree(p, ignore_errors=True)
+    for p in out.parent.glob(glob.escape(out.name) + "*.tmp"):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    for p in out.parent.glob(glob.escape(out.name) + ".closure-*"):
+        try:
+            if time.time() - p.stat().st_mtime > 3600:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _build(bc_path: Path, arch: int, out: Path, key: str, side: bool = False) -> None:
+    """Build the store ``out`` (the caller holds its lock); ``side``: in a
+    process of its own, with closures being extracted beside it."""
+    t0 = time.perf_counter()
+    _remove_leftovers(out)
+    jobs = _build_jobs(bc_path, side)
+    how = f" with {jobs} processes" if jobs > 1 else ""
+    print(
+        f"nvshmem-dsl: preparing NVSHMEM bitcode for sm_{arch} (once){how} ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    stats["bitcode_parses"] += 1
+    parts = None
+    if jobs > 1:
+        tmpdir = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".build-"))
+        threads = max(1, _cpus() // jobs)
+        try:
+            parts = _run_parts(bc_path, tmpdir, jobs, threads)
+        except (OSError, _WorkerFailed, pickle.UnpicklingError, EOFError) as e:
+            print(
+                f"nvshmem-dsl: preparing in {jobs} processes failed ({e}); "
+                "preparing in this process ...",
+                file=sys.stderr,
+                flush=True,
+            )
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+    if parts is None:
+        parts = [_part(bc_path, 0, 1, threads=_cpus())]
+    index, blob = _merge(parts, bc_path, arch, key)
+    del parts
+    _write_store(out, index, blob)
     print(
         f"nvshmem-dsl: NVSHMEM bitcode for sm_{arch} ready "
-        f"({time.perf_counter() - t0:.1f} s, {len(api)} API functions)",
+        f"({time.perf_counter() - t0:.1f} s, {len(index['api'])} API functions)",
         file=sys.stderr,
         flush=True,
     )
@@ -319,7 +678,10 @@ def _build(bc_path: Path, arch: int, out: Path, key: str) -> None:
 
 
 class _Store:
-    """A validated piece store, read lazily from its file."""
+    """A validated piece store, read lazily from its file (or, for a closure,
+    from memory: :meth:`from_part`)."""
+
+    temporary = False
 
     def __init__(self, path: Path, key: str):
         self.path, self.key = path, key
@@ -337,28 +699,39 @@ class _Store:
                 idx = json.loads(raw)
             except ValueError as e:
                 raise CacheCorrupt(f"index unreadable: {e}") from None
-            self._base = len(_MAGIC) + _HEAD.size + n
+            base = len(_MAGIC) + _HEAD.size + n
             size = os.fstat(fh.fileno()).st_size
         if idx.get("format") != FORMAT_VERSION or idx.get("key") != key:
             raise CacheCorrupt("stale key")
-        if size != self._base + idx["blob_size"]:
+        if size != base + idx["blob_size"]:
             raise CacheCorrupt("file size mismatch")
+        self._load(idx, open(path, "rb"), base)
+
+    @classmethod
+    def from_part(cls, part: dict, key: str) -> "_Store":
+        """A store in memory holding one part (a closure)."""
+        self = cls.__new__(cls)
+        self.path, self.key, self.temporary = None, key, True
+        index, blob = _merge([part], Path(), 0, key)
+        self._load(index, io.BytesIO(bytes(blob)), 0)
+        return self
+
+    def _load(self, idx: dict, fh, base: int) -> None:
         self.api = frozenset(idx["api"])
-        self.functions = idx["functions"]
-        self._fh = open(path, "rb")
+        self.functions = idx["functions"]  # name -> [part, off, len, fns, globals, mds]
+        self._segments = idx["segments"]
+        self._md_stride, self._attr_stride = idx["md_stride"], idx["attr_stride"]
+        self._fh, self._base = fh, base
         self._lock = threading.Lock()
         self.preamble = self._read(idx["preamble"])
-        self.globals = {
-            _GLOBAL_REF.match(line).group(1).decode(): line
-            for line in self._read(idx["globals"]).split(b"\n")
-            if line
-        }
-        self.metadata = {}
-        for line in self._read(idx["metadata"]).split(b"\n"):
-            if line:
-                key_, _ = line.split(b" ", 1)
-                self.metadata[int(key_[1:])] = line
-        stats["store_loads"] += 1
+        self.globals = {}  # name -> (part, line)
+        for s, seg in enumerate(self._segments):
+            for line in self._read(seg["globals"]).split(b"\n"):
+                if line:
+                    self.globals[_GLOBAL_REF.match(line).group(1).decode()] = (s, line)
+        self._metadata = [None] * len(self._segments)
+        if not self.temporary:
+            stats["store_loads"] += 1
 
     def _read(self, where) -> bytes:
         off, n = where[0], where[1]
@@ -369,6 +742,21 @@ class _Store:
             return zlib.decompress(data)
         except zlib.error as e:
             raise CacheCorrupt(f"piece unreadable: {e}") from None
+
+    def metadata(self, part: int) -> dict:
+        """The metadata nodes of ``part``, by number (read on first use)."""
+        table = self._metadata[part]
+        if table is None:
+            table = {}
+            for line in self._read(self._segments[part]["metadata"]).split(b"\n"):
+                if line:
+                    key_, _ = line.split(b" ", 1)
+                    table[int(key_[1:])] = line
+            self._metadata[part] = table
+        return table
+
+    def _renumber(self, text: bytes, part: int) -> bytes:
+        return _renumber(text, part * self._md_stride, part * self._attr_stride)
 
     def assemble(self, names) -> bytes:
         """LLVM assembly for the functions ``names``, everything they refer
@@ -386,39 +774,52 @@ class _Store:
             if is_fn:
                 if name not in funcs:
                     funcs.add(name)
-                    _, _, f, g, m = self.functions[name]
+                    s, _, _, f, g, m = self.functions[name]
                     todo += [(True, x) for x in f] + [(False, x) for x in g]
-                    mds.update(m)
+                    mds.update((s, x) for x in m)
             elif name not in globs:
                 globs.add(name)
-                line = self.globals[name]
+                s, line = self.globals[name]
                 for ref in _GLOBAL_REF.findall(line):
                     r = ref.decode()
                     if r in self.functions or r in self.globals:
                         todo.append((r in self.functions, r))
-                mds.update(int(x) for x in _MD_REF.findall(line))
+                mds.update((s, int(x)) for x in _MD_REF.findall(line))
         md_todo = list(mds)
         mds = set()
         while md_todo:
-            i = md_todo.pop()
-            if i in mds or i not in self.metadata:
+            s, i = md_todo.pop()
+            line = self.metadata(s).get(i)
+            if line is None or (s, i) in mds:
                 continue
-            mds.add(i)
-            md_todo.extend(int(x) for x in _MD_REF.findall(self.metadata[i]))
+            mds.add((s, i))
+            md_todo.extend((s, int(x)) for x in _MD_REF.findall(line))
         parts = [self.preamble]
-        parts += [self.globals[g] for g in sorted(globs)]
-        parts += [self._read(self.functions[f]) for f in sorted(funcs)]
-        parts += [self.metadata[i] for i in sorted(mds)]
+        parts += [self._renumber(self.globals[g][1], self.globals[g][0]) for g in sorted(globs)]
+        for f in sorted(funcs):
+            s, off, n = self.functions[f][:3]
+            parts.append(self._renumber(self._read((off, n)), s))
+        parts += [self._renumber(self.metadata(s)[i], s) for s, i in sorted(mds)]
         return b"\n".join(parts) + b"\n"
 
 
 _stores: dict[str, _Store] = {}
-_subsets: OrderedDict = OrderedDict()  # (store key, names) -> ModuleRef, LRU
+_subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode) -> ModuleRef, LRU
 _MAX_SUBSETS = 64
 _lock = threading.RLock()
+_builders: list = []  # build processes this process started (waited for at exit)
+
+
+def _open_store(path: Path, key: str):
+    try:
+        return _Store(path, key)
+    except (FileNotFoundError, CacheCorrupt):
+        return None
 
 
 def _store(bc_path, arch) -> _Store:
+    """The store for ``bc_path`` (default: the bitcode for ``arch``), built
+    first if need be."""
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     with _lock:
@@ -431,31 +832,132 @@ def _store(bc_path, arch) -> _Store:
 
 
 def _open_or_build(bc_path: Path, arch: int, path: Path, key: str) -> _Store:
-    try:
-        return _Store(path, key)
-    except (FileNotFoundError, CacheCorrupt):
-        pass
-    # Serialise builders across processes; re-check once we hold the lock.
-    with _file_lock(path.with_suffix(".lock")):
-        try:
-            return _Store(path, key)
-        except (FileNotFoundError, CacheCorrupt):
-            _build(bc_path, arch, path, key)
+    st = _open_store(path, key)
+    if st is not None:
+        return st
+    started = _start_builder(bc_path, arch, path, key)
+    # Serialise builders across processes (two PEs starting at once: one
+    # builds, the other waits for it); re-check once we hold the lock.
+    waiting = None if started else (
+        f"nvshmem-dsl: waiting for another process preparing NVSHMEM bitcode for sm_{arch} ...")
+    with _file_lock(path.with_suffix(".lock"), waiting):
+        st = _open_store(path, key)
+        if st is not None:
+            return st
+        _build(bc_path, arch, path, key)  # here: none started, or it failed
     return _Store(path, key)
 
 
+def _start_builder(bc_path: Path, arch: int, path: Path, key: str) -> bool:
+    """Start a process that builds the store, unless one is at it or the store
+    is small enough to build here; True if one was started.  The builder
+    inherits the store's lock, taken here, and holds it until it is done."""
+    if not _side_builds(bc_path):
+        return False
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return False
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # another process is building it
+        if _open_store(path, key) is not None:
+            return False
+        proc = _spawn(["build", bc_path, arch, path, key], pass_fds=(fd,),
+                      stdout=subprocess.DEVNULL)  # stderr: this one's, for its progress
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # the builder's copy keeps the lock
+    with _lock:
+        if not _builders:
+            atexit.register(_wait_for_builders)
+        _builders.append(proc)
+    return True
+
+
+def _wait_for_builders() -> None:
+    """At exit: let the store builds this process started finish (they hold
+    its stderr and write the cache the next process reads)."""
+    for proc in _builders:
+        if proc.poll() is None:
+            print("nvshmem-dsl: waiting for the NVSHMEM bitcode cache to be written ...",
+                  file=sys.stderr, flush=True)
+            try:
+                proc.wait()
+            except KeyboardInterrupt:
+                proc.kill()
+                raise
+
+
+def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
+    """A store that has ``names``: the cached one; or, while the cache is
+    being built, a closure of ``names`` extracted by a process of its own (a
+    parse and a GlobalDCE, quicker than the whole build, which goes on), unless
+    the cached one is ready first."""
+    path = _store_file(bc_path, key)
+    st = _open_store(path, key)
+    if st is not None:
+        with _lock:
+            return _stores.setdefault(key, st)
+    arch = _arch_number(arch)
+    if not _side_builds(bc_path):
+        return _store(bc_path, arch)
+    _start_builder(bc_path, arch, path, key)
+    tmpdir = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + ".closure-"))
+    out = tmpdir / "part0"
+    proc = None
+    try:
+        with open(tmpdir / "part0.log", "wb") as log:
+            proc = _spawn(["part", bc_path, 0, 1, 1, out, json.dumps(sorted(names))],
+                          stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                rc = proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if rc == 0:
+                with open(out, "rb") as fh:
+                    return _Store.from_part(pickle.load(fh), key)
+            if rc is not None:
+                break  # failed: use the cache once it is there
+            if path.exists():
+                st = _open_store(path, key)
+                if st is not None:
+                    with _lock:
+                        return _stores.setdefault(key, st)
+    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError):
+        pass
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return _store(bc_path, arch)
+
+
 class _file_lock:
-    def __init__(self, path: Path):
-        self.path = path
+    """An exclusive ``flock`` on ``path``; prints ``waiting`` (if given) when
+    another process holds it."""
+
+    def __init__(self, path: Path, waiting: str | None = None):
+        self.path, self.waiting = path, waiting
 
     def __enter__(self):
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
         except ImportError:  # pragma: no cover - not POSIX
-            pass
+            return self
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if self.waiting:
+                print(self.waiting, file=sys.stderr, flush=True)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc):
@@ -498,28 +1000,42 @@ def api_module(names, arch=90, bc_path=None):
     external); the caller links the module in and internalizes.  The caller
     owns the returned module (``link_in`` may consume it).  Raises
     :class:`KeyError` for names that are not NVSHMEM device functions.
+
+    With no cache yet, the first call starts building it (unless another
+    process is at it) and returns the same module from a closure of ``names``
+    extracted on the side, which is quicker than the whole build; a process
+    that started a build waits for it when it exits.
     """
     import llvmlite.binding as llvm
 
+    # imported here: the build workers load this file on its own, outside the package
+    from . import bitcode_rewrites
+
     names = tuple(sorted(set(names)))
+    bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
+    key = _cache_key(bc_path)
+    how = bitcode_rewrites.mode()  # NVSHMEM's copy loops, rewritten in the text before parsing
     for attempt in (0, 1):
-        st = _store(bc_path, arch)
-        key = (st.key, names)
         with _lock:
-            mod = _subsets.get(key)
+            mod = _subsets.get((key, names, how))
             if mod is not None:
-                _subsets.move_to_end(key)
+                _subsets.move_to_end((key, names, how))
                 return mod.clone()
+            st = _stores.get(key)
+        if st is None:
+            st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            mod = llvm.parse_assembly(st.assemble(names).decode())
+            text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how)
+            mod = llvm.parse_assembly(text)
         except (CacheCorrupt, RuntimeError):
             if attempt:
                 raise
-            _drop_store(bc_path, arch)  # rebuilt by the next _store()
+            if not st.temporary:
+                _drop_store(bc_path, arch)  # rebuilt by the next _store()
             continue
         stats["subset_parses"] += 1
         with _lock:
-            _subsets[key] = mod
+            _subsets[(key, names, how)] = mod
             while len(_subsets) > _MAX_SUBSETS:
                 _subsets.popitem(last=False)
         return mod.clone()

@@ -22,7 +22,9 @@ GENERATED = Path(__file__).resolve().parent.parent / "generated"
 @pytest.fixture(scope="module")
 def bitcode_functions():
     path = _libs.bitcode_path(90)
-    module = llvm.parse_bitcode(path.read_bytes())
+    # a context of its own: in the global one, struct names other modules created first
+    # (%struct.__half from a kernel compiled earlier in this process) would get suffixes
+    module = llvm.parse_bitcode(path.read_bytes(), context=llvm.create_context())
     out = {}
     for fn in module.functions:
         if fn.is_declaration or fn.linkage != llvm.Linkage.external:

@@ -70,7 +70,7 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
-from .. import bitcode, bitcode_rewrites
+from .. import bitcode
 
 __all__ = [
     "NvshmemCodeLibrary",
@@ -299,12 +299,6 @@ def link(llvm_strs, cc, opt: int = 3):
             api = bitcode.api_module(names, sm)
         except KeyError as e:
             raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
-        # NVSHMEM's copy loops vectorised (see nvshmem_dsl.bitcode_rewrites)
-        how = bitcode_rewrites.mode()
-        if how != "off":
-            text, rewritten = bitcode_rewrites.rewrite(str(api), how)
-            if rewritten:
-                api = llvm.parse_assembly(text)
         _check_declarations(main, api, names)
         main.link_in(api)
         _internalize(main, keep)

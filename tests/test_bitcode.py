@@ -1,0 +1,239 @@
+"""The NVSHMEM bitcode piece store (nvshmem_dsl.bitcode) on a small NVSHMEM-like module:
+stores built in several processes, closures extracted on the side, concurrent cold starts.
+
+Everything runs on the CPU in a few seconds; the real bitcode is covered by
+tests/test_numba_linker.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+
+import pytest
+
+llvm = pytest.importorskip("llvmlite.binding")
+
+from nvshmem_dsl import bitcode  # noqa: E402
+
+# Three parts' worth of API functions sharing an internal helper, an internal
+# mutable global, TBAA and loop metadata; a string that looks like metadata and
+# attribute references; a hidden API function that another one calls.
+IR = r"""
+target datalayout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+target triple = "nvptx64-nvidia-cuda"
+
+%struct.state = type { i32, i32 }
+
+@nvshmemi_device_state_d = addrspace(4) externally_initialized constant %struct.state zeroinitializer, align 4
+@counter = internal addrspace(1) global i32 0, align 4
+@.str = private unnamed_addr constant [6 x i8] c"a!1#2\00", align 1
+@table = internal constant ptr @.str, align 8
+
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x() #2
+
+define internal i32 @helper(i32 %x) #0 {
+  %s = load i32, ptr addrspace(4) @nvshmemi_device_state_d, align 4, !tbaa !0
+  %c = atomicrmw add ptr addrspace(1) @counter, i32 %x seq_cst, align 4
+  %r = add i32 %s, %c
+  ret i32 %r
+}
+
+define i32 @nvshmem_bar() #1 {
+  ret i32 7
+}
+
+define hidden i32 @nvshmem_foo(i32 %x) #1 {
+  %r = call i32 @helper(i32 %x)
+  ret i32 %r
+}
+
+define i32 @nvshmem_baz(i32 %n) #3 {
+entry:
+  br label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %i1, %loop ]
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %v = call i32 @nvshmem_foo(i32 %t)
+  %w = call i32 @helper(i32 %v)
+  %i1 = add i32 %i, %w
+  %c = icmp slt i32 %i1, %n
+  br i1 %c, label %loop, label %exit, !llvm.loop !4
+exit:
+  ret i32 %i1
+}
+
+define ptr @nvshmem_zap() #1 {
+  %p = load ptr, ptr @table, align 8, !tbaa !6
+  ret ptr %p
+}
+
+attributes #0 = { noinline nounwind "target-cpu"="sm_90" "target-features"="+ptx88,+sm_90" }
+attributes #1 = { alwaysinline nounwind "target-cpu"="sm_90" "target-features"="+ptx88,+sm_90" }
+attributes #2 = { nounwind memory(none) }
+attributes #3 = { nounwind "frame-pointer"="all" "target-cpu"="sm_90" }
+
+!0 = !{!1, !1, i64 0}
+!1 = !{!"int", !2, i64 0}
+!2 = !{!"omnipotent char", !3, i64 0}
+!3 = !{!"Simple C++ TBAA"}
+!4 = distinct !{!4, !5}
+!5 = !{!"llvm.loop.mustprogress"}
+!6 = !{!7, !7, i64 0}
+!7 = !{!"any pointer", !2, i64 0}
+"""
+API = ["nvshmem_bar", "nvshmem_baz", "nvshmem_foo", "nvshmem_zap"]
+
+
+@pytest.fixture
+def bc(tmp_path, monkeypatch):
+    path = tmp_path / "libnvshmem_device_sm_90.bc"
+    path.write_bytes(llvm.parse_assembly(IR).as_bitcode())
+    monkeypatch.delenv("NVSHMEM_DSL_BUILD_JOBS", raising=False)
+    monkeypatch.setattr(bitcode, "_stores", {})
+    monkeypatch.setattr(bitcode, "_subsets", type(bitcode._subsets)())
+    return path
+
+
+def _store(bc, tmp_path, monkeypatch, jobs: int, name: str):
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / name))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", str(jobs))
+    bitcode._stores.clear()
+    bitcode.api_names(90, bc_path=bc)  # builds it
+    return bitcode._Store(bitcode.store_path(bc), bitcode._cache_key(bc))
+
+
+_REF = re.compile(r'"[^"]*"|!(\d+)')
+
+
+def canonical(asm: str) -> list:
+    """The module's lines, sorted, with attribute groups and metadata nodes
+    written out in place of their numbers; unused declarations left out, type
+    names without the suffixes LLVM adds."""
+    ctx = llvm.create_context()
+    mod = llvm.parse_assembly(asm, context=ctx)
+    text = str(mod)
+    mod.close()
+    ctx.close()
+    attrs = dict(re.findall(r"^attributes (#\d+) = (.*)$", text, re.M))
+    nodes = {int(k): v for k, v in re.findall(r"^!(\d+) = (.*)$", text, re.M)}
+
+    def node(n, seen=()):
+        if n in seen:
+            return "SELF"
+        return _REF.sub(lambda m: m.group(0) if m.group(1) is None
+                        else "<" + node(int(m.group(1)), seen + (n,)) + ">", nodes[n])
+
+    lines = []
+    for line in text.split("\n"):
+        if not line.strip() or line.startswith(("attributes #", ";", "!", "source_filename")):
+            continue
+        if line.startswith("declare ") and not re.search(
+                r"@([\w.]+)\(", line).group(1) in re.findall(r"call [^@]*@([\w.]+)\(", text):
+            continue
+        line = re.sub(r'"[^"]*"|#\d+\b', lambda m: attrs.get(m.group(0), m.group(0)), line)
+        line = re.sub(r"(%struct\.[A-Za-z_]+)[.\d]*", r"\1", line)  # renamed by the context
+        lines.append(_REF.sub(lambda m: m.group(0) if m.group(1) is None
+                              else "<" + node(int(m.group(1))) + ">", line))
+    return sorted(lines)
+
+
+def test_renumber_leaves_strings_alone():
+    text = b'@s = constant [5 x i8] c"!1#2\\00"\n  %x = load i32, ptr %p, !tbaa !7 #3'
+    assert bitcode._renumber(text, 100, 10) == (
+        b'@s = constant [5 x i8] c"!1#2\\00"\n  %x = load i32, ptr %p, !tbaa !107 #13')
+    assert bitcode._renumber(text, 0, 0) is text
+
+
+def test_parts_give_the_same_modules(bc, tmp_path, monkeypatch):
+    one = _store(bc, tmp_path, monkeypatch, 1, "one")
+    two = _store(bc, tmp_path, monkeypatch, 2, "two")
+    assert one.api == two.api == set(API)
+    assert len(one._segments) == 1 and len(two._segments) == 2
+    # sorted API dealt out: part 0 owns bar and foo, part 1 baz and zap
+    assert [two.functions[n][0] for n in API] == [0, 1, 0, 1]
+    assert two.functions["helper"][0] == 0  # from the first part that has it
+    for names in [[n] for n in API] + [API]:
+        assert canonical(one.assemble(names).decode()) == canonical(two.assemble(names).decode()), names
+    zap = two.assemble(["nvshmem_zap"]).decode()
+    assert 'c"a!1#2\\00"' in zap  # renumbered (part 1), the string kept
+    assert min(int(n) for n in re.findall(r"!tbaa !(\d+)", zap)) >= two._md_stride
+    assert "target-cpu" not in zap and "target-features" not in zap
+    # the only internal mutable global is defined once
+    both = two.assemble(["nvshmem_foo", "nvshmem_baz"]).decode()
+    assert len(re.findall(r"^@counter = ", both, re.M)) == 1
+    mod = llvm.parse_assembly(both)
+    mod.verify()
+    assert {"nvshmem_foo", "nvshmem_baz", "helper"} <= {f.name for f in mod.functions}
+    path = bitcode.store_path(bc)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not list(path.parent.glob("*.tmp")) and not list(path.parent.glob("*.build-*"))
+
+
+def test_closure_is_the_same_module(bc, tmp_path, monkeypatch):
+    store = _store(bc, tmp_path, monkeypatch, 1, "one")
+    closure = bitcode._Store.from_part(bitcode._part(bc, 0, 1, own=["nvshmem_baz"]), "k")
+    assert closure.temporary and closure.api == set(API)
+    assert set(closure.functions) == {"nvshmem_baz", "nvshmem_foo", "helper"}
+    text = closure.assemble(["nvshmem_baz"]).decode()
+    # nvshmem_foo, not its own, is printed as NVSHMEM has it (external, hidden)
+    assert re.search(r"^define hidden i32 @nvshmem_foo", text, re.M)
+    assert canonical(text) == canonical(store.assemble(["nvshmem_baz"]).decode())
+    with pytest.raises(KeyError):
+        closure.assemble(["nvshmem_nope"])
+
+
+def test_cold_start_links_a_closure_while_the_store_is_built(bc, tmp_path, monkeypatch):
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cold"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(bitcode, "_builders", [])
+    parses = bitcode.stats["bitcode_parses"]
+    mod = bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)
+    assert {"nvshmem_baz", "nvshmem_foo", "helper"} <= {f.name for f in mod.functions}
+    assert bitcode.stats["bitcode_parses"] == parses  # built elsewhere
+    assert len(bitcode._builders) == 1
+    bitcode._wait_for_builders()
+    assert bitcode._builders[0].returncode == 0
+    path = bitcode.store_path(bc)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert not [p for p in path.parent.iterdir() if p.suffix not in (".pieces", ".lock")]
+    store = bitcode._Store(path, bitcode._cache_key(bc))
+    assert canonical(str(mod)) == canonical(store.assemble(["nvshmem_baz"]).decode())
+    # the next call of this process finds the store (and no new build starts)
+    bitcode.api_module(["nvshmem_bar"], 90, bc_path=bc)
+    assert bitcode._stores and len(bitcode._builders) == 1
+
+
+def test_concurrent_cold_starts_build_once(bc, tmp_path):
+    """Several PEs starting at once: each links its first kernel, one store is built."""
+    code = (
+        "import sys; from nvshmem_dsl import bitcode; "
+        "m = bitcode.api_module(['nvshmem_baz'], 90, bc_path=sys.argv[1]); "
+        "print(sorted(f.name for f in m.functions if not f.is_declaration))"
+    )
+    env = dict(os.environ, NVSHMEM_DSL_CACHE=str(tmp_path / "cache"), NVSHMEM_DSL_BUILD_JOBS="2")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(bc)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(3)
+    ]
+    results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+    assert [rc for _, _, rc in results] == [0, 0, 0], results
+    assert {out for out, _, _ in results} == {"['helper', 'nvshmem_baz', 'nvshmem_foo']\n"}
+    assert sum(err.count("preparing NVSHMEM bitcode") for _, err, _ in results) == 1, results
+    cache = tmp_path / "cache"
+    (store,) = cache.glob("*.pieces")
+    bitcode._Store(store, bitcode._cache_key(bc))
+    assert not [p for p in cache.iterdir() if p.suffix not in (".pieces", ".lock")]
+
+
+def test_failed_parts_fall_back_to_one_process(bc, tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(bitcode, "_WORKER_MAIN", "import sys; sys.exit(3)")
+    store = _store(bc, tmp_path, monkeypatch, 2, "fallback")
+    assert store.api == set(API) and len(store._segments) == 1
+    err = capfd.readouterr().err
+    assert "failed" in err and "exited with status 3" in err
