@@ -1058,21 +1058,43 @@ _SECTION = re.compile(r' section "\.text\.[^"]*"')
 
 
 def nvvm_bitcode(bc_path) -> Path:
-    """``bc_path`` itself, or a cached copy of it that libNVVM accepts.
+    """``bc_path`` itself, or a cached copy of it that libNVVM accepts, with NVSHMEM's copy
+    loops rewritten (:mod:`nvshmem_dsl.bitcode_rewrites`, as for Numba kernels).
 
     NVSHMEM 3.4's single ``libnvshmem_device.bc`` puts some functions in an
     explicit ``.text.compute`` section, which libNVVM rejects ("Explicit section
     marker ... is not allowed"); 3.8's per-arch files have none.  The first call
-    per file parses it once (seconds) and, if it has such markers, writes a copy
-    without them to the cache directory (atomically); later calls only stat.
+    per file and rewrite mode parses it once (seconds) and, if anything changes,
+    writes the copy to the cache directory (atomically); later calls only stat.
     """
     import llvmlite.binding as llvm
 
+    from . import bitcode_rewrites
+
     bc_path = Path(bc_path)
     key = _cache_key(bc_path)
-    copy = cache_dir() / f"{bc_path.stem}-{key[:24]}.nvvm.bc"
+    how = bitcode_rewrites.mode()
+    copy = cache_dir() / f"{bc_path.stem}-{key[:24]}-{how}.nvvm.bc"
     same = copy.with_suffix(".same")
     if copy.exists():
+        return copy
+    if same.exists():
+        return bc_path
+    with _file_lock(copy.with_suffix(".lock")):
+        if copy.exists() or same.exists():
+            return copy if copy.exists() else bc_path
+        print(f"nvshmem-dsl: preparing {bc_path.name} for NVVM (once) ...", file=sys.stderr, flush=True)
+        text = str(llvm.parse_bitcode(bc_path.read_bytes(), context=llvm.create_context()))
+        text, sections = _SECTION.subn("", text)
+        text, copies = bitcode_rewrites.rewrite(text, how)
+        if sections == 0 and copies == 0:
+            same.touch(mode=0o600)
+            return bc_path
+        data = llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode()
+        fd, tmp = tempfile.mkstemp(dir=copy.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, copy)
         return copy
     if same.exists():
         return bc_path

@@ -18,7 +18,9 @@ offsets 0, 4, 8, 12 of one base pointer) into plain LLVM IR:
   function tests (NVSHMEM's copy loops take the v4 path only when that is 0).  Other copy
   sites are left as they are.
 
-Other asm stores (LL-protocol packets with flags, IBGDA doorbells) are left alone.  Selected by
+Other asm stores (LL-protocol packets with flags, IBGDA doorbells) are left alone.  Numba kernels
+get it in :func:`nvshmem_dsl.bitcode.api_module`, CuTe kernels in the copy of the library that
+:func:`nvshmem_dsl.bitcode.nvvm_bitcode` makes for libNVVM.  Selected by
 ``NVSHMEM_DSL_COPY_REWRITE`` (``off``, ``store`` or ``vector``; default ``vector``).  Measured on
 2 x H200 (BENCHMARKS.md): thread-scope put of 1 MiB 0.66x -> 0.79x of C++, 4 KiB 0.78x -> 0.86x;
 ``store`` alone changes nothing measurable.

@@ -123,3 +123,43 @@ def test_numba_put_copy_loop(monkeypatch, how):
     else:
         assert "st.volatile.global.v4.u32" not in ptx
         assert "ld.global.v4" in ptx and "st.global.v4" in ptx
+
+
+def test_nvvm_copy_for_cute_is_rewritten(tmp_path, monkeypatch):
+    """The CuTe DSL links NVSHMEM through libNVVM from nvshmem_dsl.bitcode.nvvm_bitcode: its copy
+    gets the same rewrite (a copy per mode); with the rewrite off, an unchanged file is used as is."""
+    from nvshmem_dsl import bitcode
+
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "lib.bc"
+    src.write_bytes(llvm.parse_assembly(GUARDED, context=llvm.create_context()).as_bitcode())
+    monkeypatch.delenv(bc.ENV, raising=False)
+    out = bitcode.nvvm_bitcode(src)
+    assert out != src and out.name.endswith("-vector.nvvm.bc")
+    text = str(llvm.parse_bitcode(out.read_bytes(), context=llvm.create_context()))
+    assert "load <4 x i32>" in text and "asm sideeffect" not in text
+    assert bitcode.nvvm_bitcode(src) == out  # cached
+    monkeypatch.setenv(bc.ENV, "off")
+    assert bitcode.nvvm_bitcode(src) == src
+
+
+def test_cute_put_copy_loop():
+    """A CuTe thread-scope put links the rewritten NVVM copy: 128-bit loads and weak stores."""
+    cute = pytest.importorskip("cutlass.cute")
+    from cutlass import Float32, Int32, Int64
+
+    import nvshmem_dsl.cute as nv
+
+    @cute.kernel
+    def put_kernel(dst: cute.Tensor, src: cute.Tensor, n: Int64, pe: Int32):
+        nv.put(dst, src, n, pe)
+
+    @cute.jit
+    def put_launcher(dst: cute.Tensor, src: cute.Tensor, n: Int64, pe: Int32):
+        put_kernel(dst, src, n, pe).launch(grid=[1, 1, 1], block=[1, 1, 1])
+
+    t = cute.runtime.make_fake_compact_tensor(Float32, (4096,), assumed_align=16)
+    ptx = nv.compile_to_ptx(put_launcher, t, t, Int64(4096), Int32(1), arch="sm_90a")
+    assert "nvshmemi_device_state_d" in ptx
+    assert "st.volatile.global.v4.u32" not in ptx
+    assert "ld.global.v4" in ptx and "st.global.v4" in ptx
