@@ -165,6 +165,22 @@ def aggregate(records: list[dict]) -> dict:
     return out
 
 
+#: A put or get between two PEs cannot move more than this (GB/s per PE): NVLink 5 gives 900 GB/s
+#: per direction, local HBM about 5 TB/s.  More means the kernel skipped its work (as the CuTe
+#: warp kernel of 2026-11-22 did: 130 000 GB/s), so the run fails instead of reporting it.
+MAX_PLAUSIBLE_GBPS = 1000.0
+
+
+def implausible(agg: dict) -> list[str]:
+    """Results no interconnect can reach: 'impl bench|scope|bytes (value GB/s)'."""
+    out = []
+    for impl, results in sorted(agg.items()):
+        for key, res in sorted(results.items()):
+            if higher_is_better(res["unit"]) and res["value"] > MAX_PLAUSIBLE_GBPS:
+                out.append(f"{impl} {key_text(key)} ({res['value']:.0f} GB/s)")
+    return out
+
+
 def higher_is_better(unit: str) -> bool:
     return unit.lower().startswith("gb/s")
 
@@ -445,8 +461,11 @@ def main(argv=None) -> int:
     failed = [name for name, s in steps.items() if s["status"] != 0]
     if failed:
         print(f"FAILED steps: {', '.join(failed)} (logs in {log_dir})")
-        return 1
-    return 0
+    suspect = implausible(agg) if args.nproc > 1 else []  # one PE puts to itself at HBM speed
+    if suspect:
+        print(f"IMPLAUSIBLE results (above {MAX_PLAUSIBLE_GBPS:.0f} GB/s: the kernel did not move the data): "
+              + ", ".join(suspect))
+    return 1 if failed or suspect else 0
 
 
 if __name__ == "__main__":

@@ -252,6 +252,17 @@ def test_run_aggregates_and_ratios():
     assert "put_bw" in text and "1 MiB" in text and "1.25" in text
 
 
+def test_implausible_bandwidth_is_flagged():
+    """More GB/s than any interconnect gives means the kernel skipped its work (the CuTe warp
+    kernel of 2026-11-22 reported 130 000 GB/s): bench/run.py names it and fails."""
+    import run
+
+    agg = run.aggregate([_rec("cpp", "put_bw", "warp", 1 << 28, 365.0, "GB/s"),
+                         _rec("cute", "put_bw", "warp", 1 << 28, 132370.0, "GB/s"),
+                         _rec("cute", "p_lat", "thread", 4, 5000.0, "ns/op")])
+    assert run.implausible(agg) == ["cute put_bw|warp|268435456 (132370 GB/s)"]
+
+
 def _results_file(path, ratios):
     path.write_text(json.dumps({"meta": {}, "ratios": [
         {"impl": impl, "key": key, "ratio": r, "higher_is_better": hib, "unit": "GB/s" if hib else "us"}
