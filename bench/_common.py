@@ -267,6 +267,18 @@ class Timer:
         return out
 
 
+def p_pattern_ok(lat: Any, iters: int) -> bool:
+    """Whether this PE's ``lat`` (cupy, LAT_SLOTS floats) holds what the peer's ``p_lat`` loop
+    leaves there: slot j = float(last i < iters with i % LAT_SLOTS == j).  Call after the
+    timer's closing barrier.  Guards the latency figures against a kernel that skipped work."""
+    import numpy as np
+
+    j = np.arange(LAT_SLOTS)
+    last = j + LAT_SLOTS * ((iters - 1 - j) // LAT_SLOTS)
+    got = lat.get() if hasattr(lat, "get") else np.asarray(lat)
+    return bool(np.array_equal(got[: min(iters, LAT_SLOTS)], last[: min(iters, LAT_SLOTS)].astype(np.float32)))
+
+
 def per_op(secs: Sequence[float], ops: float, scale: float) -> list[float]:
     return [s / ops * scale for s in secs]
 

@@ -364,8 +364,10 @@ def main(argv=None) -> int:
 
     if p.enabled("p_lat"):
         it = p.lat_iters
+        arrays["lat"].fill(-1)
         secs = timer.run(p.reps, lambda: K["p_lat"](t["lat"], it, peer, stream))
-        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
+                 checked=C.p_pattern_ok(arrays["lat"], it))
     if p.enabled("g_lat"):
         it = p.lat_iters
         secs = timer.run(p.reps, lambda: K["g_lat"](t["lat"], t["res"], it, peer, stream))

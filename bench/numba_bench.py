@@ -253,10 +253,14 @@ def main(argv=None) -> int:
 
     if p.enabled("p_lat"):
         it = p.lat_iters
+        lat_cp.fill(-1)
         secs = timer.run(p.reps, lambda: K["p_lat"][1, 1, stream](lat, it, peer))
-        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
+                 checked=C.p_pattern_ok(lat_cp, it))
+        lat_cp.fill(-1)
         secs = timer.run(p.reps, lambda: K["p_lat_peer_ptr"][1, 1, stream](lat, it, peer))
-        out.emit("p_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        out.emit("p_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
+                 checked=C.p_pattern_ok(lat_cp, it))
     if p.enabled("g_lat"):
         it = p.lat_iters
         secs = timer.run(p.reps, lambda: K["g_lat"][1, 1, stream](lat, res, it, peer))

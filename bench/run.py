@@ -161,6 +161,8 @@ def aggregate(records: list[dict]) -> dict:
         for extra in ("stage", "import_s", "concurrent"):
             if extra in first:
                 res[extra] = first[extra]
+        if any("checked" in r for r in recs):  # the kernel's result was verified on every PE
+            res["checked"] = all(r.get("checked", True) for r in recs)
         out.setdefault(impl, {})[tuple(key)] = res
     return out
 
@@ -172,12 +174,15 @@ MAX_PLAUSIBLE_GBPS = 1000.0
 
 
 def implausible(agg: dict) -> list[str]:
-    """Results no interconnect can reach: 'impl bench|scope|bytes (value GB/s)'."""
+    """Results not to be believed: more bandwidth than any interconnect gives, or a kernel whose
+    output failed its check ('impl bench|scope|bytes (why)')."""
     out = []
     for impl, results in sorted(agg.items()):
         for key, res in sorted(results.items()):
             if higher_is_better(res["unit"]) and res["value"] > MAX_PLAUSIBLE_GBPS:
                 out.append(f"{impl} {key_text(key)} ({res['value']:.0f} GB/s)")
+            elif res.get("checked") is False:
+                out.append(f"{impl} {key_text(key)} (wrong data after the kernel)")
     return out
 
 
@@ -463,8 +468,7 @@ def main(argv=None) -> int:
         print(f"FAILED steps: {', '.join(failed)} (logs in {log_dir})")
     suspect = implausible(agg) if args.nproc > 1 else []  # one PE puts to itself at HBM speed
     if suspect:
-        print(f"IMPLAUSIBLE results (above {MAX_PLAUSIBLE_GBPS:.0f} GB/s: the kernel did not move the data): "
-              + ", ".join(suspect))
+        print("IMPLAUSIBLE results (the kernel did not do its work): " + ", ".join(suspect))
     return 1 if failed or suspect else 0
 
 

@@ -261,6 +261,22 @@ def test_implausible_bandwidth_is_flagged():
                          _rec("cute", "put_bw", "warp", 1 << 28, 132370.0, "GB/s"),
                          _rec("cute", "p_lat", "thread", 4, 5000.0, "ns/op")])
     assert run.implausible(agg) == ["cute put_bw|warp|268435456 (132370 GB/s)"]
+    recs = [dict(_rec("numba", "p_lat", "thread", 4, 47.0, "ns/op", pe=pe), checked=pe == 0) for pe in (0, 1)]
+    assert run.aggregate(recs)["numba"][("p_lat", "thread", 4)]["checked"] is False
+    assert run.implausible(run.aggregate(recs)) == ["numba p_lat|thread|4 (wrong data after the kernel)"]
+
+
+def test_p_pattern():
+    """What a p_lat loop of `iters` leaves in the peer's LAT_SLOTS floats."""
+    import numpy as np
+
+    for iters in (10, 1024, 5000):
+        lat = np.full(C.LAT_SLOTS, -1, np.float32)
+        for i in range(iters):
+            lat[i & (C.LAT_SLOTS - 1)] = i
+        assert C.p_pattern_ok(lat, iters)
+        lat[3] += 1
+        assert not C.p_pattern_ok(lat, iters)
 
 
 def _results_file(path, ratios):
