@@ -252,6 +252,16 @@ def test_run_aggregates_and_ratios():
     assert "put_bw" in text and "1 MiB" in text and "1.25" in text
 
 
+def test_compile_time_reports_first_and_later_kernel():
+    """bench/compile_time.py: the first NVSHMEM kernel, then a later one in the same process."""
+    pytest.importorskip("numba.cuda")
+    out = subprocess.run([sys.executable, str(HERE / "compile_time.py"), "--impl", "numba", "--label", "warm"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    recs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [r["scope"] for r in recs] == ["warm", "warm-later"]
+    assert all(r["bench"] == "compile_time" and r["unit"] == "s" and r["value"] > 0 for r in recs)
+
+
 def test_implausible_bandwidth_is_flagged():
     """More GB/s than any interconnect gives means the kernel skipped its work (the CuTe warp
     kernel of 2026-11-22 reported 130 000 GB/s): bench/run.py names it and fails."""
