@@ -39,6 +39,7 @@ from typing import Any
 from . import _arrays, _host, _hosttable, _state
 from ._arrays import ArrayInfo
 from ._generated.constants import Cmp, SignalOp, Team
+from ._generated.host_api import AMO
 from .errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
 from .memory import check_symmetric, check_valid_local
 
@@ -730,41 +731,37 @@ def _amo(api: str, target: Any, pe: Any, value: Any = None, compare: Any = None)
     return None if r.entry["ret"]["ctype"] == "void" else _result(result, r.typename)
 
 
-_AMO_APIS = tuple(a for a in __all__ if a.startswith("atomic_"))
-
-
-def _amo_function(api: str):
-    """The host function for atomic ``api``: its parameters are the spec's (names and order as in
-    C and in the device APIs: target, cond, value, pe), its docstring the spec's summary."""
-    entry = next(iter(_hosttable._host_index()[api].values()))
-    names = [p["name"] for p in entry["params"]]
-    by_role = {p["role"]: p["name"] for p in entry["params"]}
-    fetching = entry["ret"]["ctype"] != "void"
+def _amo_function(api: str, spec: dict):
+    """The host function for atomic ``api`` from its row of generated/host_api.py: the spec's
+    parameters (names and order as in C and in the device APIs: target, cond, value, pe) and
+    its summary as docstring."""
+    names = spec["params"]  # C order: target, [cond,] [value,] pe
 
     def amo(*args: Any, **kwargs: Any) -> Any:
         try:
-            bound = amo.__signature__.bind(*args, **kwargs)
+            a = amo.__signature__.bind(*args, **kwargs).arguments
         except TypeError as exc:
             raise NvshmemTypeError(f"{api}(): {exc}") from None
-        a = {role: bound.arguments[name] for role, name in by_role.items()}
-        return _amo(api, a["sym_target"], a["pe"], a.get("value"), a.get("compare"))
+        target, *middle, pe = (a[n] for n in names)
+        value = middle[-1] if middle else None
+        cond = middle[0] if len(middle) == 2 else None
+        return _amo(api, target, pe, value, cond)
 
     amo.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Any) for n in names],
-        return_annotation=Any if fetching else None)
-    doc = _hosttable.table()["docs"]["host"][api]
-    accepted = ", ".join(_hosttable.accepted_numpy_names(api))
+        return_annotation=Any if spec["fetching"] else None)
     amo.__name__ = amo.__qualname__ = api
     amo.__module__ = __name__
-    amo.__doc__ = (f"{doc['summary']}\n\n{doc['semantics']} The target is the first element of the "
+    amo.__doc__ = (f"{spec['summary']}\n\n{spec['semantics']} The target is the first element of the "
                    f"symmetric array ``target`` (slice it to pick another); blocking host call.\n\n"
-                   f"Element dtypes: {accepted}. C functions: ``nvshmem_<TYPE>_{api}``.")
+                   f"Element dtypes: {', '.join(spec['dtypes'])}. C functions: ``nvshmem_<TYPE>_{api}``.")
     return amo
 
 
-for _api in _AMO_APIS:
-    globals()[_api] = _amo_function(_api)
-del _api
+_AMO_APIS = tuple(AMO)
+for _api, _row in AMO.items():
+    globals()[_api] = _amo_function(_api, _row)
+del _api, _row
 
 
 # --------------------------------------------------------------------------- coverage of the op table

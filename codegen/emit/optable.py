@@ -17,15 +17,6 @@ def _op(op: Op) -> dict:
     }
 
 
-def _docs(ops) -> dict:
-    """api -> its summary and semantics (the same for every dtype of an api), for wrappers
-    written at run time (the host API) to document themselves from the spec."""
-    docs: dict[str, dict] = {}
-    for op in ops:
-        docs.setdefault(op.api, {"summary": op.summary, "semantics": op.semantics})
-    return dict(sorted(docs.items()))
-
-
 def table(spec: Spec) -> dict:
     return {
         "dtypes": {d.name: {k: v for k, v in vars(d).items() if k != "name"} for d in spec.dtypes.values()},
@@ -36,7 +27,6 @@ def table(spec: Spec) -> dict:
                       for g in spec.constants.values()},
         "structs": {s.name: {"size": s.size, "version": s.version} for s in spec.structs},
         "roles": spec.roles,
-        "docs": {side: _docs(spec.ops_for(side)) for side in ("device", "host")},
         "device": [_op(o) for o in spec.ops_for("device")],
         "host": [_op(o) for o in spec.ops_for("host")],
     }
