@@ -49,9 +49,7 @@ __all__ = [
     "wait_until", "wait_until_all", "wait_until_all_vector",
     "quiet", "flush", "fence", "barrier", "barrier_all", "sync", "sync_all",
     "broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "REDUCE_OPS",
-    "atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap", "atomic_inc", "atomic_fetch_inc",
-    "atomic_add", "atomic_fetch_add", "atomic_and", "atomic_or", "atomic_xor",
-    "atomic_fetch_and", "atomic_fetch_or", "atomic_fetch_xor",
+    *AMO,  # the host atomics of the spec, built below
     "COVERAGE", "NOT_WRAPPED",
 ]
 
