@@ -70,19 +70,17 @@ def init_driver() -> None:
     _initialised = True
 
 
-#: The NVSHMEM device-state global that nvshmemx_cumodule_init/culibrary_init fill in; a
-#: module or library without it uses no NVSHMEM (and NVSHMEM's init of it fails, status 7).
-DEVICE_STATE_SYMBOL = b"nvshmemi_device_state_d"
-
-
 def library_uses_nvshmem(handle: int) -> bool:
-    """Whether the loaded ``CUlibrary`` ``handle`` holds NVSHMEM's device state (it then needs
-    ``nvshmemx_culibrary_init`` before its kernels run)."""
+    """Whether the loaded ``CUlibrary`` ``handle`` holds NVSHMEM's device state
+    (:data:`nvshmem_dsl.bitcode.DEVICE_STATE`): it then needs ``nvshmemx_culibrary_init`` before
+    its kernels run; without it NVSHMEM's init fails (status 7)."""
+    from .bitcode import DEVICE_STATE
+
     drv = driver()
-    err = drv.cuLibraryGetGlobal(drv.CUlibrary(int(handle)), DEVICE_STATE_SYMBOL)[0]
+    err = drv.cuLibraryGetGlobal(drv.CUlibrary(int(handle)), DEVICE_STATE.encode())[0]
     if int(err) == int(drv.CUresult.CUDA_ERROR_NOT_FOUND):
         return False
-    _check((err, None), "cuLibraryGetGlobal(nvshmemi_device_state_d)")
+    _check((err, None), f"cuLibraryGetGlobal({DEVICE_STATE})")
     return True
 
 

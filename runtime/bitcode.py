@@ -75,8 +75,12 @@ FORMAT_VERSION = 2
 #: Device globals that the host library (``nvshmemx_culibrary_init``) looks up
 #: by name in every loaded module; they must survive linking with external
 #: linkage.  The ibgda/gpunetio ones exist only in some NVSHMEM versions.
+#: NVSHMEM's device state, which nvshmemx_cumodule_init/culibrary_init fill in; a module
+#: without it calls no NVSHMEM function.
+DEVICE_STATE = "nvshmemi_device_state_d"
+
 EXPORTED_GLOBALS = (
-    "nvshmemi_device_state_d",
+    DEVICE_STATE,
     "nvshmemi_device_lib_version_d",
     "nvshmemi_ibgda_device_state_d",
     "nvshmemi_gpunetio_device_state_d",

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from . import _cuda, _host, _state
+from . import _cuda, _host, _state, bitcode
 from .errors import NvshmemArgumentError, NvshmemStateError, NvshmemStatusError
 
 __all__ = [
@@ -79,7 +79,7 @@ def _init(kind: str, handle: Any) -> int:
                 if kind == "culibrary" and _lacks_nvshmem(h):
                     raise NvshmemArgumentError(
                         f"library_init(): CUlibrary 0x{h:x} holds no NVSHMEM device state "
-                        f"({_cuda.DEVICE_STATE_SYMBOL.decode()}): none of its kernels calls NVSHMEM, "
+                        f"({bitcode.DEVICE_STATE}): none of its kernels calls NVSHMEM, "
                         "so it needs no NVSHMEM init") from None
                 raise
         _refs[(kind, h)] = count + 1
