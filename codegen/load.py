@@ -90,7 +90,7 @@ def load(spec_dir: Path = SPEC_DIR) -> Spec:
     for s in tables["scopes"]:
         scopes[s["name"]] = Scope(
             name=s["name"], prefix=s["prefix"], suffix=s["suffix"], doc=s["doc"],
-            side=s.get("side", "both"),
+            side=s.get("side", "both"), convergent=s.get("convergent", False),
             extra_params=tuple(ParamSpec(**p) for p in s.get("extra_params", [])))
 
     return Spec(

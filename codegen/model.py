@@ -43,6 +43,7 @@ class Scope:
     suffix: str
     doc: str
     side: str = "both"
+    convergent: bool = False               # called by a group of threads together
     extra_params: tuple["ParamSpec", ...] = ()
 
 

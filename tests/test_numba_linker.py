@@ -161,6 +161,38 @@ def test_simple_api_fully_inlined():
     assert "ld.const" in ptx and "nvshmemi_device_state_d" in ptx
 
 
+def _entry(ptx: str) -> str:
+    start = ptx.index(".entry")
+    return ptx[start:ptx.index("\n}", start)]
+
+
+@needs_bitcode
+def test_thread_scope_loops_unroll_collective_ones_do_not():
+    """O3 may unroll a loop around thread-scope calls (as nvcc does for C++): four inlined p
+    per trip plus a remainder.  Warp/block-scope functions (and unknown ones) are declared
+    convergent, which forbids that."""
+    import nvshmem_dsl.numba as nv
+    from numba import float32
+
+    def p_loop(dst, n, pe):
+        for i in range(n):
+            nv.p(dst, i & 1023, float32(i), pe)
+
+    ptx, _ = cuda.compile_ptx(p_loop, (types.float32[::1], types.int64, types.int32), cc=(9, 0))
+    stores = re.findall(r"^\s*st(?:\.global)?\.b32\s", _entry(ptx), re.M)
+    assert len(stores) >= 4, _entry(ptx)
+    assert _linker._unconstrained() >= {"nvshmem_float_p", "nvshmem_float_put"}
+    assert "nvshmemx_float_put_warp" not in _linker._unconstrained()
+
+    decls = ("declare void @nvshmemx_float_put_warp(ptr, ptr, i64, i32)\n"
+             "declare void @nvshmem_float_p(ptr, float, i32)\n"
+             "declare void @nvshmemx_barrier_all_block()\n"
+             "declare void @nvshmem_not_in_the_spec()\n")
+    marked = _linker._DECLARATION.sub(_linker._mark_declaration, decls).splitlines()
+    assert [line.endswith(" convergent nounwind") for line in marked] == [True, False, True, True]
+    assert all(line.endswith(" nounwind") for line in marked)
+
+
 @needs_bitcode
 def test_cubin_sm90_via_nvjitlink():
     ptx, _ = cuda.compile_ptx(k_all, SIG3, cc=(9, 0))

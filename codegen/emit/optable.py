@@ -21,7 +21,8 @@ def table(spec: Spec) -> dict:
     return {
         "dtypes": {d.name: {k: v for k, v in vars(d).items() if k != "name"} for d in spec.dtypes.values()},
         "dtype_sets": {k: list(v) for k, v in spec.dtype_sets.items()},
-        "scopes": {s.name: {"prefix": s.prefix, "suffix": s.suffix, "side": s.side, "doc": s.doc}
+        "scopes": {s.name: {"prefix": s.prefix, "suffix": s.suffix, "side": s.side, "doc": s.doc,
+                           "convergent": s.convergent}
                    for s in spec.scopes.values()},
         "constants": {g.name: {"doc": g.doc, "values": {v.name: v.value for v in g.values}}
                       for g in spec.constants.values()},

@@ -20,7 +20,8 @@ path to PTX, inside Numba's own code library:
    * parses the kernel's IR modules with llvmlite (LLVM 22 upgrades NVVM IR:
      typed pointers, ``nvvm.annotations`` -> ``ptx_kernel``/launch bounds),
      links libdevice if ``__nv_*`` math functions are used, and runs O3 on
-     that (NVSHMEM calls are still declarations, marked ``convergent``);
+     that (NVSHMEM calls are still declarations; those of warp or block scope are marked
+     ``convergent``, thread-scope ones are not, so loops around them unroll as in C++);
    * links in the NVSHMEM functions it calls, taken from a cached, pre-split
      copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.bitcode`, a few ms);
    * internalizes everything that came from NVSHMEM except the device state
@@ -232,6 +233,26 @@ def _check_declarations(main, api, names) -> None:
         )
 
 
+@functools.lru_cache(maxsize=None)
+def _unconstrained() -> frozenset:
+    """The NVSHMEM functions any subset of a warp's threads may call: those of scopes that the
+    spec does not mark ``convergent`` (thread scope)."""
+    from .. import _optable
+
+    scopes = _optable.table()["scopes"]
+    return frozenset(sym for sym, op in _optable.device_ops().items()
+                     if not scopes[op["scope"]]["convergent"])
+
+
+def _mark_declaration(m) -> str:
+    """Declarations of NVSHMEM functions get ``nounwind``; those of warp/block scope (and any
+    function the op table does not know) ``convergent`` too, so that O3 keeps every thread of the
+    group on the same call.  Loops around thread-scope calls may be unrolled with a remainder."""
+    if m.group(1) in _unconstrained():
+        return m.group(0) + " nounwind"
+    return m.group(0) + " convergent nounwind"
+
+
 def _internalize(mod, keep) -> None:
     for v in (*mod.functions, *mod.global_variables):
         if v.is_declaration or v.name in keep or v.name.startswith("llvm."):
@@ -272,10 +293,9 @@ def link(llvm_strs, cc, opt: int = 3):
     sm = int(re.match(r"sm_(\d+)", cpu).group(1))
     names = nvshmem_functions(llvm_strs)
 
-    # Calls to NVSHMEM may synchronise threads: keep them convergent while
-    # only their declarations are visible.
-    mods = [llvm.parse_assembly(_DECLARATION.sub(r"\g<0> convergent nounwind", s))
-            for s in llvm_strs]
+    # Calls to warp/block-scope NVSHMEM functions synchronise threads: keep them convergent
+    # while only their declarations are visible.
+    mods = [llvm.parse_assembly(_DECLARATION.sub(_mark_declaration, s)) for s in llvm_strs]
     main = mods[0]
     for m in mods[1:]:
         main.link_in(m)
