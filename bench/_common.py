@@ -279,6 +279,15 @@ def p_pattern_ok(lat: Any, iters: int) -> bool:
     return bool(np.array_equal(got[: min(iters, LAT_SLOTS)], last[: min(iters, LAT_SLOTS)].astype(np.float32)))
 
 
+def amo_count_ok(u64: Any, launches: int, iters: int) -> bool:
+    """Whether this PE's counter (``u64[U64_COUNTER]``, zeroed before the timer ran) holds what
+    the peer's ``amo_lat`` launches add to it: one per fetch-add, ``launches * iters`` in all
+    (the timer launches ``reps + 1`` times).  Call after the timer's closing barrier."""
+    got = u64[U64_COUNTER:U64_COUNTER + 1]
+    got = got.get() if hasattr(got, "get") else got
+    return int(got[0]) == launches * iters
+
+
 def per_op(secs: Sequence[float], ops: float, scale: float) -> list[float]:
     return [s / ops * scale for s in secs]
 

@@ -374,8 +374,10 @@ def main(argv=None) -> int:
         out.emit("g_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
     if p.enabled("amo_lat"):
         it = p.amo_iters
+        arrays["u64"][C.U64_COUNTER] = 0
         secs = timer.run(p.reps, lambda: K["amo_lat"](t["u64"], it, peer, stream))
-        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it,
+                 checked=C.amo_count_ok(arrays["u64"], p.reps + 1, it))
     if p.enabled("pingpong") and npes >= 2:
         it = p.pingpong_iters
         sig = arrays["u64"][C.U64_SIGNAL:C.U64_SIGNAL + 1]

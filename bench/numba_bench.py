@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # 1-thread and 1-block kernels are the point of the latency benchmarks: no occupancy warnings
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
-from numba import cuda, float32, int64, uint64  # noqa: E402
+from numba import cuda, float32, int32, int64, uint64  # noqa: E402
 
 import _common as C  # noqa: E402
 
@@ -104,8 +104,10 @@ def get_block(dst, src, nelems, iters, peer, nwin):
 
 
 def p_lat(dst, iters, peer):
+    # float32(int32(i)): the value converted from a 32-bit counter, as C++ does ((float)i, int i);
+    # Numba's loop counter is 64-bit and I2F.U64 alone costs ~25 ns a call in this loop.
     for i in range(iters):
-        nv.p(dst, i & SLOT_MASK, float32(i), peer)
+        nv.p(dst, i & SLOT_MASK, float32(int32(i)), peer)
     nv.quiet()
 
 
@@ -120,7 +122,7 @@ def p_lat_peer_ptr(dst, iters, peer):
     """The hardware floor of p_lat: plain stores through the peer view, no NVSHMEM call."""
     q = nv.peer(dst, peer)
     for i in range(iters):
-        q[i & SLOT_MASK] = float32(i)
+        q[i & SLOT_MASK] = float32(int32(i))
     nv.quiet()
 
 
@@ -269,8 +271,10 @@ def main(argv=None) -> int:
         out.emit("g_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
     if p.enabled("amo_lat"):
         it = p.amo_iters
+        u64_cp[C.U64_COUNTER] = 0
         secs = timer.run(p.reps, lambda: K["amo_lat"][1, 1, stream](u64, it, peer))
-        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it)
+        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it,
+                 checked=C.amo_count_ok(u64_cp, p.reps + 1, it))
     if p.enabled("pingpong") and npes >= 2:
         it = p.pingpong_iters
         sig = u64_cp[C.U64_SIGNAL:C.U64_SIGNAL + 1]

@@ -319,3 +319,14 @@ def test_check_pass_and_fail(tmp_path):
     # a benchmark not run at all is only listed
     _results_file(res, [("cute", "p_lat|thread|4", 1.0, False)])
     assert check.main(["--results", str(res), "--baseline", str(base)]) == 0
+
+
+def test_amo_count():
+    """The peer's amo_lat launches leave launches * iters in this PE's counter, nothing else."""
+    import numpy as np
+
+    u64 = np.zeros(C.U64_LEN, np.uint64)
+    u64[C.U64_COUNTER] = 4 * 20000
+    u64[C.U64_OUT] = 7
+    assert C.amo_count_ok(u64, 4, 20000)
+    assert not C.amo_count_ok(u64, 4, 10000)  # half the fetch-adds: a loop that skipped work
