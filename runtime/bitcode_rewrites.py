@@ -37,27 +37,49 @@ _STORE = re.compile(
     r'^(?P<indent>\s*)tail call void asm sideeffect "st\.volatile\.global\.v4\.u32 \[\$0\], '
     r'\{\$1,\$2,\$3,\$4\};", "l,r,r,r,r"\(ptr (?:nonnull )?(?P<dst>%[\w.]+), i32 (?P<a>%[\w.]+), '
     r'i32 (?P<b>%[\w.]+), i32 (?P<c>%[\w.]+), i32 (?P<d>%[\w.]+)\)[^\n]*$', re.M)
-_LOAD = re.compile(r'^(?P<indent>\s*)(?P<name>%[\w.]+) = load i32, ptr (?P<ptr>%[\w.]+), align \d+[^\n]*$', re.M)
-_GEP = re.compile(r'^\s*(?P<name>%[\w.]+) = getelementptr inbounds (?:nuw )?(?P<ty>i8|i32), ptr (?P<base>%[\w.]+), '
-                  r'i64 (?P<off>\d+)', re.M)
+_ASM = "st.volatile.global.v4.u32"
 _DEFINE = re.compile(r'\n(?=define )')
-_INDEXED = re.compile(r'^\s*(?P<name>%[\w.]+) = getelementptr inbounds (?:nuw )?i32, ptr (?P<base>%[\w.]+), '
-                      r'i64 (?P<idx>%[\w.]+)$', re.M)
-_PTRTOINT = re.compile(r'^\s*(?P<name>%[\w.]+) = ptrtoint ptr (?P<ptr>%[\w.]+) to i64$', re.M)
-_OR = re.compile(r'^\s*(?P<name>%[\w.]+) = or i64 (?P<a>%[\w.]+), (?P<b>%[\w.]+)$', re.M)
-_AND15 = re.compile(r'^\s*%[\w.]+ = and i64 (?P<x>%[\w.]+), 15$', re.M)
+# Every instruction the rewrite looks at, in one pass over a function (one regex per kind would
+# scan NVSHMEM's large inlined API functions seven times: 26 s for a whole 3.8 library).
+_DEF = re.compile(
+    r'^(?P<indent>\s*)(?P<name>%[\w.]+) = (?:'
+    r'load i32, ptr (?P<lptr>%[\w.]+), align \d+[^\n]*$'
+    r'|getelementptr inbounds (?:nuw )?(?P<gty>i8|i32), ptr (?P<gbase>%[\w.]+), '
+    r'i64 (?:(?P<goff>\d+)|(?P<gidx>%[\w.]+)$)'
+    r'|ptrtoint ptr (?P<pptr>%[\w.]+) to i64$'
+    r'|or i64 (?P<oa>%[\w.]+), (?P<ob>%[\w.]+)$'
+    r'|and i64 (?P<ax>%[\w.]+), 15$)', re.M)
 
 
-def _aligned_pairs(fn: str) -> set[frozenset]:
-    """Pairs of pointers {dst, src} whose ``(ptrtoint dst | ptrtoint src) & 15`` ``fn`` computes."""
-    as_int = {m["name"]: m["ptr"] for m in _PTRTOINT.finditer(fn)}
-    ors = {m["name"]: (m["a"], m["b"]) for m in _OR.finditer(fn)}
-    pairs = set()
-    for m in _AND15.finditer(fn):
-        a, b = ors.get(m["x"], (None, None))
-        if a in as_int and b in as_int:
-            pairs.add(frozenset((as_int[a], as_int[b])))
-    return pairs
+class _Defs:
+    """The definitions of one function that the copy rewrite reads, by SSA name."""
+
+    def __init__(self, fn: str):
+        self.loads: dict = {}    # name -> match of `name = load i32, ptr P, align A`
+        self.geps: dict = {}     # name -> (base, byte offset) of a constant i8/i32 GEP
+        self.indexed: dict = {}  # name -> (base, index) of `getelementptr inbounds i32, ptr B, i64 %i`
+        as_int, ors, masked = {}, {}, []
+        for m in _DEF.finditer(fn):
+            name = m["name"]
+            if m["lptr"] is not None:
+                self.loads[name] = m
+            elif m["gbase"] is not None:
+                if m["goff"] is not None:
+                    self.geps[name] = (m["gbase"], int(m["goff"]) * (4 if m["gty"] == "i32" else 1))
+                elif m["gty"] == "i32":
+                    self.indexed[name] = (m["gbase"], m["gidx"])
+            elif m["pptr"] is not None:
+                as_int[name] = m["pptr"]
+            elif m["oa"] is not None:
+                ors[name] = (m["oa"], m["ob"])
+            else:
+                masked.append(m["ax"])
+        # pairs of pointers {dst, src} whose `(ptrtoint dst | ptrtoint src) & 15` fn computes
+        self.aligned_pairs = set()
+        for x in masked:
+            a, b = ors.get(x, (None, None))
+            if a in as_int and b in as_int:
+                self.aligned_pairs.add(frozenset((as_int[a], as_int[b])))
 
 
 def mode() -> str:
@@ -69,31 +91,40 @@ def mode() -> str:
 
 def rewrite(text: str, how: str) -> tuple[str, int]:
     """``text`` (LLVM IR) with its copy idioms rewritten as ``how`` says; and how many."""
-    if how == "off" or "st.volatile.global.v4.u32" not in text:
+    if how == "off" or _ASM not in text:
         return text, 0
     parts = _DEFINE.split(text)
     total = 0
     for i, fn in enumerate(parts):
-        if "st.volatile.global.v4.u32" in fn:
+        if _ASM in fn:
             parts[i], n = _rewrite_function(fn, how)
             total += n
     return "\n".join(parts), total
 
 
+def _stores(fn: str):
+    """The matches of _STORE in ``fn``, found from the asm text (quicker than a regex scan)."""
+    pos = fn.find(_ASM)
+    while pos >= 0:
+        m = _STORE.match(fn, fn.rfind("\n", 0, pos) + 1)
+        if m is not None:
+            yield m
+        pos = fn.find(_ASM, pos + len(_ASM))
+
+
 def _rewrite_function(fn: str, how: str) -> tuple[str, int]:
-    loads = {m["name"]: m for m in _LOAD.finditer(fn)}
-    indexed = {m["name"]: (m["base"], m["idx"]) for m in _INDEXED.finditer(fn)}
-    checked = _aligned_pairs(fn) if how == "vector" else set()
-    geps = {m["name"]: (m["base"], int(m["off"]) * (4 if m["ty"] == "i32" else 1)) for m in _GEP.finditer(fn)}
+    defs = _Defs(fn)
+    loads, geps, indexed = defs.loads, defs.geps, defs.indexed
+    checked = defs.aligned_pairs if how == "vector" else set()
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), non-overlapping
     count = 0
-    for st in _STORE.finditer(fn):
+    for st in _stores(fn):
         vals = [st[k] for k in "abcd"]
         lds = [loads.get(v) for v in vals]
         if any(ld is None for ld in lds):
             continue  # not a copy (flags, constants): keep the volatile asm
-        base = lds[0]["ptr"]
-        if not all(geps.get(ld["ptr"]) == (base, 4 * k) for k, ld in enumerate(lds[1:], 1)):
+        base = lds[0]["lptr"]
+        if not all(geps.get(ld["lptr"]) == (base, 4 * k) for k, ld in enumerate(lds[1:], 1)):
             continue
         d, s = indexed.get(st["dst"]), indexed.get(base)
         guarded = (d is not None and s is not None and d[1] == s[1]
