@@ -7,14 +7,14 @@ from . import render, with_header
 
 
 def atomics(spec: Spec) -> list[dict]:
-    """One row per host atomic api: parameter names (C order), whether it returns the old
+    """One row per host atomic api: its family, parameter names (C order), whether it returns the old
     value, the spec's summary and semantics, the numpy dtypes it takes."""
     rows: dict[str, dict] = {}
     for op in spec.ops_for("host"):
         if op.group != "amo":
             continue
         row = rows.setdefault(op.api, {
-            "api": op.api, "params": tuple(p.name for p in op.params), "fetching": op.ret_ctype != "void",
+            "api": op.api, "family": op.family, "params": tuple(p.name for p in op.params), "fetching": op.ret_ctype != "void",
             "summary": op.summary, "semantics": op.semantics, "dtypes": set(),
         })
         numpy = spec.dtypes[op.dtype].numpy if op.dtype else ""
