@@ -5,9 +5,10 @@ The bench kernels (bench/numba_bench.py) compute each iteration's window with a 
 This times the same put at 4 KiB and 64 KiB (132 blocks x 1024 threads, 1000 iterations in the
 kernel, both PEs at once, device events, median of 5), written as:
   bench      the bench kernel as it is
-  mod32      window index with a 32-bit remainder, as C++ (int i % int nwin)
   hoisted    no window arithmetic: the slices taken once before the loop (puts use one window)
   bounds     the bench kernel with launch_bounds=(1024,)
+(A 32-bit remainder changes nothing: LLVM already divides in 32 bits when the values fit.)
+Result of 2026-11-22: tests/gpu/records/2026-11-22/put_shapes.txt.
 
 Run on 2 GPUs:  python -m nvshmem_dsl.run -n 2 bench/experiments/put_shapes.py
 """
@@ -17,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
-from numba import cuda, int32, int64  # noqa: E402
+from numba import cuda, int64  # noqa: E402
 
 import _common as C  # noqa: E402
 import numba_bench as nb  # noqa: E402
@@ -27,15 +28,6 @@ import nvshmem_dsl.numba as nv  # noqa: E402
 chunk_of = nb.chunk_of
 
 
-def block_mod32(dst, src, nelems, iters, peer, nwin):
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
-    if n > 0:
-        for i in range(iters):
-            off = int64(int32(i) % nwin) * nelems + s
-            nv.put_block(dst[off:off + n], src[off:off + n], n, peer)
-    nv.quiet()
-
-
 def block_hoisted(dst, src, nelems, iters, peer, nwin):
     s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
     if n > 0:
@@ -43,16 +35,6 @@ def block_hoisted(dst, src, nelems, iters, peer, nwin):
         v = src[s:s + n]
         for i in range(iters):
             nv.put_block(d, v, n, peer)
-    nv.quiet()
-
-
-def warp_mod32(dst, src, nelems, iters, peer, nwin):
-    wpb = int64(cuda.blockDim.x // 32)
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
-    if n > 0:
-        for i in range(iters):
-            off = int64(int32(i) % nwin) * nelems + s
-            nv.put_warp(dst[off:off + n], src[off:off + n], n, peer)
     nv.quiet()
 
 
@@ -80,10 +62,8 @@ def main():
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     sig = nb.SIGNATURES["put_block"]
     variants = {
-        "block": [("bench", nb.KERNELS["put_block"], {}), ("mod32", block_mod32, {}),
-                  ("hoisted", block_hoisted, {}), ("bounds", nb.KERNELS["put_block"], {"launch_bounds": (1024,)})],
-        "warp": [("bench", nb.KERNELS["put_warp"], {}), ("mod32", warp_mod32, {}),
-                 ("hoisted", warp_hoisted, {}), ("bounds", nb.KERNELS["put_warp"], {"launch_bounds": (1024,)})],
+        "block": [("bench", nb.KERNELS["put_block"], {}), ("hoisted", block_hoisted, {}), ("bounds", nb.KERNELS["put_block"], {"launch_bounds": (1024,)})],
+        "warp": [("bench", nb.KERNELS["put_warp"], {}), ("hoisted", warp_hoisted, {}), ("bounds", nb.KERNELS["put_warp"], {"launch_bounds": (1024,)})],
     }
     iters = 1000
     for scope, ks in variants.items():
