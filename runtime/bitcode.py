@@ -1078,7 +1078,7 @@ def nvvm_bitcode(bc_path) -> Path:
     bc_path = Path(bc_path)
     key = _cache_key(bc_path)
     how = bitcode_rewrites.mode()
-    copy = cache_dir() / f"{bc_path.stem}-{key[:24]}-{how}.nvvm.bc"
+    copy = cache_dir() / f"{bc_path.stem}-{key[:24]}-{how}-r{bitcode_rewrites.REVISION}.nvvm.bc"
     same = copy.with_suffix(".same")
     if copy.exists():
         return copy
@@ -1095,23 +1095,6 @@ def nvvm_bitcode(bc_path) -> Path:
             same.touch(mode=0o600)
             return bc_path
         data = llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode()
-        fd, tmp = tempfile.mkstemp(dir=copy.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, copy)
-        return copy
-    if same.exists():
-        return bc_path
-    with _file_lock(copy.with_suffix(".lock")):
-        if copy.exists() or same.exists():
-            return copy if copy.exists() else bc_path
-        text = str(llvm.parse_bitcode(bc_path.read_bytes()))
-        stripped, n = _SECTION.subn("", text)
-        if n == 0:
-            same.touch(mode=0o600)
-            return bc_path
-        print(f"nvshmem-dsl: preparing {bc_path.name} for NVVM (once) ...", file=sys.stderr, flush=True)
-        data = llvm.parse_assembly(stripped).as_bitcode()
         fd, tmp = tempfile.mkstemp(dir=copy.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)

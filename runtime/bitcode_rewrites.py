@@ -18,6 +18,10 @@ offsets 0, 4, 8, 12 of one base pointer) into plain LLVM IR:
   function tests (NVSHMEM's copy loops take the v4 path only when that is 0).  Other copy
   sites are left as they are.
 
+The loop around a rewritten copy (one block, NVSHMEM's metadata says ``unroll.disable``) is
+marked to be unrolled by :data:`UNROLL` (four), the shape nvcc gives the same loop from
+NVSHMEM's headers; its step of four elements keeps LLVM from unrolling it on its own.
+
 Other asm stores (LL-protocol packets with flags, IBGDA doorbells) are left alone.  Numba kernels
 get it in :func:`nvshmem_dsl.bitcode.api_module`, CuTe kernels in the copy of the library that
 :func:`nvshmem_dsl.bitcode.nvvm_bitcode` makes for libNVVM.  Selected by
@@ -31,6 +35,8 @@ import os
 import re
 
 MODES = ("off", "store", "vector")
+#: Bump when what a mode produces changes (names the cached libNVVM copies).
+REVISION = 2
 ENV = "NVSHMEM_DSL_COPY_REWRITE"
 
 _STORE = re.compile(
@@ -95,10 +101,14 @@ def rewrite(text: str, how: str) -> tuple[str, int]:
         return text, 0
     parts = _DEFINE.split(text)
     total = 0
+    loops: list = []
     for i, fn in enumerate(parts):
         if _ASM in fn:
-            parts[i], n = _rewrite_function(fn, how)
+            parts[i], n = _rewrite_function(fn, how, loops)
             total += n
+    if loops:
+        parts.append(f"!{_MD_BASE} = !{{!\"llvm.loop.unroll.count\", i32 {UNROLL}}}")
+        parts += [_UNROLL_MD.format(id=_MD_BASE + 1 + k, count=_MD_BASE) for k in range(len(loops))]
     return "\n".join(parts), total
 
 
@@ -112,7 +122,40 @@ def _stores(fn: str):
         pos = fn.find(_ASM, pos + len(_ASM))
 
 
-def _rewrite_function(fn: str, how: str) -> tuple[str, int]:
+_LABEL = re.compile(r'^([\w.]+):', re.M)
+_LOOP_MD = re.compile(r', !llvm\.loop !\d+')
+# Loop metadata of the rewritten copy loops: unrolled by four, as nvcc unrolls NVSHMEM's header
+# version (a count, because the loop steps by four elements, which keeps LLVM's cost model from
+# unrolling it by itself).  Node numbers far above any the bitcode uses.
+UNROLL = 4
+_MD_BASE = 4_000_000_000
+_UNROLL_MD = '!{id} = distinct !{{!{id}, !{count}}}'
+
+
+def _loop_latch_hint(fn: str, start: int, end: int, loop_md: str):
+    """An edit that gives the branch closing the single-block loop around the store at
+    ``fn[start:end]`` the loop metadata ``loop_md`` instead of NVSHMEM's (which says
+    ``llvm.loop.unroll.disable``); None when the store is not in such a loop."""
+    label = None
+    for label in _LABEL.finditer(fn, 0, start):
+        pass
+    if label is None:
+        return None
+    br = fn.find("\n  br ", end)
+    nxt = _LABEL.search(fn, end)
+    if br < 0 or (nxt is not None and nxt.start() < br):
+        return None
+    line_end = fn.find("\n", br + 1)
+    line = fn[br:line_end if line_end >= 0 else len(fn)]
+    md = _LOOP_MD.search(line)
+    if md is None or f"label %{label.group(1)}," not in line:
+        return None
+    return (br + md.start(), br + md.end(), f", !llvm.loop {loop_md}")
+
+
+def _rewrite_function(fn: str, how: str, loops: list) -> tuple[str, int]:
+    """``fn`` with its copy idioms rewritten, and how many; the loop edits it makes are
+    appended to ``loops`` (their metadata nodes are numbered by position there)."""
     defs = _Defs(fn)
     loads, geps, indexed = defs.loads, defs.geps, defs.indexed
     checked = defs.aligned_pairs if how == "vector" else set()
@@ -141,6 +184,10 @@ def _rewrite_function(fn: str, how: str) -> tuple[str, int]:
         lines.append(f"{ind}{tag}.p = addrspacecast ptr {st['dst']} to ptr addrspace(1)")
         lines.append(f"{ind}store <4 x i32> {vec}, ptr addrspace(1) {tag}.p, align 16")
         edits.append((st.start(), st.end(), "\n".join(lines)))
+        latch = _loop_latch_hint(fn, st.start(), st.end(), f"!{_MD_BASE + 1 + len(loops)}")
+        if latch is not None:
+            loops.append(latch)
+            edits.append(latch)
         if how == "vector" and all(lds[k].start() < lds[k + 1].start() for k in range(3)):
             first = lds[0]
             edits.append((first.start(), first.end(),

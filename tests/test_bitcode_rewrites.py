@@ -31,11 +31,14 @@ loop:
   tail call void asm sideeffect "st.volatile.global.v4.u32 [$0], {$1,$2,$3,$4};", "l,r,r,r,r"(ptr nonnull %to, i32 %a, i32 %b, i32 %c, i32 %e)
   %next = add nuw nsw i64 %i, 4
   %more = icmp ult i64 %next, %n
-  br i1 %more, label %loop, label %done
+  br i1 %more, label %loop, label %done, !llvm.loop !0
 
 done:
   ret void
 }
+
+!0 = distinct !{!0, !1}
+!1 = !{!"llvm.loop.unroll.disable"}
 """
 
 UNGUARDED = GUARDED.replace("%low = and i64 %or, 15", "%low = and i64 %or, 3")
@@ -65,6 +68,18 @@ def test_guarded_copy_becomes_vector_load_and_weak_store():
     assert "load <4 x i32>, ptr %from, align 16" in out
     assert "store <4 x i32>" in out and "ptr addrspace(1)" in out and "store volatile" not in out
     assert out.count("load i32") == 0
+
+
+def test_rewritten_copy_loop_is_unrolled_by_four():
+    """NVSHMEM's loop says unroll.disable; the rewritten one asks for NVCC's unroll count."""
+    out, _ = _rewrite(GUARDED, "vector")
+    assert "!llvm.loop !0" not in out
+    mod = llvm.parse_assembly(out)
+    text = str(mod)
+    assert f'!{{!"llvm.loop.unroll.count", i32 {bc.UNROLL}}}' in text
+    latch = next(line for line in text.splitlines() if "br i1 %more" in line)
+    node = latch.rsplit("!llvm.loop ", 1)[1]
+    assert f"{node} = distinct !{{{node}, " in text
 
 
 def test_store_mode_keeps_the_scalar_loads():
@@ -123,6 +138,7 @@ def test_numba_put_copy_loop(monkeypatch, how):
     else:
         assert "st.volatile.global.v4.u32" not in ptx
         assert "ld.global.v4" in ptx and "st.global.v4" in ptx
+        assert ptx.count("st.global.v4") >= bc.UNROLL  # the copy loop unrolled as nvcc does
 
 
 def test_nvvm_copy_for_cute_is_rewritten(tmp_path, monkeypatch):
@@ -135,7 +151,7 @@ def test_nvvm_copy_for_cute_is_rewritten(tmp_path, monkeypatch):
     src.write_bytes(llvm.parse_assembly(GUARDED, context=llvm.create_context()).as_bitcode())
     monkeypatch.delenv(bc.ENV, raising=False)
     out = bitcode.nvvm_bitcode(src)
-    assert out != src and out.name.endswith("-vector.nvvm.bc")
+    assert out != src and out.name.endswith(f"-vector-r{bc.REVISION}.nvvm.bc")
     text = str(llvm.parse_bitcode(out.read_bytes(), context=llvm.create_context()))
     assert "load <4 x i32>" in text and "asm sideeffect" not in text
     assert bitcode.nvvm_bitcode(src) == out  # cached
@@ -163,3 +179,4 @@ def test_cute_put_copy_loop():
     assert "nvshmemi_device_state_d" in ptx
     assert "st.volatile.global.v4.u32" not in ptx
     assert "ld.global.v4" in ptx and "st.global.v4" in ptx
+    assert ptx.count("st.global.v4") >= bc.UNROLL  # libNVVM unrolls the rewritten loop too

@@ -325,9 +325,15 @@ def link(llvm_strs, cc, opt: int = 3):
         _run(main, pb, "always_inliner", "global_dead_code_eliminate")
         if opt:
             fpm = pb.getFunctionPassManager()
+            # the simplification pipeline has no runtime unrolling: NVSHMEM's copy loops, now
+            # in the kernel (and freed of their unroll.disable by the copy rewrite), get it here
+            unroll = llvm.create_new_function_pass_manager()
+            unroll.add_loop_unroll_pass()
+            unroll.add_simplify_cfg_pass()
             for fn in main.functions:
                 if fn.name in numba_fns and not fn.is_declaration:
                     fpm.run(fn, pb)
+                    unroll.run(fn, pb)
             _run(main, pb, "global_dead_code_eliminate")
     return main, tm
 
