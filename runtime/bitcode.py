@@ -1030,6 +1030,7 @@ def api_module(names, arch=90, bc_path=None):
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
             text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how)
+            text, _ = bitcode_rewrites.freeze_loops(text)  # clang's unrolling stays as it was
             mod = llvm.parse_assembly(text)
         except (CacheCorrupt, RuntimeError):
             if attempt:

@@ -36,7 +36,7 @@ import re
 
 MODES = ("off", "store", "vector")
 #: Bump when what a mode produces changes (names the cached libNVVM copies).
-REVISION = 2
+REVISION = 3
 ENV = "NVSHMEM_DSL_COPY_REWRITE"
 
 _STORE = re.compile(
@@ -112,6 +112,48 @@ def rewrite(text: str, how: str) -> tuple[str, int]:
     return "\n".join(parts), total
 
 
+_LABEL_OR_BR = re.compile(r'^(?:(?P<label>[\w.]+):|  br (?P<br>[^\n]*)$)', re.M)
+_TARGET = re.compile(r'label %([\w.]+)')
+_FREEZE_BASE = 4_100_000_000
+
+
+def freeze_loops(text: str) -> tuple[str, int]:
+    """``text`` with ``llvm.loop.unroll.disable`` on every loop branch that has no loop
+    metadata; and how many.  clang already made NVSHMEM's unrolling decisions when it built
+    the bitcode; the unroll pass run on a kernel after inlining (for the rewritten copy loops)
+    must not make them again (it unrolled a reduction loop: 157 -> 217 registers).  A branch is
+    taken for a loop's when it jumps back to its own block or an earlier one."""
+    n = 0
+    parts = _DEFINE.split(text)
+    for i, fn in enumerate(parts):
+        if not fn.startswith("define "):
+            continue
+        seen = set()
+        edits = []
+        for m in _LABEL_OR_BR.finditer(fn):
+            if m["label"] is not None:
+                seen.add(m["label"])
+                continue
+            br = m["br"]
+            if "!llvm.loop" in br or not any(t in seen for t in _TARGET.findall(br)):
+                continue
+            edits.append(m.end())
+        if edits:
+            pieces, last = [], 0
+            for end in edits:
+                pieces.append(fn[last:end])
+                pieces.append(f", !llvm.loop !{_FREEZE_BASE + 1 + n}")
+                n += 1
+                last = end
+            pieces.append(fn[last:])
+            parts[i] = "".join(pieces)
+    if n:
+        parts.append(f'!{_FREEZE_BASE} = !{{!"llvm.loop.unroll.disable"}}')
+        parts += [f"!{_FREEZE_BASE + 1 + k} = distinct !{{!{_FREEZE_BASE + 1 + k}, !{_FREEZE_BASE}}}"
+                  for k in range(n)]
+    return "\n".join(parts), n
+
+
 def _stores(fn: str):
     """The matches of _STORE in ``fn``, found from the asm text (quicker than a regex scan)."""
     pos = fn.find(_ASM)
@@ -124,6 +166,7 @@ def _stores(fn: str):
 
 _LABEL = re.compile(r'^([\w.]+):', re.M)
 _LOOP_MD = re.compile(r', !llvm\.loop !\d+')
+_STEP4 = re.compile(r'^  %[\w.]+ = add nuw nsw i64 %[\w.]+, 4$', re.M)
 # Loop metadata of the rewritten copy loops: unrolled by four, as nvcc unrolls NVSHMEM's header
 # version (a count, because the loop steps by four elements, which keeps LLVM's cost model from
 # unrolling it by itself).  Node numbers far above any the bitcode uses.
@@ -135,7 +178,8 @@ _UNROLL_MD = '!{id} = distinct !{{!{id}, !{count}}}'
 def _loop_latch_hint(fn: str, start: int, end: int, loop_md: str):
     """An edit that gives the branch closing the single-block loop around the store at
     ``fn[start:end]`` the loop metadata ``loop_md`` instead of NVSHMEM's (which says
-    ``llvm.loop.unroll.disable``); None when the store is not in such a loop."""
+    ``llvm.loop.unroll.disable``); None when the store is not in such a loop or the loop is
+    not one thread's (stepping by one vector: four elements)."""
     label = None
     for label in _LABEL.finditer(fn, 0, start):
         pass
@@ -150,6 +194,8 @@ def _loop_latch_hint(fn: str, start: int, end: int, loop_md: str):
     md = _LOOP_MD.search(line)
     if md is None or f"label %{label.group(1)}," not in line:
         return None
+    if not _STEP4.search(fn, end, br):
+        return None  # a group's strided loop (warp, block): one copy per thread is enough
     return (br + md.start(), br + md.end(), f", !llvm.loop {loop_md}")
 
 

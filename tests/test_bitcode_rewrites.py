@@ -82,6 +82,51 @@ def test_rewritten_copy_loop_is_unrolled_by_four():
     assert f"{node} = distinct !{{{node}, " in text
 
 
+def test_strided_group_loops_are_not_unrolled():
+    """A warp's or block's copy loop steps by the group's stride: left as NVSHMEM has it."""
+    strided = GUARDED.replace("define void @copy(ptr %dst, ptr %src, i64 %n)",
+                              "define void @copy(ptr %dst, ptr %src, i64 %n, i64 %stride)")
+    strided = strided.replace("%next = add nuw nsw i64 %i, 4", "%next = add nuw nsw i64 %i, %stride")
+    out, n = _rewrite(strided, "vector")
+    assert n == 1 and "!llvm.loop !0" in out and "llvm.loop.unroll.count" not in out
+
+
+def test_freeze_loops_keeps_clangs_unrolling():
+    """Every backward branch without loop metadata gets unroll.disable; forward ones do not,
+    and existing loop metadata stays."""
+    text = """
+define void @f(i64 %n, i1 %c) {
+entry:
+  br label %head
+
+head:                                             ; preds = %head, %entry
+  %i = phi i64 [ 0, %entry ], [ %j, %head ]
+  %j = add i64 %i, 1
+  %more = icmp ult i64 %j, %n
+  br i1 %more, label %head, label %next
+
+next:                                             ; preds = %next, %head
+  %k = phi i64 [ 0, %head ], [ %l, %next ]
+  %l = add i64 %k, 1
+  %again = icmp ult i64 %l, %n
+  br i1 %again, label %next, label %done, !llvm.loop !0
+
+done:                                             ; preds = %next
+  ret void
+}
+
+!0 = distinct !{!0, !1}
+!1 = !{!"llvm.loop.mustprogress"}
+"""
+    out, n = bc.freeze_loops(text)
+    assert n == 1
+    llvm.parse_assembly(out).verify()
+    first = next(line for line in out.splitlines() if "br i1 %more" in line)
+    second = next(line for line in out.splitlines() if "br i1 %again" in line)
+    assert "!llvm.loop" in first and second.endswith("!llvm.loop !0")
+    assert "br label %head" in out and 'llvm.loop.unroll.disable' in out
+
+
 def test_store_mode_keeps_the_scalar_loads():
     out, n = _rewrite(GUARDED, "store")
     assert n == 1 and "asm sideeffect" not in out
