@@ -288,6 +288,23 @@ def amo_count_ok(u64: Any, launches: int, iters: int) -> bool:
     return int(got[0]) == launches * iters
 
 
+def lands_on_peer(host: Host, me: int, reset: Callable[[], None], launch: Callable[[], None],
+                  written: Callable[[], bool]) -> bool:
+    """One launch on PE 0 alone, after ``reset`` on every PE: whether this PE sees what it
+    should, ``written()`` on PE 1 (the peer of PE 0) and not on PE 0.  The timed runs cannot
+    tell a remote write from a local one (every PE runs the same loop), this can.  Other PEs: True."""
+    reset()
+    host.sync()
+    host.barrier_all()
+    if me == 0:
+        launch()
+        host.sync()
+    host.barrier_all()
+    if me > 1:
+        return True
+    return written() == (me == 1)
+
+
 def per_op(secs: Sequence[float], ops: float, scale: float) -> list[float]:
     return [s / ops * scale for s in secs]
 

@@ -366,8 +366,10 @@ def main(argv=None) -> int:
         it = p.lat_iters
         arrays["lat"].fill(-1)
         secs = timer.run(p.reps, lambda: K["p_lat"](t["lat"], it, peer, stream))
-        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
-                 checked=C.p_pattern_ok(arrays["lat"], it))
+        ok = C.p_pattern_ok(arrays["lat"], it) and C.lands_on_peer(
+            host, me, lambda: arrays["lat"].fill(-1), lambda: K["p_lat"](t["lat"], it, peer, stream),
+            lambda: C.p_pattern_ok(arrays["lat"], it))
+        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
     if p.enabled("g_lat"):
         it = p.lat_iters
         secs = timer.run(p.reps, lambda: K["g_lat"](t["lat"], t["res"], it, peer, stream))
@@ -376,8 +378,10 @@ def main(argv=None) -> int:
         it = p.amo_iters
         arrays["u64"][C.U64_COUNTER] = 0
         secs = timer.run(p.reps, lambda: K["amo_lat"](t["u64"], it, peer, stream))
-        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it,
-                 checked=C.amo_count_ok(arrays["u64"], p.reps + 1, it))
+        ok = C.amo_count_ok(arrays["u64"], p.reps + 1, it) and C.lands_on_peer(
+            host, me, lambda: arrays["u64"].__setitem__(C.U64_COUNTER, 0),
+            lambda: K["amo_lat"](t["u64"], it, peer, stream), lambda: C.amo_count_ok(arrays["u64"], 1, it))
+        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
     if p.enabled("pingpong") and npes >= 2:
         it = p.pingpong_iters
         sig = arrays["u64"][C.U64_SIGNAL:C.U64_SIGNAL + 1]

@@ -257,8 +257,10 @@ def main(argv=None) -> int:
         it = p.lat_iters
         lat_cp.fill(-1)
         secs = timer.run(p.reps, lambda: K["p_lat"][1, 1, stream](lat, it, peer))
-        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
-                 checked=C.p_pattern_ok(lat_cp, it))
+        ok = C.p_pattern_ok(lat_cp, it) and C.lands_on_peer(
+            host, me, lambda: lat_cp.fill(-1), lambda: K["p_lat"][1, 1, stream](lat, it, peer),
+            lambda: C.p_pattern_ok(lat_cp, it))
+        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
         lat_cp.fill(-1)
         secs = timer.run(p.reps, lambda: K["p_lat_peer_ptr"][1, 1, stream](lat, it, peer))
         out.emit("p_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
@@ -273,8 +275,10 @@ def main(argv=None) -> int:
         it = p.amo_iters
         u64_cp[C.U64_COUNTER] = 0
         secs = timer.run(p.reps, lambda: K["amo_lat"][1, 1, stream](u64, it, peer))
-        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it,
-                 checked=C.amo_count_ok(u64_cp, p.reps + 1, it))
+        ok = C.amo_count_ok(u64_cp, p.reps + 1, it) and C.lands_on_peer(
+            host, me, lambda: u64_cp.__setitem__(C.U64_COUNTER, 0),
+            lambda: K["amo_lat"][1, 1, stream](u64, it, peer), lambda: C.amo_count_ok(u64_cp, 1, it))
+        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
     if p.enabled("pingpong") and npes >= 2:
         it = p.pingpong_iters
         sig = u64_cp[C.U64_SIGNAL:C.U64_SIGNAL + 1]

@@ -330,3 +330,19 @@ def test_amo_count():
     u64[C.U64_OUT] = 7
     assert C.amo_count_ok(u64, 4, 20000)
     assert not C.amo_count_ok(u64, 4, 10000)  # half the fetch-adds: a loop that skipped work
+
+
+def test_lands_on_peer():
+    """PE 0 launches alone: PE 1 must see the write, PE 0 must not (a local write fails)."""
+    class FakeHost:
+        def sync(self):
+            pass
+
+        def barrier_all(self):
+            pass
+
+    launched = []
+    for me, seen, want in [(0, False, True), (1, True, True), (0, True, False), (1, False, False), (2, False, True)]:
+        ok = C.lands_on_peer(FakeHost(), me, lambda: None, lambda: launched.append(me), lambda: seen)
+        assert ok is want, (me, seen)
+    assert launched == [0, 0]
