@@ -18,9 +18,12 @@ offsets 0, 4, 8, 12 of one base pointer) into plain LLVM IR:
   function tests (NVSHMEM's copy loops take the v4 path only when that is 0).  Other copy
   sites are left as they are.
 
-The loop around a rewritten copy (one block, NVSHMEM's metadata says ``unroll.disable``) is
-marked to be unrolled by :data:`UNROLL` (four), the shape nvcc gives the same loop from
-NVSHMEM's headers; its step of four elements keeps LLVM from unrolling it on its own.
+The loop around a rewritten copy of one thread (one block, a step of one vector; NVSHMEM's
+metadata says ``unroll.disable``) is marked to be unrolled by :data:`UNROLL` (four), the shape
+nvcc gives the same loop from NVSHMEM's headers; its step of four elements keeps LLVM from
+unrolling it on its own.  :func:`freeze_loops` marks every other loop of NVSHMEM's code
+``unroll.disable``, so that the unroll pass Numba's linker runs after inlining changes nothing
+clang decided (libNVVM, for CuTe, runs its own pipeline on the library as it is).
 
 Other asm stores (LL-protocol packets with flags, IBGDA doorbells) are left alone.  Numba kernels
 get it in :func:`nvshmem_dsl.bitcode.api_module`, CuTe kernels in the copy of the library that
@@ -180,11 +183,12 @@ def _loop_latch_hint(fn: str, start: int, end: int, loop_md: str):
     ``fn[start:end]`` the loop metadata ``loop_md`` instead of NVSHMEM's (which says
     ``llvm.loop.unroll.disable``); None when the store is not in such a loop or the loop is
     not one thread's (stepping by one vector: four elements)."""
-    label = None
-    for label in _LABEL.finditer(fn, 0, start):
-        pass
+    line = fn.rfind("\n", 0, start)  # back to the line that opens the store's block
+    while line > 0 and fn.startswith("  ", line + 1):
+        line = fn.rfind("\n", 0, line)
+    label = _LABEL.match(fn, line + 1)
     if label is None:
-        return None
+        return None  # the entry block (no label) or not a function body
     br = fn.find("\n  br ", end)
     nxt = _LABEL.search(fn, end)
     if br < 0 or (nxt is not None and nxt.start() < br):
