@@ -63,7 +63,8 @@ def _warp_worker(nelems):
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
     # warps per block as a Python constant (the launchers use BW_BLOCK threads): derived from
-    # cute.arch.block_dim() it came out as -1 in the PTX (cutlass-dsl 4.8.1), so every warp
+    # cute.arch.block_dim()[0] // 32 it came out as -1 in the PTX (cutlass-dsl 4.8.1 folds it
+    # wrongly when the launch shape is static; docs/troubleshooting.rst), so every warp
     # got an empty chunk and the 2026-11-22 CuTe warp figures were void
     wpb = BW_BLOCK // 32
     return _chunk(nelems, Int64(gdim) * wpb, Int64(bidx) * wpb + Int64(tidx) // 32)
