@@ -1060,6 +1060,13 @@ def pruned_bitcode(bc_path=None, arch=90, names=None) -> bytes:
 # A copy that libNVVM accepts (for the CuTe DSL, which links bitcode through NVVM)
 
 _SECTION = re.compile(r' section "\.text\.[^"]*"')
+_DATA_LAYOUT = re.compile(r'^target datalayout = "[^"]*"$', re.M)
+#: The data layout libNVVM gives the modules it links the library into (64-bit pointers, 32-bit
+#: shared ones).  The copy says the same, instead of LLVM 22's NVPTX layout, so that every CuTe
+#: compile does not print "Linking two modules of different data layouts"; libNVVM links the
+#: library under this layout either way.
+NVVM_DATA_LAYOUT = ("e-p:64:64:64-p3:32:32:32-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-"
+                    "f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64")
 
 
 def nvvm_bitcode(bc_path) -> Path:
@@ -1092,6 +1099,7 @@ def nvvm_bitcode(bc_path) -> Path:
         text = str(llvm.parse_bitcode(bc_path.read_bytes(), context=llvm.create_context()))
         text, sections = _SECTION.subn("", text)
         text, copies = bitcode_rewrites.rewrite(text, how)
+        text = _DATA_LAYOUT.sub(f'target datalayout = "{NVVM_DATA_LAYOUT}"', text, count=1)
         if sections == 0 and copies == 0:
             same.touch(mode=0o600)
             return bc_path

@@ -39,7 +39,7 @@ import re
 
 MODES = ("off", "store", "vector")
 #: Bump when what a mode produces changes (names the cached libNVVM copies).
-REVISION = 3
+REVISION = 4
 ENV = "NVSHMEM_DSL_COPY_REWRITE"
 
 _STORE = re.compile(
