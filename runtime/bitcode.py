@@ -42,7 +42,6 @@ from __future__ import annotations
 import atexit
 import glob
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -119,41 +118,17 @@ def _arch_number(arch) -> int:
     return int(arch)
 
 
-def _candidate_lib_dirs() -> list[Path]:
-    dirs = []
-    spec = importlib.util.find_spec("nvidia")
-    if spec is not None:
-        for loc in spec.submodule_search_locations or ():
-            dirs.append(Path(loc) / "nvshmem" / "lib")
-    home = os.environ.get("NVSHMEM_HOME")
-    if home:
-        dirs.append(Path(home) / "lib")
-    return [d for d in dirs if d.is_dir()]
-
-
 def _default_bitcode(arch) -> Path:
-    """The NVSHMEM device bitcode to use for ``arch``.
+    """The NVSHMEM device bitcode to use for ``arch``: that of the installation the host
+    library comes from (:func:`nvshmem_dsl._libs.bitcode_path`), so that device code and host
+    library are always one NVSHMEM.  Raises :class:`FileNotFoundError` when there is none."""
+    from ._libs import bitcode_path  # imported here: build workers load this file on its own
+    from .errors import NvshmemNotFoundError
 
-    NVSHMEM >= 3.8 ships ``libnvshmem_device_sm_NN.bc``: take the highest NN
-    not above ``arch``.  Older releases ship a single ``libnvshmem_device.bc``.
-    """
-    want = _arch_number(arch)
-    for d in _candidate_lib_dirs():
-        per_arch = []
-        for p in d.glob("libnvshmem_device_sm_*.bc"):
-            m = re.fullmatch(r"libnvshmem_device_sm_(\d+)\.bc", p.name)
-            if m and int(m.group(1)) <= want:
-                per_arch.append((int(m.group(1)), p))
-        if per_arch:
-            return max(per_arch)[1]
-        single = d / "libnvshmem_device.bc"
-        if single.is_file():
-            return single
-    raise FileNotFoundError(
-        f"no NVSHMEM device bitcode for sm_{want} found (looked in "
-        f"{[str(d) for d in _candidate_lib_dirs()] or 'nothing'}); install "
-        "nvidia-nvshmem-cu12/cu13 or set NVSHMEM_HOME"
-    )
+    try:
+        return bitcode_path(_arch_number(arch))
+    except NvshmemNotFoundError as exc:
+        raise FileNotFoundError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------

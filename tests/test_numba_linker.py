@@ -399,6 +399,25 @@ def test_default_bitcode_choice():
         assert bitcode._default_bitcode("sm_120").name == "libnvshmem_device_sm_100.bc"
 
 
+def test_bitcode_comes_from_the_host_librarys_installation(tmp_path, monkeypatch):
+    """NVSHMEM_HOME picks the device bitcode as it picks the host library: never the bitcode of
+    one NVSHMEM with the host library of another (their device state layouts differ)."""
+    from nvshmem_dsl import _libs
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libnvshmem_host.so.3", "libnvshmem_device.bc"):
+        (lib / name).write_bytes(b"")
+    monkeypatch.setenv("NVSHMEM_HOME", str(tmp_path))
+    _libs.clear_cache()
+    try:
+        assert _libs.installation().root == tmp_path
+        assert bitcode._default_bitcode(90) == lib / "libnvshmem_device.bc" == _libs.bitcode_path(90)
+    finally:
+        monkeypatch.delenv("NVSHMEM_HOME")
+        _libs.clear_cache()
+
+
 TINY_IR = r"""
 target datalayout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 target triple = "nvptx64-nvidia-cuda"
