@@ -13,10 +13,10 @@ to the kernel's IR after NVSHMEM is inlined:
   helpers+opt   both
 
 Run:  NVSHMEM_HOME=<nvshmem 3.4.5> python bench/experiments/unswitch.py
-Found on 2026-11-22 (CPU machine, 3.4.5 wheel): only "helpers+opt" unswitches the amo loop
-(two loop versions, each unrolled); the function pipeline Numba's linker runs after inlining
-does not unswitch even then (it needs the module pipeline, which would also re-optimise
-NVSHMEM's helpers: they must be kept out of it).
+Found on 2026-11-22 (CPU machine, 3.4.5 wheel; tests/gpu/records/2026-11-22/unswitch.txt):
+"opt" is enough with 3.4.5 (a first run that linked 3.8's bitcode by mistake needed both), and
+only in the module pipeline: the function pipeline Numba's linker runs after inlining does not
+unswitch even with the option.
 """
 import os
 import re
