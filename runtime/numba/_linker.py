@@ -27,7 +27,10 @@ path to PTX, inside Numba's own code library:
    * internalizes everything that came from NVSHMEM except the device state
      globals the host library looks up (``nvshmemi_device_state_d`` ...),
      inlines NVSHMEM's API (all ``alwaysinline``), simplifies the Numba
-     functions again and drops what is unused (GlobalDCE).  NVSHMEM's few
+     functions again, runs LLVM's unroll pass on them (for the copy loops the
+     copy rewrite marks; every other NVSHMEM loop is frozen as clang built it,
+     see :mod:`nvshmem_dsl.bitcode_rewrites`) and drops what is unused
+     (GlobalDCE).  NVSHMEM's few
      out-of-line helpers (``noinline`` transport paths, already optimised by
      clang) are not optimised again: that would triple the time per kernel;
    * emits PTX with the LLVM NVPTX backend for the kernel's compute
