@@ -971,9 +971,12 @@ def api_names(arch=90, bc_path=None) -> frozenset:
     return _store(bc_path, arch).api
 
 
-def api_module(names, arch=90, bc_path=None):
+def api_module(names, arch=90, bc_path=None, unswitch=False):
     """A fresh :class:`llvmlite.binding.ModuleRef` holding the NVSHMEM device
     functions ``names``, everything they call, and :data:`EXPORTED_GLOBALS`.
+
+    ``unswitch``: NVSHMEM's thread-level helpers are not ``convergent`` (see
+    :func:`nvshmem_dsl.bitcode_rewrites.thread_helpers_not_convergent`).
 
     Functions and globals keep the linkage they have in NVSHMEM (the API is
     external); the caller links the module in and internalizes.  The caller
@@ -994,6 +997,8 @@ def api_module(names, arch=90, bc_path=None):
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     how = bitcode_rewrites.mode()  # NVSHMEM's copy loops, rewritten in the text before parsing
+    if unswitch:
+        how += "+unswitch"
     for attempt in (0, 1):
         with _lock:
             mod = _subsets.get((key, names, how))
@@ -1004,8 +1009,10 @@ def api_module(names, arch=90, bc_path=None):
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how)
+            text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how.split("+")[0])
             text, _ = bitcode_rewrites.freeze_loops(text)  # clang's unrolling stays as it was
+            if unswitch:
+                text, _ = bitcode_rewrites.thread_helpers_not_convergent(text)
             mod = llvm.parse_assembly(text)
         except (CacheCorrupt, RuntimeError):
             if attempt:

@@ -157,6 +157,36 @@ def freeze_loops(text: str) -> tuple[str, int]:
     return "\n".join(parts), n
 
 
+_ATTRS = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)
+_HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)( \{)$', re.M)
+_HELPER_CALL = re.compile(r'(call [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
+_GROUP_INSTANCE = re.compile(r'threadgroup_t[123]')  # NVSHMEM's warp, warpgroup, block instances
+
+
+def thread_helpers_not_convergent(text: str) -> tuple[str, int]:
+    """``text`` with NVSHMEM's out-of-line helpers of one thread (``_Z...`` functions that are
+    not a warp/warpgroup/block instance) and the calls to them not ``convergent``; and how many
+    helpers.  clang marks every CUDA function convergent; these are the transport paths of
+    thread-scope calls, which any subset of a warp may make, and the mark keeps LLVM from
+    unswitching a loop of such calls on NVSHMEM's P2P test (see :mod:`nvshmem_dsl.numba._linker`)."""
+    groups = {int(m.group(1)): m.group(2) for m in _ATTRS.finditer(text)}
+    plain = {g: re.sub(r'\bconvergent ?', '', b) for g, b in groups.items() if re.search(r'\bconvergent\b', b)}
+    if not plain:
+        return text, 0
+    top = max(groups) + 1
+    new = {g: top + k for k, g in enumerate(sorted(plain))}
+    helpers = {m.group(2) for m in _HELPER_DEFINE.finditer(text)
+               if m.group(2).startswith("_Z") and not _GROUP_INSTANCE.search(m.group(2))}
+
+    def swap(m):
+        g = int(m.group(3))
+        return f"{m.group(1)}#{new[g]}{m.group(4)}" if m.group(2) in helpers and g in new else m.group(0)
+    text = _HELPER_DEFINE.sub(swap, text)
+    text = _HELPER_CALL.sub(swap, text)
+    text += "\n" + "\n".join(f"attributes #{new[g]} = {{{plain[g]}}}" for g in sorted(plain)) + "\n"
+    return text, len(helpers)
+
+
 def _stores(fn: str):
     """The matches of _STORE in ``fn``, found from the asm text (quicker than a regex scan)."""
     pos = fn.find(_ASM)

@@ -1,5 +1,7 @@
 """The rewrite of NVSHMEM's copy loops (nvshmem_dsl.bitcode_rewrites): what it changes, what it
 must leave alone, and the PTX a Numba put gets with and without it."""
+import re
+
 import llvmlite.binding as llvm
 import pytest
 
@@ -225,3 +227,44 @@ def test_cute_put_copy_loop():
     assert "st.volatile.global.v4.u32" not in ptx
     assert "ld.global.v4" in ptx and "st.global.v4" in ptx
     assert ptx.count("st.global.v4") >= bc.UNROLL  # libNVVM unrolls the rewritten loop too
+
+
+HELPERS = """
+define internal fastcc i64 @_Z5thelpv() unnamed_addr #0 {
+  ret i64 1
+}
+
+define internal fastcc i64 @_Z5bhelpIL13threadgroup_t3EEvv() unnamed_addr #0 {
+  ret i64 2
+}
+
+define i64 @nvshmem_api() #1 {
+  %a = notail call fastcc i64 @_Z5thelpv() #2
+  %b = notail call fastcc i64 @_Z5bhelpIL13threadgroup_t3EEvv() #2
+  %c = add i64 %a, %b
+  ret i64 %c
+}
+
+attributes #0 = { convergent noinline nounwind }
+attributes #1 = { alwaysinline convergent nounwind }
+attributes #2 = { convergent nounwind }
+"""
+
+
+def test_thread_helpers_not_convergent():
+    """A thread-level helper and the calls to it lose `convergent`; a block instance keeps it,
+    and so does the API function (inlined anyway)."""
+    out, n = bc.thread_helpers_not_convergent(HELPERS)
+    assert n == 1
+    mod = llvm.parse_assembly(out)
+    mod.verify()
+    text = str(mod)
+    attrs = dict(re.findall(r"^attributes (#\d+) = \{ ([^}]*)\}", text, re.M))
+
+    def group(pattern):
+        return attrs[re.search(pattern, text, re.M).group(1)]
+    assert "convergent" not in group(r"^define internal fastcc i64 @_Z5thelpv\(\) unnamed_addr (#\d+)")
+    assert "convergent" in group(r"^define internal fastcc i64 @_Z5bhelpIL13threadgroup_t3EEvv\(\) unnamed_addr (#\d+)")
+    assert "convergent" not in group(r"call fastcc i64 @_Z5thelpv\(\) (#\d+)")
+    assert "convergent" in group(r"call fastcc i64 @_Z5bhelpIL13threadgroup_t3EEvv\(\) (#\d+)")
+    assert "convergent" in group(r"^define i64 @nvshmem_api\(\) (#\d+)")

@@ -194,6 +194,30 @@ def test_thread_scope_loops_unroll_collective_ones_do_not():
 
 
 @needs_bitcode
+def test_unswitching_splits_a_p_loop(monkeypatch):
+    """NVSHMEM_DSL_UNSWITCH=1: the loop of p is split on NVSHMEM's P2P test, so one version is
+    plain stores back to back (no test, no call between them), as libNVVM makes it for CuTe."""
+    import nvshmem_dsl.numba as nv
+    from numba import float32
+
+    monkeypatch.setenv(_linker.UNSWITCH_ENV, "1")
+
+    def p_loop(dst, n, pe):
+        for i in range(n):
+            nv.p(dst, i & 1023, float32(i), pe)
+
+    ptx, _ = cuda.compile_ptx(p_loop, (types.float32[::1], types.int64, types.int32), cc=(9, 0))
+    run = best = 0
+    for line in _entry(ptx).splitlines():
+        if re.match(r"\s*st(?:\.global)?\.b32\s", line):
+            run += 1
+            best = max(best, run)
+        elif re.match(r"\s*(@%p\d+ )?(bra|call)|^\$L", line.strip()) or "call" in line:
+            run = 0
+    assert best >= 4, _entry(ptx)
+
+
+@needs_bitcode
 def test_cubin_sm90_via_nvjitlink():
     ptx, _ = cuda.compile_ptx(k_all, SIG3, cc=(9, 0))
     cubin = nvjitlink_cubin(ptx, "sm_90")

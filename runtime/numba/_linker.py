@@ -256,6 +256,32 @@ def _mark_declaration(m) -> str:
     return m.group(0) + " convergent nounwind"
 
 
+def _mark_all_convergent(m) -> str:
+    return m.group(0) + " convergent nounwind"
+
+
+#: ``NVSHMEM_DSL_UNSWITCH=1`` (experimental, off by default until measured on GPUs): after
+#: NVSHMEM is inlined, run the whole O3 pipeline once more with LLVM's non-trivial loop
+#: unswitching, so that a loop of ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test
+#: into a loop of plain stores / loads / atomics and one with the transport calls, as libNVVM
+#: does for CuTe kernels (bench/experiments/unswitch.py).  LLVM's switch for it is a
+#: process-wide command-line option of llvmlite's LLVM, set on first use.
+UNSWITCH_ENV = "NVSHMEM_DSL_UNSWITCH"
+_unswitch_set = False
+
+
+def unswitching() -> bool:
+    """Whether NVSHMEM kernels are compiled with loop unswitching (``$NVSHMEM_DSL_UNSWITCH``)."""
+    return os.environ.get(UNSWITCH_ENV, "").strip().lower() in ("1", "on", "yes", "true")
+
+
+def _enable_nontrivial_unswitch() -> None:
+    global _unswitch_set
+    if not _unswitch_set:
+        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch")
+        _unswitch_set = True
+
+
 def _internalize(mod, keep) -> None:
     for v in (*mod.functions, *mod.global_variables):
         if v.is_declaration or v.name in keep or v.name.startswith("llvm."):
@@ -297,8 +323,11 @@ def link(llvm_strs, cc, opt: int = 3):
     names = nvshmem_functions(llvm_strs)
 
     # Calls to warp/block-scope NVSHMEM functions synchronise threads: keep them convergent
-    # while only their declarations are visible.
-    mods = [llvm.parse_assembly(_DECLARATION.sub(_mark_declaration, s)) for s in llvm_strs]
+    # while only their declarations are visible.  With unswitching, all of them: a loop around
+    # a thread-scope call must reach the second O3 whole, to be unswitched before it is unrolled.
+    unswitch = unswitching()
+    mark = _mark_all_convergent if unswitch else _mark_declaration
+    mods = [llvm.parse_assembly(_DECLARATION.sub(mark, s)) for s in llvm_strs]
     main = mods[0]
     for m in mods[1:]:
         main.link_in(m)
@@ -319,14 +348,18 @@ def link(llvm_strs, cc, opt: int = 3):
 
     if names:
         try:
-            api = bitcode.api_module(names, sm)
+            api = bitcode.api_module(names, sm, unswitch=unswitch)
         except KeyError as e:
             raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
         _check_declarations(main, api, names)
         main.link_in(api)
         _internalize(main, keep)
         _run(main, pb, "always_inliner", "global_dead_code_eliminate")
-        if opt:
+        if opt and unswitch:
+            _enable_nontrivial_unswitch()
+            pb.getModulePassManager().run(main, pb)
+            _run(main, pb, "global_dead_code_eliminate")
+        elif opt:
             fpm = pb.getFunctionPassManager()
             # the simplification pipeline has no runtime unrolling: NVSHMEM's copy loops, now
             # in the kernel (and freed of their unroll.disable by the copy rewrite), get it here
