@@ -13,13 +13,14 @@ to the kernel's IR after NVSHMEM is inlined:
   helpers+opt   both
 
 Run:  NVSHMEM_HOME=<nvshmem 3.4.5> python bench/experiments/unswitch.py
-Found on 2026-11-22 (CPU machine, 3.4.5 wheel; tests/gpu/records/2026-11-22/unswitch.txt):
-"opt" is enough with 3.4.5 (a first run that linked 3.8's bitcode by mistake needed both), and
-only in the module pipeline: the function pipeline Numba's linker runs after inlining does not
-unswitch even with the option.
+Found on 2026-11-22 (CPU machine, 3.4.5 wheel; tests/gpu/records/2026-11-22/unswitch.txt): none
+of these splits the main loop, because the first O3 (before NVSHMEM is linked) has already
+unrolled it by eight: unswitching then only reaches the remainder loop.  What works is what
+``NVSHMEM_DSL_UNSWITCH=1`` does in the linker: declarations convergent in the first O3 (no
+unrolling yet), then the module O3 with the option after inlining (3.8's bitcode also needs
+the helpers not convergent).
 """
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -28,26 +29,12 @@ import llvmlite.binding as llvm  # noqa: E402
 
 import numba_bench as nb  # noqa: E402
 from numba.cuda import compiler  # noqa: E402,F401  (numba-cuda loaded before the linker)
+from nvshmem_dsl import bitcode_rewrites  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 
-_ATTR = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)
-_GROUP_SCOPE = re.compile(r'threadgroup_t[123]')  # warp, warpgroup, block instances stay convergent
-
-
 def drop_helper_convergence(text: str) -> str:
-    """``text`` (a module) with thread-level `_Z*` functions and calls to them not convergent."""
-    groups = {int(m.group(1)): m.group(2) for m in _ATTR.finditer(text)}
-    plain = {g: re.sub(r'\bconvergent ?', '', b) for g, b in groups.items() if 'convergent' in b}
-    new = {g: max(groups) + 1 + k for k, g in enumerate(plain)}
-    helpers = {m.group(1) for m in re.finditer(r'^define [^\n]*@"?(_Z[\w.$]+)"?\(', text, re.M)
-               if not _GROUP_SCOPE.search(m.group(1))}
-
-    def swap(m):
-        g = int(m.group(3))
-        return f"{m.group(1)}#{new[g]}{m.group(4)}" if m.group(2) in helpers and g in new else m.group(0)
-    text = re.sub(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)( \{)$', swap, text, flags=re.M)
-    text = re.sub(r'(call [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', swap, text, flags=re.M)
-    return text + "\n" + "\n".join(f"attributes #{new[g]} = {{{b}}}" for g, b in plain.items()) + "\n"
+    """``text`` (a module) with NVSHMEM's thread-level helpers and calls to them not convergent."""
+    return bitcode_rewrites.thread_helpers_not_convergent(text)[0]
 
 
 def inlined_module(name: str) -> str:
@@ -69,24 +56,45 @@ def inlined_module(name: str) -> str:
     return seen["text"]
 
 
-def unswitched(text: str) -> bool:
+def hot_run(text: str) -> int:
+    """After O3: the longest run of atomics in the kernel with no branch or call between them
+    (8 or more: the loop was unswitched before it was unrolled; 1: a test per atomic)."""
     tm = _linker._target_machine("sm_90", "+ptx85", 3)
     mod = llvm.parse_assembly(text)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
     pb.getModulePassManager().run(mod, pb)
     kernel = str(mod)
     kernel = kernel[kernel.index("define ptx_kernel"):]
-    return ".us" in kernel[:kernel.index("\n}\n")]
+    run = best = 0
+    for line in kernel[:kernel.index("\n}\n")].splitlines():
+        if "@llvm.nvvm.atomic" in line:
+            run += 1
+            best = max(best, run)
+        elif " br " in line or "call " in line or line.endswith(":") or "; preds" in line:
+            run = 0
+    return best
 
 
 def main():
     text = inlined_module("amo_lat")
     free = drop_helper_convergence(text)
-    print(f"{'as is':>12}: unswitched={unswitched(text)}")
-    print(f"{'helpers':>12}: unswitched={unswitched(free)}")
+    print(f"{'as is':>12}: longest run of atomics {hot_run(text)}")
+    print(f"{'helpers':>12}: longest run of atomics {hot_run(free)}")
     llvm.set_option("", "-enable-nontrivial-unswitch")  # process-wide: hence last
-    print(f"{'opt':>12}: unswitched={unswitched(text)}")
-    print(f"{'helpers+opt':>12}: unswitched={unswitched(free)}")
+    print(f"{'opt':>12}: longest run of atomics {hot_run(text)}")
+    print(f"{'helpers+opt':>12}: longest run of atomics {hot_run(free)}")
+    os.environ[_linker.UNSWITCH_ENV] = "1"
+    from numba import cuda
+    ptx, _ = cuda.compile_ptx(nb.KERNELS["amo_lat"], nb.SIGNATURES["amo_lat"], cc=(9, 0))
+    entry = ptx[ptx.index(".entry"):]
+    run = best = 0
+    for line in entry[:entry.index("\n}")].splitlines():
+        if "atom." in line:
+            run += 1
+            best = max(best, run)
+        elif "bra" in line or "call" in line or line.startswith("$L"):
+            run = 0
+    print(f"{'linker, NVSHMEM_DSL_UNSWITCH=1':>12}: longest run of atomics {best} (PTX)")
 
 
 if __name__ == "__main__":
