@@ -783,7 +783,7 @@ class _Store:
 
 
 _stores: dict[str, _Store] = {}
-_subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode) -> ModuleRef, LRU
+_subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode, unswitch) -> ModuleRef, LRU
 _MAX_SUBSETS = 64
 _lock = threading.RLock()
 _builders: list = []  # build processes this process started (waited for at exit)
@@ -997,19 +997,18 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     how = bitcode_rewrites.mode()  # NVSHMEM's copy loops, rewritten in the text before parsing
-    if unswitch:
-        how += "+unswitch"
+    subset = (key, names, how, bool(unswitch))
     for attempt in (0, 1):
         with _lock:
-            mod = _subsets.get((key, names, how))
+            mod = _subsets.get(subset)
             if mod is not None:
-                _subsets.move_to_end((key, names, how))
+                _subsets.move_to_end(subset)
                 return mod.clone()
             st = _stores.get(key)
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how.split("+")[0])
+            text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how)
             text, _ = bitcode_rewrites.freeze_loops(text)  # clang's unrolling stays as it was
             if unswitch:
                 text, _ = bitcode_rewrites.thread_helpers_not_convergent(text)
@@ -1022,7 +1021,7 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
             continue
         stats["subset_parses"] += 1
         with _lock:
-            _subsets[(key, names, how)] = mod
+            _subsets[subset] = mod
             while len(_subsets) > _MAX_SUBSETS:
                 _subsets.popitem(last=False)
         return mod.clone()

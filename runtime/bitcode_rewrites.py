@@ -115,7 +115,9 @@ def rewrite(text: str, how: str) -> tuple[str, int]:
     return "\n".join(parts), total
 
 
-_LABEL_OR_BR = re.compile(r'^(?:(?P<label>[\w.]+):|  br (?P<br>[^\n]*)$)', re.M)
+_BLOCK_LABEL = r'(?P<label>[\w.]+):'  # a basic block's label line (numbered or named)
+_LABEL = re.compile('^' + _BLOCK_LABEL, re.M)
+_LABEL_OR_BR = re.compile(r'^(?:' + _BLOCK_LABEL + r'|  br (?P<br>[^\n]*)$)', re.M)
 _TARGET = re.compile(r'label %([\w.]+)')
 _FREEZE_BASE = 4_100_000_000
 
@@ -197,7 +199,6 @@ def _stores(fn: str):
         pos = fn.find(_ASM, pos + len(_ASM))
 
 
-_LABEL = re.compile(r'^([\w.]+):', re.M)
 _LOOP_MD = re.compile(r', !llvm\.loop !\d+')
 _STEP4 = re.compile(r'^  %[\w.]+ = add nuw nsw i64 %[\w.]+, 4$', re.M)
 # Loop metadata of the rewritten copy loops: unrolled by four, as nvcc unrolls NVSHMEM's header
@@ -226,7 +227,7 @@ def _loop_latch_hint(fn: str, start: int, end: int, loop_md: str):
     line_end = fn.find("\n", br + 1)
     line = fn[br:line_end if line_end >= 0 else len(fn)]
     md = _LOOP_MD.search(line)
-    if md is None or f"label %{label.group(1)}," not in line:
+    if md is None or f"label %{label['label']}," not in line:
         return None
     if not _STEP4.search(fn, end, br):
         return None  # a group's strided loop (warp, block): one copy per thread is enough

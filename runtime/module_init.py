@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from . import _cuda, _host, _state, bitcode
+from . import _cuda, _host, _state
 from .errors import NvshmemArgumentError, NvshmemStateError, NvshmemStatusError
 
 __all__ = [
@@ -77,9 +77,11 @@ def _init(kind: str, handle: Any) -> int:
                 _host.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
             except NvshmemStatusError:
                 if kind == "culibrary" and _lacks_nvshmem(h):
+                    from .bitcode import DEVICE_STATE  # here: importing bitcode costs ~25 ms
+
                     raise NvshmemArgumentError(
                         f"library_init(): CUlibrary 0x{h:x} holds no NVSHMEM device state "
-                        f"({bitcode.DEVICE_STATE}): none of its kernels calls NVSHMEM, "
+                        f"({DEVICE_STATE}): none of its kernels calls NVSHMEM, "
                         "so it needs no NVSHMEM init") from None
                 raise
         _refs[(kind, h)] = count + 1

@@ -56,6 +56,18 @@ def inlined_module(name: str) -> str:
     return seen["text"]
 
 
+def longest_run(lines, is_op, breaks) -> int:
+    """The most consecutive ``lines`` for which ``is_op`` holds with no ``breaks`` line between."""
+    run = best = 0
+    for line in lines:
+        if is_op(line):
+            run += 1
+            best = max(best, run)
+        elif breaks(line):
+            run = 0
+    return best
+
+
 def hot_run(text: str) -> int:
     """After O3: the longest run of atomics in the kernel with no branch or call between them
     (8 or more: the loop was unswitched before it was unrolled; 1: a test per atomic)."""
@@ -65,14 +77,8 @@ def hot_run(text: str) -> int:
     pb.getModulePassManager().run(mod, pb)
     kernel = str(mod)
     kernel = kernel[kernel.index("define ptx_kernel"):]
-    run = best = 0
-    for line in kernel[:kernel.index("\n}\n")].splitlines():
-        if "@llvm.nvvm.atomic" in line:
-            run += 1
-            best = max(best, run)
-        elif " br " in line or "call " in line or line.endswith(":") or "; preds" in line:
-            run = 0
-    return best
+    return longest_run(kernel[:kernel.index("\n}\n")].splitlines(), lambda s: "@llvm.nvvm.atomic" in s,
+                       lambda s: " br " in s or "call " in s or s.endswith(":") or "; preds" in s)
 
 
 def main():
@@ -87,13 +93,8 @@ def main():
     from numba import cuda
     ptx, _ = cuda.compile_ptx(nb.KERNELS["amo_lat"], nb.SIGNATURES["amo_lat"], cc=(9, 0))
     entry = ptx[ptx.index(".entry"):]
-    run = best = 0
-    for line in entry[:entry.index("\n}")].splitlines():
-        if "atom." in line:
-            run += 1
-            best = max(best, run)
-        elif "bra" in line or "call" in line or line.startswith("$L"):
-            run = 0
+    best = longest_run(entry[:entry.index("\n}")].splitlines(), lambda s: "atom." in s,
+                       lambda s: "bra" in s or "call" in s or s.startswith("$L"))
     print(f"{'linker, NVSHMEM_DSL_UNSWITCH=1':>12}: longest run of atomics {best} (PTX)")
 
 

@@ -247,16 +247,13 @@ def _unconstrained() -> frozenset:
                      if not scopes[op["scope"]]["convergent"])
 
 
-def _mark_declaration(m) -> str:
+def _mark_declaration(m, all_convergent: bool = False) -> str:
     """Declarations of NVSHMEM functions get ``nounwind``; those of warp/block scope (and any
     function the op table does not know) ``convergent`` too, so that O3 keeps every thread of the
-    group on the same call.  Loops around thread-scope calls may be unrolled with a remainder."""
-    if m.group(1) in _unconstrained():
+    group on the same call.  Loops around thread-scope calls may be unrolled with a remainder,
+    unless ``all_convergent``."""
+    if not all_convergent and m.group(1) in _unconstrained():
         return m.group(0) + " nounwind"
-    return m.group(0) + " convergent nounwind"
-
-
-def _mark_all_convergent(m) -> str:
     return m.group(0) + " convergent nounwind"
 
 
@@ -326,7 +323,7 @@ def link(llvm_strs, cc, opt: int = 3):
     # while only their declarations are visible.  With unswitching, all of them: a loop around
     # a thread-scope call must reach the second O3 whole, to be unswitched before it is unrolled.
     unswitch = unswitching()
-    mark = _mark_all_convergent if unswitch else _mark_declaration
+    mark = functools.partial(_mark_declaration, all_convergent=unswitch)
     mods = [llvm.parse_assembly(_DECLARATION.sub(mark, s)) for s in llvm_strs]
     main = mods[0]
     for m in mods[1:]:
