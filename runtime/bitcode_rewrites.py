@@ -48,8 +48,9 @@ _STORE = re.compile(
     r'i32 (?P<b>%[\w.]+), i32 (?P<c>%[\w.]+), i32 (?P<d>%[\w.]+)\)[^\n]*$', re.M)
 _ASM = "st.volatile.global.v4.u32"
 _DEFINE = re.compile(r'\n(?=define )')
-# Every instruction the rewrite looks at, in one pass over a function (one regex per kind would
-# scan NVSHMEM's large inlined API functions seven times: 26 s for a whole 3.8 library).
+# Every instruction the rewrite looks at, in one pass over a function (one regex per kind scanned
+# NVSHMEM's large inlined API functions seven times: 26 s for a whole 3.8 library on the CPU
+# machine, against 5 s now: tests/gpu/records/2026-11-22/cpu-facts.txt).
 _DEF = re.compile(
     r'^(?P<indent>\s*)(?P<name>%[\w.]+) = (?:'
     r'load i32, ptr (?P<lptr>%[\w.]+), align \d+[^\n]*$'
@@ -126,7 +127,8 @@ def freeze_loops(text: str) -> tuple[str, int]:
     """``text`` with ``llvm.loop.unroll.disable`` on every loop branch that has no loop
     metadata; and how many.  clang already made NVSHMEM's unrolling decisions when it built
     the bitcode; the unroll pass run on a kernel after inlining (for the rewritten copy loops)
-    must not make them again (it unrolled a reduction loop: 157 -> 217 registers).  A branch is
+    must not make them again (without this, a block reduction no longer launched with 512
+    threads on the GPU: BENCHMARKS.md).  A branch is
     taken for a loop's when it jumps back to its own block or an earlier one."""
     n = 0
     parts = _DEFINE.split(text)
