@@ -83,7 +83,8 @@ def bw_iters(p: Params, nbytes: int) -> int:
 
 
 def bw_windows(p: Params, op: str, nelems: int) -> int:
-    """Iteration i moves window i % nwin (windows of ``nelems`` floats) of the buffers.
+    """Iteration i moves window i % nwin (windows of ``nelems`` floats) of the buffers; the
+    kernels carry the window's offset from one iteration to the next (no division in the loop).
 
     Gets rotate through the whole (max size) buffers, so that repeated gets of a message
     smaller than L2 are not served from the local L2; puts repeat one window (nwin = 1).

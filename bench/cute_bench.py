@@ -74,9 +74,13 @@ def _warp_worker(nelems):
 def put_thread_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
     s, n = _block_worker(nelems)
     if n > 0:
-        for i in range(iters):
-            off = Int64(i % nwin) * nelems + s
+        off = s
+        end = Int64(nwin) * nelems + s
+        for _ in range(iters):
             nvc.put(_view(dst, off, n), _view(src, off, n), n, peer)
+            off = off + nelems
+            if off == end:
+                off = s
     nvc.quiet()
 
 
@@ -84,9 +88,13 @@ def put_thread_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32
 def put_warp_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
     s, n = _warp_worker(nelems)
     if n > 0:
-        for i in range(iters):
-            off = Int64(i % nwin) * nelems + s
+        off = s
+        end = Int64(nwin) * nelems + s
+        for _ in range(iters):
             nvc.put_warp(_view(dst, off, n), _view(src, off, n), n, peer)
+            off = off + nelems
+            if off == end:
+                off = s
     nvc.quiet()
 
 
@@ -94,9 +102,13 @@ def put_warp_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, 
 def put_block_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
     s, n = _block_worker(nelems)
     if n > 0:
-        for i in range(iters):
-            off = Int64(i % nwin) * nelems + s
+        off = s
+        end = Int64(nwin) * nelems + s
+        for _ in range(iters):
             nvc.put_block(_view(dst, off, n), _view(src, off, n), n, peer)
+            off = off + nelems
+            if off == end:
+                off = s
     nvc.quiet()
 
 
@@ -104,9 +116,13 @@ def put_block_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32,
 def get_thread_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
     s, n = _block_worker(nelems)
     if n > 0:
-        for i in range(iters):
-            off = Int64(i % nwin) * nelems + s
+        off = s
+        end = Int64(nwin) * nelems + s
+        for _ in range(iters):
             nvc.get(_view(dst, off, n), _view(src, off, n), n, peer)
+            off = off + nelems
+            if off == end:
+                off = s
     nvc.quiet()
 
 
@@ -114,9 +130,13 @@ def get_thread_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32
 def get_warp_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
     s, n = _warp_worker(nelems)
     if n > 0:
-        for i in range(iters):
-            off = Int64(i % nwin) * nelems + s
+        off = s
+        end = Int64(nwin) * nelems + s
+        for _ in range(iters):
             nvc.get_warp(_view(dst, off, n), _view(src, off, n), n, peer)
+            off = off + nelems
+            if off == end:
+                off = s
     nvc.quiet()
 
 
@@ -124,9 +144,13 @@ def get_warp_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, 
 def get_block_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
     s, n = _block_worker(nelems)
     if n > 0:
-        for i in range(iters):
-            off = Int64(i % nwin) * nelems + s
+        off = s
+        end = Int64(nwin) * nelems + s
+        for _ in range(iters):
             nvc.get_block(_view(dst, off, n), _view(src, off, n), n, peer)
+            off = off + nelems
+            if off == end:
+                off = s
     nvc.quiet()
 
 

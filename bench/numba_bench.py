@@ -50,9 +50,13 @@ def chunk_of(nelems, workers, w):
 def put_thread(dst, src, nelems, iters, peer, nwin):
     s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
     if n > 0:
-        for i in range(iters):
-            off = (i % nwin) * nelems + s
+        off = s
+        end = nwin * nelems + s
+        for _ in range(iters):
             nv.put(dst[off:off + n], src[off:off + n], n, peer)
+            off += nelems
+            if off == end:
+                off = s
     nv.quiet()
 
 
@@ -60,27 +64,39 @@ def put_warp(dst, src, nelems, iters, peer, nwin):
     wpb = int64(cuda.blockDim.x // 32)
     s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
     if n > 0:
-        for i in range(iters):
-            off = (i % nwin) * nelems + s
+        off = s
+        end = nwin * nelems + s
+        for _ in range(iters):
             nv.put_warp(dst[off:off + n], src[off:off + n], n, peer)
+            off += nelems
+            if off == end:
+                off = s
     nv.quiet()
 
 
 def put_block(dst, src, nelems, iters, peer, nwin):
     s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
     if n > 0:
-        for i in range(iters):
-            off = (i % nwin) * nelems + s
+        off = s
+        end = nwin * nelems + s
+        for _ in range(iters):
             nv.put_block(dst[off:off + n], src[off:off + n], n, peer)
+            off += nelems
+            if off == end:
+                off = s
     nv.quiet()
 
 
 def get_thread(dst, src, nelems, iters, peer, nwin):
     s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
     if n > 0:
-        for i in range(iters):
-            off = (i % nwin) * nelems + s
+        off = s
+        end = nwin * nelems + s
+        for _ in range(iters):
             nv.get(dst[off:off + n], src[off:off + n], n, peer)
+            off += nelems
+            if off == end:
+                off = s
     nv.quiet()
 
 
@@ -88,18 +104,26 @@ def get_warp(dst, src, nelems, iters, peer, nwin):
     wpb = int64(cuda.blockDim.x // 32)
     s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
     if n > 0:
-        for i in range(iters):
-            off = (i % nwin) * nelems + s
+        off = s
+        end = nwin * nelems + s
+        for _ in range(iters):
             nv.get_warp(dst[off:off + n], src[off:off + n], n, peer)
+            off += nelems
+            if off == end:
+                off = s
     nv.quiet()
 
 
 def get_block(dst, src, nelems, iters, peer, nwin):
     s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
     if n > 0:
-        for i in range(iters):
-            off = (i % nwin) * nelems + s
+        off = s
+        end = nwin * nelems + s
+        for _ in range(iters):
             nv.get_block(dst[off:off + n], src[off:off + n], n, peer)
+            off += nelems
+            if off == end:
+                off = s
     nv.quiet()
 
 
@@ -199,9 +223,22 @@ KERNELS = {
 }
 
 
+#: The one-thread latency kernels declare their launch shape, as bench.cu's do (ONE_THREAD) and
+#: CuTe's static launches do (.reqntid 1): with it ptxas does not aggregate a warp's atomics.
+#: BENCH_ONE_THREAD_BOUNDS=0 leaves it out (bench/experiments/one_thread_bounds.sh).
+ONE_THREAD = ("p_lat", "p_lat_peer_ptr", "g_lat", "g_lat_peer_ptr", "amo_lat", "pingpong")
+
+
+def jit_options(name: str) -> dict:
+    """The ``cuda.jit`` options of kernel ``name``."""
+    if name in ONE_THREAD and os.environ.get("BENCH_ONE_THREAD_BOUNDS", "1") != "0":
+        return {"launch_bounds": (1,)}
+    return {}
+
+
 def jit_kernels() -> dict:
     """Lazily compiled dispatchers (compiled at the first launch, i.e. in the warm-up)."""
-    return {name: cuda.jit(fn) for name, fn in KERNELS.items()}
+    return {name: cuda.jit(fn, **jit_options(name)) for name, fn in KERNELS.items()}
 
 
 # ------------------------------------------------------------------ host side

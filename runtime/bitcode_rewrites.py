@@ -162,7 +162,9 @@ def freeze_loops(text: str) -> tuple[str, int]:
 
 
 _ATTRS = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)
-_HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)( \{)$', re.M)
+# a definition's attribute group may be followed by a section, comdat, alignment (3.4's bitcode:
+# `#1 section ".text.compute" {`)
+_HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)((?: [^\n#{]+)? \{)$', re.M)
 _HELPER_CALL = re.compile(r'(call [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
 _GROUP_INSTANCE = re.compile(r'threadgroup_t[123]')  # NVSHMEM's warp, warpgroup, block instances
 

@@ -193,28 +193,53 @@ def test_thread_scope_loops_unroll_collective_ones_do_not():
     assert all(line.endswith(" nounwind") for line in marked)
 
 
+def test_unswitching_is_the_default(monkeypatch):
+    monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
+    assert _linker.unswitching()
+    for off in ("0", "off", "No", "false"):
+        monkeypatch.setenv(_linker.UNSWITCH_ENV, off)
+        assert not _linker.unswitching()
+    monkeypatch.setenv(_linker.UNSWITCH_ENV, "1")
+    assert _linker.unswitching()
+
+
+def _longest_run(ptx: str, op: str) -> int:
+    """The most ``op`` instructions in a row in the kernel, with no branch, call or label between."""
+    run = best = 0
+    for line in _entry(ptx).splitlines():
+        if re.match(op, line.strip()):
+            run += 1
+            best = max(best, run)
+        elif re.match(r"(@%p\d+ )?(bra|call)|^\$L", line.strip()) or "call" in line:
+            run = 0
+    return best
+
+
 @needs_bitcode
-def test_unswitching_splits_a_p_loop(monkeypatch):
-    """NVSHMEM_DSL_UNSWITCH=1: the loop of p is split on NVSHMEM's P2P test, so one version is
-    plain stores back to back (no test, no call between them), as libNVVM makes it for CuTe."""
+def test_unswitching_splits_p_and_g_loops(monkeypatch):
+    """By default, a loop of p (of g) is split on NVSHMEM's P2P test, so one version is plain
+    stores (loads) back to back with no test or call between them, as libNVVM makes it for CuTe.
+    (g's transport helper, defined in a section in 3.4's bitcode, must lose `convergent` too.)"""
     import nvshmem_dsl.numba as nv
     from numba import float32
 
-    monkeypatch.setenv(_linker.UNSWITCH_ENV, "1")
+    monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
 
     def p_loop(dst, n, pe):
         for i in range(n):
             nv.p(dst, i & 1023, float32(i), pe)
 
+    def g_loop(src, out, n, pe):
+        acc = float32(0)
+        for i in range(n):
+            acc += nv.g(src, i & 1023, pe)
+        out[0] = acc
+
     ptx, _ = cuda.compile_ptx(p_loop, (types.float32[::1], types.int64, types.int32), cc=(9, 0))
-    run = best = 0
-    for line in _entry(ptx).splitlines():
-        if re.match(r"\s*st(?:\.global)?\.b32\s", line):
-            run += 1
-            best = max(best, run)
-        elif re.match(r"\s*(@%p\d+ )?(bra|call)|^\$L", line.strip()) or "call" in line:
-            run = 0
-    assert best >= 4, _entry(ptx)
+    assert _longest_run(ptx, r"st(?:\.global)?\.b32\s") >= 4, _entry(ptx)
+    ptx, _ = cuda.compile_ptx(g_loop, (types.float32[::1], types.float32[::1], types.int64, types.int32),
+                              cc=(9, 0))
+    assert _longest_run(ptx, r"ld(?:\.global)?\.[bf]32\s") >= 4, _entry(ptx)
 
 
 @needs_bitcode

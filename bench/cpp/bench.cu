@@ -135,7 +135,8 @@ __device__ __forceinline__ void chunk_of(size_t nelems, size_t* start, size_t* n
     *n = left > 0 ? (size_t)(left < chunk ? left : chunk) : 0;
 }
 
-// Iteration i moves window (i % nwin) of the buffers (windows of nelems elements).  Gets rotate
+// Iteration i moves window (i % nwin) of the buffers (windows of nelems elements), the offset
+// carried from one iteration to the next (no division in the loop; the same in every DSL).  Gets rotate
 // through the 256 MiB buffers (nwin = buffer / message): repeated gets of one message smaller
 // than L2 would otherwise be served from the local L2 after the first iteration (> 2 TB/s).
 // Puts repeat the same window (nwin = 1), as NVSHMEM's perftest does: remote writes are not
@@ -145,8 +146,9 @@ __global__ void rma_bw(float* dst, float* src, size_t nelems, int iters, int pee
     size_t s, n;
     chunk_of<SCOPE>(nelems, &s, &n);
     if (n > 0) {
+        size_t off = s;
+        const size_t end = (size_t)nwin * nelems + s;
         for (int i = 0; i < iters; i++) {
-            size_t off = (size_t)(i % nwin) * nelems + s;
             if (GET) {  // dst local, src on peer
                 if (SCOPE == THREAD) nvshmem_float_get(dst + off, src + off, n, peer);
                 if (SCOPE == WARP) nvshmemx_float_get_warp(dst + off, src + off, n, peer);
@@ -156,45 +158,55 @@ __global__ void rma_bw(float* dst, float* src, size_t nelems, int iters, int pee
                 if (SCOPE == WARP) nvshmemx_float_put_warp(dst + off, src + off, n, peer);
                 if (SCOPE == BLOCK) nvshmemx_float_put_block(dst + off, src + off, n, peer);
             }
+            off += nelems;
+            if (off == end) off = s;
         }
     }
     nvshmem_quiet();
 }
 
-__global__ void p_lat(float* dst, int iters, int peer) {
+// The one-thread latency kernels declare their launch shape, as the Numba kernels do
+// (launch_bounds=(1,)) and CuTe's static launches do (.reqntid 1): with it ptxas does not
+// aggregate a warp's atomics (vote, popc, shuffle around every fetch-add).  Build with
+// NVCC_FLAGS=-DONE_THREAD= to leave it out (bench/experiments/one_thread_bounds.sh).
+#ifndef ONE_THREAD
+#define ONE_THREAD __launch_bounds__(1)
+#endif
+
+__global__ void ONE_THREAD p_lat(float* dst, int iters, int peer) {
     for (int i = 0; i < iters; i++) nvshmem_float_p(dst + (i & (LAT_SLOTS - 1)), (float)i, peer);
     nvshmem_quiet();
 }
 
 // The hardware floor of p_lat / g_lat: plain stores / loads through nvshmem_ptr, no NVSHMEM
 // call in the loop (what an inlined nvshmem_float_p/g reduces to over NVLink).
-__global__ void p_lat_peer_ptr(float* dst, int iters, int peer) {
+__global__ void ONE_THREAD p_lat_peer_ptr(float* dst, int iters, int peer) {
     float* q = (float*)nvshmem_ptr(dst, peer);
     for (int i = 0; i < iters; i++) q[i & (LAT_SLOTS - 1)] = (float)i;
     nvshmem_quiet();
 }
 
-__global__ void g_lat_peer_ptr(float* src, float* out, int iters, int peer) {
+__global__ void ONE_THREAD g_lat_peer_ptr(float* src, float* out, int iters, int peer) {
     const float* q = (const float*)nvshmem_ptr(src, peer);
     float acc = 0.0f;
     for (int i = 0; i < iters; i++) acc += q[i & (LAT_SLOTS - 1)];
     out[0] = acc;
 }
 
-__global__ void g_lat(float* src, float* out, int iters, int peer) {
+__global__ void ONE_THREAD g_lat(float* src, float* out, int iters, int peer) {
     float acc = 0.0f;
     for (int i = 0; i < iters; i++) acc += nvshmem_float_g(src + (i & (LAT_SLOTS - 1)), peer);
     out[0] = acc;
 }
 
-__global__ void amo_lat(uint64_t* counter, uint64_t* out, int iters, int peer) {
+__global__ void ONE_THREAD amo_lat(uint64_t* counter, uint64_t* out, int iters, int peer) {
     uint64_t acc = 0;
     for (int i = 0; i < iters; i++) acc += nvshmem_uint64_atomic_fetch_add(counter, 1, peer);
     out[0] = acc;
 }
 
 // PE 0 sends, PE 1 answers; one 8-byte payload and a signal per direction.
-__global__ void pingpong(uint64_t* data, uint64_t* src, uint64_t* sig, int iters, int me, int peer) {
+__global__ void ONE_THREAD pingpong(uint64_t* data, uint64_t* src, uint64_t* sig, int iters, int me, int peer) {
     if (me > 1) return;
     for (int i = 1; i <= iters; i++) {
         if (me == 0) {
