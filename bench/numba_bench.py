@@ -53,7 +53,7 @@ def put_thread(dst, src, nelems, iters, peer, nwin):
         off = s
         end = nwin * nelems + s
         for _ in range(iters):
-            nv.put(dst[off:off + n], src[off:off + n], n, peer)
+            nv.put(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
             off += nelems
             if off == end:
                 off = s
@@ -67,7 +67,7 @@ def put_warp(dst, src, nelems, iters, peer, nwin):
         off = s
         end = nwin * nelems + s
         for _ in range(iters):
-            nv.put_warp(dst[off:off + n], src[off:off + n], n, peer)
+            nv.put_warp(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
             off += nelems
             if off == end:
                 off = s
@@ -80,7 +80,7 @@ def put_block(dst, src, nelems, iters, peer, nwin):
         off = s
         end = nwin * nelems + s
         for _ in range(iters):
-            nv.put_block(dst[off:off + n], src[off:off + n], n, peer)
+            nv.put_block(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
             off += nelems
             if off == end:
                 off = s
@@ -93,7 +93,7 @@ def get_thread(dst, src, nelems, iters, peer, nwin):
         off = s
         end = nwin * nelems + s
         for _ in range(iters):
-            nv.get(dst[off:off + n], src[off:off + n], n, peer)
+            nv.get(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
             off += nelems
             if off == end:
                 off = s
@@ -107,7 +107,7 @@ def get_warp(dst, src, nelems, iters, peer, nwin):
         off = s
         end = nwin * nelems + s
         for _ in range(iters):
-            nv.get_warp(dst[off:off + n], src[off:off + n], n, peer)
+            nv.get_warp(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
             off += nelems
             if off == end:
                 off = s
@@ -120,7 +120,7 @@ def get_block(dst, src, nelems, iters, peer, nwin):
         off = s
         end = nwin * nelems + s
         for _ in range(iters):
-            nv.get_block(dst[off:off + n], src[off:off + n], n, peer)
+            nv.get_block(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
             off += nelems
             if off == end:
                 off = s

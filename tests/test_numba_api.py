@@ -246,3 +246,22 @@ def test_error_alltoall_needs_its_count():
     """alltoall's arrays hold a block per PE, so min(sizes) is not the count: it is required."""
     msg = _typing_error(_kernel_source(["nv.alltoall(0, a_float32, a_float32)"], {"a_float32": "float32"}))
     assert "nvshmem_dsl.numba.alltoall: missing argument 'nelems'" in msg
+
+
+def test_window_compiles_to_a_put_of_the_window():
+    """nv.window(x, start, n) is a slice the put takes like any array, NVSHMEM inlined."""
+    ptx = _compile(_kernel_source(["nv.put_block(nv.window(a_float32, pe, 4), nv.window(a_float32, 2, 4), pe)"],
+                                  {"a_float32": "float32"}))
+    _assert_inlined(ptx, "sm_90")
+
+
+@pytest.mark.parametrize("call,needle", [
+    ("nv.window(m, 0, 4)", "argument 'x' must be a 1-D array"),
+    ("nv.window(a_float32, 1.5, 4)", "argument 'start' must be an integer"),
+    ("nv.window(a_float32, 0, 4.0)", "argument 'n' must be an integer"),
+])
+def test_window_errors(call, needle):
+    source = _kernel_source([f"x = {call}"], {"a_float32": "float32"}).replace(
+        "def kernel(pe):", "def kernel(pe):\n    m = cuda.local.array((2, 2), types.float32)")
+    msg = _typing_error(source)
+    assert "nvshmem_dsl.numba.window" in msg and needle in msg

@@ -26,14 +26,14 @@ from ._linker import (
     remove_module_init_hook,
     set_module_init_hook,
 )
-from ._views import multicast, peer
+from ._views import multicast, peer, window
 
 DISPATCH = _table.DISPATCH
 # The generated API: one intrinsic per DSL function of the spec.
 globals().update({_name: make_api(_name, DISPATCH[_name], _api_doc(_name, DISPATCH[_name], "array"))
                   for _name in _table.__all__})
 
-__all__ = [*_table.__all__, "c", "peer", "multicast", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
+__all__ = [*_table.__all__, "c", "peer", "multicast", "window", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
            "declare_device_function", "add_module_init_hook", "add_module_finalize_hook",
            "remove_module_init_hook", "remove_module_finalize_hook", "set_module_init_hook"]
 

@@ -1,4 +1,5 @@
-"""Array views of symmetric memory inside kernels: `peer(x, pe)` and `multicast(team, x)`.
+"""Array views inside kernels: `peer(x, pe)` and `multicast(team, x)` of symmetric memory, and
+`window(x, start, n)`, a cheap slice.
 
 They return an array of the same type as `x` whose data pointer is NVSHMEM's address of `x`
 on PE `pe` (nvshmem_ptr) or the team's multicast address (nvshmemx_mc_ptr); plain loads and
@@ -7,6 +8,7 @@ stores through it reach that memory. The address is null when there is no load/s
 """
 from __future__ import annotations
 
+from llvmlite import ir
 from numba.core import cgutils, errors
 from numba.cuda import types
 from numba.cuda.extending import intrinsic
@@ -54,3 +56,46 @@ def multicast(typingctx, team, x):
         team32 = context.cast(builder, args[0], sig.args[0], types.int32)
         return _view(context, builder, sig.args[1], args[1], "nvshmemx_mc_ptr", 1, team32)
     return x(team, x), codegen
+
+
+@intrinsic
+def window(typingctx, x, start, n):
+    """The ``n`` elements of 1-D array ``x`` from ``start``, as an array of the same type.
+
+    What ``x[start:start + n]`` gives for indices inside the array, for a fraction of its cost
+    (no negative-index wrap-around): ``start`` is clamped to ``[0, x.size]`` and ``n`` to what is
+    left from there.  Numba has no pointer arithmetic; in a loop of small puts or gets, where all
+    of a block's warps run the indexing code, the slices' clamping costs measurable bandwidth."""
+    if not isinstance(x, types.Array) or x.ndim != 1:
+        raise errors.TypingError(f"nvshmem_dsl.numba.window: argument 'x' must be a 1-D array, got {x}")
+    for name, ty in (("start", start), ("n", n)):
+        if not isinstance(ty, (types.Integer, types.IntegerLiteral)):
+            raise errors.TypingError(f"nvshmem_dsl.numba.window: argument '{name}' must be an integer, got {ty}")
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        i64 = ir.IntType(64)
+        zero = i64(0)
+        start64 = context.cast(builder, args[1], sig.args[1], types.int64)
+        n64 = context.cast(builder, args[2], sig.args[2], types.int64)
+        size = builder.extract_value(ary.shape, 0)
+
+        def clamp(v, hi):
+            v = builder.select(builder.icmp_signed("<", v, zero), zero, v)
+            return builder.select(builder.icmp_signed(">", v, hi), hi, v)
+        s = clamp(start64, size)
+        count = clamp(n64, builder.sub(size, s))
+        if aryty.layout in "CF":  # contiguous: the element size is the stride
+            data = builder.gep(ary.data, [s], inbounds=True)
+        else:
+            data = builder.bitcast(ary.data, cgutils.voidptr_t)
+            data = builder.gep(data, [builder.mul(s, builder.extract_value(ary.strides, 0))], inbounds=True)
+        out = context.make_array(aryty)(context, builder)
+        for field in ("meminfo", "parent", "itemsize", "strides"):
+            setattr(out, field, getattr(ary, field))
+        out.nitems = count
+        out.shape = cgutils.pack_array(builder, [count])
+        out.data = builder.bitcast(data, ary.data.type)
+        return out._getvalue()
+    return x(x, start, n), codegen

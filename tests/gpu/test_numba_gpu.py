@@ -203,6 +203,31 @@ def test_put_explicit_count_leaves_the_rest():
     nvshmem.free(src), nvshmem.free(dst)
 
 
+@cuda.jit
+def k_put_windows(dst, src, start, n, sizes, pe):
+    """put_block of window [start, start + n) of both arrays; the windows' sizes to `sizes`."""
+    d, s = nv.window(dst, start, n), nv.window(src, start, n)
+    nv.put_block(d, s, pe)
+    if cuda.threadIdx.x == 0:
+        sizes[0] = d.size
+        sizes[1] = nv.window(src, -5, 10).size  # start clamped to 0
+        sizes[2] = nv.window(src, N - 3, 10).size  # n clamped to what is left
+        sizes[3] = nv.window(src, N + 8, 1).size  # start clamped to the end
+
+
+def test_window_put_and_clamping():
+    src, dst = sym(data(me())), poisoned()
+    sizes = cp.zeros(4, np.int64)
+    sync()
+    k_put_windows[1, 64](dst, src, 300, 200, sizes, peer())
+    sync()
+    expected = np.full(N, POISON, np.float32)
+    expected[300:500] = data(left())[300:500]
+    check(dst, expected, "put_block of nv.window(x, 300, 200)")
+    assert sizes.get().tolist() == [200, 10, 3, 0]
+    nvshmem.free(src), nvshmem.free(dst)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint64, np.float16, np.float64,
                                    np.complex64])
 def test_put_every_width(dtype):
