@@ -47,84 +47,44 @@ def chunk_of(nelems, workers, w):
     return s, n
 
 
-def put_thread(dst, src, nelems, iters, peer, nwin):
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
-    if n > 0:
-        off = s
-        end = nwin * nelems + s
-        for _ in range(iters):
-            nv.put(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
-            off += nelems
-            if off == end:
-                off = s
-    nv.quiet()
+@cuda.jit(device=True, inline="always")
+def block_worker(nelems):
+    """(start, n) of this block (thread- and block-scope kernels: one worker a block)."""
+    return chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
 
 
-def put_warp(dst, src, nelems, iters, peer, nwin):
+@cuda.jit(device=True, inline="always")
+def warp_worker(nelems):
+    """(start, n) of this warp (warp-scope kernels: one worker a warp)."""
     wpb = int64(cuda.blockDim.x // 32)
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
-    if n > 0:
-        off = s
-        end = nwin * nelems + s
-        for _ in range(iters):
-            nv.put_warp(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
-            off += nelems
-            if off == end:
-                off = s
-    nv.quiet()
+    return chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
 
 
-def put_block(dst, src, nelems, iters, peer, nwin):
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
-    if n > 0:
-        off = s
-        end = nwin * nelems + s
-        for _ in range(iters):
-            nv.put_block(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
-            off += nelems
-            if off == end:
-                off = s
-    nv.quiet()
+def rma_bw(name, op, worker):
+    """Kernel ``name``, bench.cu's rma_bw for NVSHMEM call ``op`` (put or get at some scope) and
+    ``worker`` (who moves which chunk): ``iters`` calls, each moving this worker's chunk of
+    window ``i % nwin``, the window's offset carried from one iteration to the next."""
+    def kernel(dst, src, nelems, iters, peer, nwin):
+        s, n = worker(nelems)
+        if n > 0:
+            off = s
+            end = nwin * nelems + s
+            for _ in range(iters):
+                op(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
+                off += nelems
+                if off == end:
+                    off = s
+        nv.quiet()
+    kernel.__name__ = kernel.__qualname__ = name
+    return kernel
 
 
-def get_thread(dst, src, nelems, iters, peer, nwin):
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
-    if n > 0:
-        off = s
-        end = nwin * nelems + s
-        for _ in range(iters):
-            nv.get(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
-            off += nelems
-            if off == end:
-                off = s
-    nv.quiet()
-
-
-def get_warp(dst, src, nelems, iters, peer, nwin):
-    wpb = int64(cuda.blockDim.x // 32)
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
-    if n > 0:
-        off = s
-        end = nwin * nelems + s
-        for _ in range(iters):
-            nv.get_warp(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
-            off += nelems
-            if off == end:
-                off = s
-    nv.quiet()
-
-
-def get_block(dst, src, nelems, iters, peer, nwin):
-    s, n = chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
-    if n > 0:
-        off = s
-        end = nwin * nelems + s
-        for _ in range(iters):
-            nv.get_block(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
-            off += nelems
-            if off == end:
-                off = s
-    nv.quiet()
+put_thread = rma_bw("put_thread", nv.put, block_worker)
+put_warp = rma_bw("put_warp", nv.put_warp, warp_worker)
+put_block = rma_bw("put_block", nv.put_block, block_worker)
+get_thread = rma_bw("get_thread", nv.get, block_worker)
+get_warp = rma_bw("get_warp", nv.get_warp, warp_worker)
+get_block = rma_bw("get_block", nv.get_block, block_worker)
 
 
 def p_lat(dst, iters, peer):
