@@ -4,9 +4,10 @@
     NVSHMEM_HOME=<3.4.5> python bench/experiments/cpu_facts.py
 
 Prints, for the Numba bench kernels and the numba_allreduce example kernel, the seconds to PTX
-(sm_90, warm bitcode cache) and the registers ptxas gives the kernel entry, once as the linker
-compiles by default and once with NVSHMEM_DSL_UNSWITCH=1 (each in a fresh process: unswitching
-sets a process-wide LLVM option); then the time of the copy-loop rewrite over a whole library.
+(sm_90, warm bitcode cache) and the registers ptxas gives the kernel entry, once without loop
+unswitching (NVSHMEM_DSL_UNSWITCH=0) and once with it (=1, the default since the fourth session;
+each in a fresh process: unswitching sets a process-wide LLVM option); then the time of the
+copy-loop rewrite over a whole library.
 """
 import os
 import re
@@ -47,7 +48,7 @@ def kernels() -> None:
 
     todo = [(n, nb.KERNELS[n], nb.SIGNATURES[n]) for n in KERNELS]
     todo.append(("allreduce", allreduce, (types.float32[::1], types.float32[::1])))
-    mode = "NVSHMEM_DSL_UNSWITCH=1" if os.environ.get("NVSHMEM_DSL_UNSWITCH") else "default"
+    mode = f"NVSHMEM_DSL_UNSWITCH={os.environ['NVSHMEM_DSL_UNSWITCH']}"
     for name, fn, sig in todo:
         t = time.perf_counter()
         ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
@@ -72,7 +73,7 @@ def main() -> None:
     if sys.argv[1:] == ["--kernels"]:
         kernels()
         return
-    for env in ({}, {"NVSHMEM_DSL_UNSWITCH": "1"}):
+    for env in ({"NVSHMEM_DSL_UNSWITCH": "0"}, {"NVSHMEM_DSL_UNSWITCH": "1"}):
         subprocess.run([sys.executable, __file__, "--kernels"], env=dict(os.environ, **env), check=True)
     rewrite_time()
 

@@ -16,7 +16,7 @@ Run:  NVSHMEM_HOME=<nvshmem 3.4.5> python bench/experiments/unswitch.py
 Found on 2026-11-22 (CPU machine, 3.4.5 wheel; tests/gpu/records/2026-11-22/unswitch.txt): none
 of these splits the main loop, because the first O3 (before NVSHMEM is linked) has already
 unrolled it by eight: unswitching then only reaches the remainder loop.  What works is what
-``NVSHMEM_DSL_UNSWITCH=1`` does in the linker: declarations convergent in the first O3 (no
+the linker does since (by default; ``NVSHMEM_DSL_UNSWITCH=0`` turns it off): declarations convergent in the first O3 (no
 unrolling yet), then the module O3 with the option after inlining (3.8's bitcode also needs
 the helpers not convergent).
 """
@@ -82,6 +82,7 @@ def hot_run(text: str) -> int:
 
 
 def main():
+    os.environ[_linker.UNSWITCH_ENV] = "0"  # the kernel as the linker compiled it before unswitching
     text = inlined_module("amo_lat")
     free = drop_helper_convergence(text)
     print(f"{'as is':>12}: longest run of atomics {hot_run(text)}")

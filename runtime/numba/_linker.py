@@ -20,19 +20,21 @@ path to PTX, inside Numba's own code library:
    * parses the kernel's IR modules with llvmlite (LLVM 22 upgrades NVVM IR:
      typed pointers, ``nvvm.annotations`` -> ``ptx_kernel``/launch bounds),
      links libdevice if ``__nv_*`` math functions are used, and runs O3 on
-     that (NVSHMEM calls are still declarations; those of warp or block scope are marked
-     ``convergent``, thread-scope ones are not, so loops around them unroll as in C++);
+     that (NVSHMEM calls are still declarations, marked ``convergent`` so that loops around
+     them reach the second O3 whole; with ``NVSHMEM_DSL_UNSWITCH=0`` only those of warp or
+     block scope are, so loops around thread-scope calls unroll as in C++);
    * links in the NVSHMEM functions it calls, taken from a cached, pre-split
      copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.bitcode`, a few ms);
    * internalizes everything that came from NVSHMEM except the device state
      globals the host library looks up (``nvshmemi_device_state_d`` ...),
-     inlines NVSHMEM's API (all ``alwaysinline``), simplifies the Numba
-     functions again, runs LLVM's unroll pass on them (for the copy loops the
-     copy rewrite marks; every other NVSHMEM loop is frozen as clang built it,
-     see :mod:`nvshmem_dsl.bitcode_rewrites`) and drops what is unused
-     (GlobalDCE).  NVSHMEM's few
-     out-of-line helpers (``noinline`` transport paths, already optimised by
-     clang) are not optimised again: that would triple the time per kernel;
+     inlines NVSHMEM's API (all ``alwaysinline``), runs O3 on the module once more
+     with LLVM's non-trivial loop unswitching (see :func:`unswitching`; it unrolls
+     the copy loops the copy rewrite marks, every other NVSHMEM loop is frozen as
+     clang built it, see :mod:`nvshmem_dsl.bitcode_rewrites`) and drops what is
+     unused (GlobalDCE).  With ``NVSHMEM_DSL_UNSWITCH=0`` the second pass is
+     lighter: the function simplification pipeline and LLVM's unroll pass on the
+     Numba functions only, NVSHMEM's out-of-line helpers (``noinline`` transport
+     paths, already optimised by clang) left as they are;
    * emits PTX with the LLVM NVPTX backend for the kernel's compute
      capability (``sm_90a`` etc.), PTX ISA 8.5 or the minimum the SM needs
      (8.6 for sm_100); ``$NVSHMEM_DSL_PTX_VERSION`` overrides it.
@@ -261,10 +263,8 @@ def _mark_declaration(m, all_convergent: bool = False) -> str:
 #: O3 pipeline runs once more with LLVM's non-trivial loop unswitching, so that a loop of
 #: ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
 #: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
-#: (bench/experiments/unswitch.py).  Measured on 2 x H200 with NVSHMEM 3.4.5 (BENCHMARKS.md):
-#: p 34.6 -> 8.4 ns, g 32.6 -> 18.1 ns, fetch-add 912 -> 466 ns in a one-thread kernel with
-#: launch_bounds=(1,); the GPU suite passes both ways.  It costs compile time on big kernels
-#: (block allreduce 2.2 -> 4.0 s).  LLVM's switch for it is a process-wide command-line option of
+#: (bench/experiments/unswitch.py; what it gains on the GPU and costs in compile time:
+#: BENCHMARKS.md, fourth session).  LLVM's switch for it is a process-wide command-line option of
 #: llvmlite's LLVM, set on first use (llvmlite has no per-pipeline way to ask for it).
 UNSWITCH_ENV = "NVSHMEM_DSL_UNSWITCH"
 _unswitch_set = False

@@ -1,7 +1,7 @@
 """Array views inside kernels: `peer(x, pe)` and `multicast(team, x)` of symmetric memory, and
 `window(x, start, n)`, a cheap slice.
 
-They return an array of the same type as `x` whose data pointer is NVSHMEM's address of `x`
+The first two return an array of the same type as `x` whose data pointer is NVSHMEM's address of `x`
 on PE `pe` (nvshmem_ptr) or the team's multicast address (nvshmemx_mc_ptr); plain loads and
 stores through it reach that memory. The address is null when there is no load/store path
 (a PE on another node, or no multicast): test `ptr(x, pe) != 0` first where that can happen.
@@ -24,11 +24,19 @@ def _view(context, builder, aryty, value, symbol, ptr_arg, other_arg):
     fn = declare_device_function(builder, symbol, _function_type(op, builder.module))
     data = builder.bitcast(ary.data, cgutils.voidptr_t)
     args = [data, other_arg] if ptr_arg == 0 else [other_arg, data]
-    address = builder.call(fn, args)
+    return _alias(context, builder, aryty, ary, builder.call(fn, args))
+
+
+def _alias(context, builder, aryty, ary, data, count=None):
+    """An array of type ``aryty`` like ``ary`` whose data is at ``data``, of ``count`` elements
+    (1-D; ``ary``'s shape when None)."""
     out = context.make_array(aryty)(context, builder)
-    for field in ("meminfo", "parent", "nitems", "itemsize", "shape", "strides"):
+    for field in ("meminfo", "parent", "itemsize", "strides", "nitems", "shape"):
         setattr(out, field, getattr(ary, field))
-    out.data = builder.bitcast(address, ary.data.type)
+    if count is not None:
+        out.nitems = count
+        out.shape = cgutils.pack_array(builder, [count])
+    out.data = builder.bitcast(data, ary.data.type)
     return out._getvalue()
 
 
@@ -86,16 +94,10 @@ def window(typingctx, x, start, n):
             return builder.select(builder.icmp_signed(">", v, hi), hi, v)
         s = clamp(start64, size)
         count = clamp(n64, builder.sub(size, s))
-        if aryty.layout in "CF":  # contiguous: the element size is the stride
+        if aryty.layout in ("C", "F"):  # contiguous: the element size is the stride
             data = builder.gep(ary.data, [s], inbounds=True)
         else:
             data = builder.bitcast(ary.data, cgutils.voidptr_t)
             data = builder.gep(data, [builder.mul(s, builder.extract_value(ary.strides, 0))], inbounds=True)
-        out = context.make_array(aryty)(context, builder)
-        for field in ("meminfo", "parent", "itemsize", "strides"):
-            setattr(out, field, getattr(ary, field))
-        out.nitems = count
-        out.shape = cgutils.pack_array(builder, [count])
-        out.data = builder.bitcast(data, ary.data.type)
-        return out._getvalue()
+        return _alias(context, builder, aryty, ary, data, count)
     return x(x, start, n), codegen

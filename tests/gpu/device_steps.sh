@@ -7,8 +7,7 @@
 #   launchers    host suite under torchrun, Numba examples, Numba suite under mpirun
 #   bench        make bench (C++, Numba, CuTe in one run); args go to bench/run.py
 #   copy-ab      Numba bandwidth with NVSHMEM_DSL_COPY_REWRITE off/store/vector, + suite (vector)
-#   unswitch     Numba suite and latency/bandwidth bench with NVSHMEM_DSL_UNSWITCH=1
-#   latency-ab   bench/experiments/one_thread_bounds.sh, Numba suite (unswitch), quick bandwidth
+#   latency-ab   bench/experiments/one_thread_bounds.sh, Numba suite, quick bandwidth
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -59,18 +58,10 @@ case "$step" in
       --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
     head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
     ;;
-  unswitch)  # Numba with NVSHMEM_DSL_UNSWITCH=1: the suite, then latency and bandwidth beside C++
-    NVSHMEM_DSL_UNSWITCH=1 timeout 250 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher \
-      --timeout 240 --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
-    head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
-    NVSHMEM_DSL_UNSWITCH=1 timeout 300 python3 bench/run.py --quick --impls cpp,numba --no-compile-time \
-      --only p_lat,g_lat,amo_lat,put_bw,get_bw --out "$work/latest.json" > "$work/bench.log" 2>&1 || rc=$?
-    grep -E "^[a-z_]+ +(thread|warp|block|peer_ptr) " "$work/bench.log"
-    ;;
-  latency-ab)  # one-thread launch bounds x unswitching (C++ and Numba), the Numba suite with
-               # NVSHMEM_DSL_UNSWITCH=1, quick bandwidth beside C++
+  latency-ab)  # one-thread launch bounds x unswitching (C++ and Numba), the Numba suite,
+               # quick bandwidth beside C++
     bash bench/experiments/one_thread_bounds.sh "$work/bounds" || rc=$?
-    NVSHMEM_DSL_UNSWITCH=1 timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher \
+    timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher \
       --timeout 190 --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
     head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
     timeout 150 python3 bench/run.py --quick --impls cpp,numba --no-compile-time --only put_bw,get_bw \
