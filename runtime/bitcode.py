@@ -1010,6 +1010,8 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
         try:
             text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how)
             text, _ = bitcode_rewrites.freeze_loops(text)  # clang's unrolling stays as it was
+            text, _ = bitcode_rewrites.peer_base_before_sync(text)
+            text, _ = bitcode_rewrites.laneid_intrinsic(text)
             if unswitch:
                 text, _ = bitcode_rewrites.thread_helpers_not_convergent(text)
             mod = llvm.parse_assembly(text)
@@ -1052,7 +1054,8 @@ NVVM_DATA_LAYOUT = ("e-p:64:64:64-p3:32:32:32-i1:8:8-i8:8:8-i16:16:16-i32:32:32-
 
 def nvvm_bitcode(bc_path) -> Path:
     """``bc_path`` itself, or a cached copy of it that libNVVM accepts, with NVSHMEM's copy
-    loops rewritten (:mod:`nvshmem_dsl.bitcode_rewrites`, as for Numba kernels).
+    loops, group-RMA entries and lane-id reads rewritten (:mod:`nvshmem_dsl.bitcode_rewrites`,
+    as for Numba kernels).
 
     NVSHMEM 3.4's single ``libnvshmem_device.bc`` puts some functions in an
     explicit ``.text.compute`` section, which libNVVM rejects ("Explicit section
@@ -1080,8 +1083,10 @@ def nvvm_bitcode(bc_path) -> Path:
         text = str(llvm.parse_bitcode(bc_path.read_bytes(), context=llvm.create_context()))
         text, sections = _SECTION.subn("", text)
         text, copies = bitcode_rewrites.rewrite(text, how)
+        text, moved = bitcode_rewrites.peer_base_before_sync(text)
+        text, lanes = bitcode_rewrites.laneid_intrinsic(text)
         text = _DATA_LAYOUT.sub(f'target datalayout = "{NVVM_DATA_LAYOUT}"', text, count=1)
-        if sections == 0 and copies == 0:
+        if sections == 0 and copies == 0 and moved == 0 and lanes == 0:
             same.touch(mode=0o600)
             return bc_path
         data = llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode()

@@ -1,5 +1,6 @@
 """Rewrites of NVSHMEM's device bitcode that let LLVM optimise the code it inlines into kernels:
-the copy loops.
+the copy loops; the peer-base load of warp/block RMA, moved above the entry sync
+(:func:`peer_base_before_sync`); lane-id reads as the intrinsic (:func:`laneid_intrinsic`).
 
 NVSHMEM's ``libnvshmem_device*.bc`` (built with clang) copies data in its put/get paths with
 four scalar 32-bit loads and an inline-asm ``st.volatile.global.v4.u32``; the header path that
@@ -39,7 +40,7 @@ import re
 
 MODES = ("off", "store", "vector")
 #: Bump when what a mode produces changes (names the cached libNVVM copies).
-REVISION = 4
+REVISION = 5
 ENV = "NVSHMEM_DSL_COPY_REWRITE"
 
 _STORE = re.compile(
@@ -159,6 +160,44 @@ def freeze_loops(text: str) -> tuple[str, int]:
         parts += [f"!{_FREEZE_BASE + 1 + k} = distinct !{{!{_FREEZE_BASE + 1 + k}, !{_FREEZE_BASE}}}"
                   for k in range(n)]
     return "\n".join(parts), n
+
+
+# A group-scope RMA's entry: the group's sync, then the load of the peer's heap base from the
+# device state (`__ldg(peer_heap_base_p2p + pe)`, invariant for the kernel's lifetime).
+_SYNC_THEN_PEER_BASE = re.compile(
+    r'^(?P<sync>  (?:tail )?call void @llvm\.nvvm\.(?:barrier\.cta\.sync\.aligned\.all\(i32 0\)'
+    r'|bar\.warp\.sync\(i32 -1\)))\n'
+    r'(?P<load>(?:  %[\w.]+ = (?:load ptr, ptr [^\n]*@nvshmemi_device_state_d[^\n]*'
+    r'|sext i32 %[\w.]+ to i64|getelementptr inbounds i64, ptr %[\w.]+, i64 %[\w.]+'
+    r'|addrspacecast ptr %[\w.]+ to ptr addrspace\(1\))\n)+'
+    r'  %[\w.]+ = load i64, ptr addrspace\(1\) %[\w.]+, align 8, !invariant\.load ![0-9]+\n)', re.M)
+
+
+def peer_base_before_sync(text: str) -> tuple[str, int]:
+    """``text`` with the peer-base load of NVSHMEM's warp/block RMA functions moved above
+    their entry sync; and how many.  The load reads the device state and the table of peer
+    heap bases (``!invariant.load``: no thread writes them while a kernel runs), so the sync
+    orders nothing it depends on.  Above the sync, a loop of puts loads it once before the
+    loop instead of after every barrier (LLVM does not hoist a load across
+    ``llvm.nvvm.barrier``, which is not ``willreturn``), and the threads that copy reach their
+    first store sooner after the barrier."""
+    return _SYNC_THEN_PEER_BASE.subn(lambda m: m["load"] + m["sync"] + "\n", text)
+
+
+_LANEID_ASM = re.compile(r'call (?:noundef )?i32 asm sideeffect "mov\.u32 +\$0, +%laneid;", "=r"\(\)(?: #\d+)?')
+_LANEID = "llvm.nvvm.read.ptx.sreg.laneid"
+
+
+def laneid_intrinsic(text: str) -> tuple[str, int]:
+    """``text`` with NVSHMEM's lane-id reads (``asm volatile("mov.u32 %0, %%laneid;")``) made
+    calls of ``llvm.nvvm.read.ptx.sreg.laneid``; and how many.  The same special register,
+    but LLVM knows the intrinsic has no side effect and returns 0..31: a loop of warp-scope
+    calls reads it once instead of every iteration (an S2R, tens of cycles), and index
+    arithmetic on it stays narrow."""
+    text, n = _LANEID_ASM.subn(f"call i32 @{_LANEID}()", text)
+    if n and f"declare i32 @{_LANEID}()" not in text:
+        text += f"\ndeclare i32 @{_LANEID}()\n"
+    return text, n
 
 
 _ATTRS = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)

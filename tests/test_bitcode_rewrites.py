@@ -275,3 +275,123 @@ def test_thread_helpers_not_convergent():
     assert "convergent" not in group(r"call contract fastcc float @_Z5ghelpIfET_v\(\) (#\d+)")
     assert "convergent" in group(r"call fastcc i64 @_Z5bhelpIL13threadgroup_t3EEvv\(\) (#\d+)")
     assert "convergent" in group(r"^define i64 @nvshmem_api\(\) (#\d+)")
+
+
+# The entry of NVSHMEM's put/get at block scope (3.4's constant-space load of the device
+# state) and at warp scope (3.8's generic-space load), cut down.
+GROUP_ENTRY = """
+%struct.state = type { [13 x ptr], ptr }
+@nvshmemi_device_state_d = addrspace(4) externally_initialized global %struct.state zeroinitializer, align 8
+
+define void @put_block(ptr %dst, i32 %pe) {
+  call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)
+  %5 = load ptr, ptr addrspace(4) getelementptr inbounds (%struct.state, ptr addrspace(4) @nvshmemi_device_state_d, i64 0, i32 1), align 8
+  %6 = sext i32 %pe to i64
+  %7 = getelementptr inbounds i64, ptr %5, i64 %6
+  %8 = addrspacecast ptr %7 to ptr addrspace(1)
+  %9 = load i64, ptr addrspace(1) %8, align 8, !invariant.load !0
+  %10 = icmp eq i64 %9, 0
+  ret void
+}
+
+define void @put_warp(ptr %dst, i32 %pe) {
+  tail call void @llvm.nvvm.bar.warp.sync(i32 -1)
+  %5 = load ptr, ptr getelementptr inbounds nuw (i8, ptr addrspacecast (ptr addrspace(4) @nvshmemi_device_state_d to ptr), i64 104), align 8
+  %6 = sext i32 %pe to i64
+  %7 = getelementptr inbounds i64, ptr %5, i64 %6
+  %8 = addrspacecast ptr %7 to ptr addrspace(1)
+  %9 = load i64, ptr addrspace(1) %8, align 8, !invariant.load !0
+  ret void
+}
+
+define void @flag_then_base(ptr %flag, i32 %pe) {
+  call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)
+  store i32 1, ptr %flag, align 4
+  %5 = load ptr, ptr addrspace(4) getelementptr inbounds (%struct.state, ptr addrspace(4) @nvshmemi_device_state_d, i64 0, i32 1), align 8
+  %6 = sext i32 %pe to i64
+  %7 = getelementptr inbounds i64, ptr %5, i64 %6
+  %8 = addrspacecast ptr %7 to ptr addrspace(1)
+  %9 = load i64, ptr addrspace(1) %8, align 8, !invariant.load !0
+  ret void
+}
+
+declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)
+declare void @llvm.nvvm.bar.warp.sync(i32)
+
+!0 = !{}
+"""
+
+
+def _body(text, fn):
+    return re.search(rf"define void @{fn}\(.*?\n}}", text, re.S).group(0)
+
+
+def test_peer_base_moves_above_the_group_sync():
+    """Block and warp entries (both NVSHMEM versions' forms) load the peer base first, then
+    sync; an entry with a store between the sync and the load is left alone."""
+    out, n = bc.peer_base_before_sync(GROUP_ENTRY)
+    assert n == 2
+    llvm.parse_assembly(out).verify()
+    for fn, sync in (("put_block", "barrier.cta.sync"), ("put_warp", "bar.warp.sync")):
+        body = _body(out, fn)
+        assert body.index("!invariant.load") < body.index(sync) < body.index("icmp" if fn == "put_block" else "ret")
+    assert _body(out, "flag_then_base") == _body(GROUP_ENTRY, "flag_then_base")
+
+
+LANEID = """
+define i32 @lane2() {
+  %a = tail call noundef i32 asm sideeffect "mov.u32  $0,  %laneid;", "=r"() #0, !srcloc !0
+  %b = call i32 asm sideeffect "mov.u32  $0,  %laneid;", "=r"()
+  %c = add i32 %a, %b
+  ret i32 %c
+}
+
+attributes #0 = { convergent nounwind }
+!0 = !{i64 1}
+"""
+
+
+def test_laneid_asm_becomes_the_intrinsic():
+    out, n = bc.laneid_intrinsic(LANEID)
+    assert n == 2 and "asm" not in out
+    assert out.count("declare i32 @llvm.nvvm.read.ptx.sreg.laneid()") == 1
+    mod = llvm.parse_assembly(out)
+    mod.verify()
+    assert str(mod).count("call i32 @llvm.nvvm.read.ptx.sreg.laneid()") == 2
+
+
+def _kernel_ptx(ptx):
+    """The PTX of the .entry (NVSHMEM's out-of-line helpers are .func's after it)."""
+    start = ptx.index(".entry")
+    end = ptx.find("\n.func", start)
+    return ptx[start:end if end > 0 else len(ptx)]
+
+
+def test_numba_loop_of_group_puts_loads_the_peer_base_once():
+    """In a loop of put_block / put_warp the peer-base load and the lane id leave the loop:
+    no `ld.global.nc` after the first barrier, one %laneid read."""
+    pytest.importorskip("numba.cuda")
+    from numba import cuda, float32, int32, void
+
+    import nvshmem_dsl.numba as nv
+    try:
+        from nvshmem_dsl._libs import bitcode_path
+
+        bitcode_path("sm_90")
+    except Exception as exc:  # pragma: no cover
+        pytest.skip(f"no NVSHMEM device bitcode: {exc}")
+
+    def block_loop(dst, src, iters, pe):
+        for _ in range(iters):
+            nv.put_block(dst, src, pe)
+
+    def warp_loop(dst, src, iters, pe):
+        for _ in range(iters):
+            nv.put_warp(dst, src, pe)
+
+    sig = void(float32[::1], float32[::1], int32, int32)
+    block = _kernel_ptx(cuda.compile_ptx(block_loop, sig, cc=(9, 0))[0])
+    assert block.count("ld.global.nc.b64") == 1
+    assert block.index("ld.global.nc.b64") < block.index("bar.sync")
+    warp = _kernel_ptx(cuda.compile_ptx(warp_loop, sig, cc=(9, 0))[0])
+    assert warp.count("ld.global.nc.b64") == 1 and warp.count("%laneid") == 1

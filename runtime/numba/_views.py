@@ -71,9 +71,11 @@ def window(typingctx, x, start, n):
     """The ``n`` elements of 1-D array ``x`` from ``start``, as an array of the same type.
 
     What ``x[start:start + n]`` gives for indices inside the array, for a fraction of its cost
-    (no negative-index wrap-around): ``start`` is clamped to ``[0, x.size]`` and ``n`` to what is
-    left from there.  Numba has no pointer arithmetic; in a loop of small puts or gets, where all
-    of a block's warps run the indexing code, the slices' clamping costs measurable bandwidth."""
+    (no negative-index wrap-around): a ``start`` outside ``[0, x.size]`` (negative included)
+    gives an empty window at the end of ``x``, and ``n`` is clamped to what is left from
+    ``start``.  Numba has no pointer arithmetic; in a loop of small puts or gets, where all of a
+    block's warps run the indexing code, the slices' clamping costs measurable bandwidth (one
+    unsigned comparison for ``start``)."""
     if not isinstance(x, types.Array) or x.ndim != 1:
         raise errors.TypingError(f"nvshmem_dsl.numba.window: argument 'x' must be a 1-D array, got {x}")
     for name, ty in (("start", start), ("n", n)):
@@ -89,11 +91,11 @@ def window(typingctx, x, start, n):
         n64 = context.cast(builder, args[2], sig.args[2], types.int64)
         size = builder.extract_value(ary.shape, 0)
 
-        def clamp(v, hi):
-            v = builder.select(builder.icmp_signed("<", v, zero), zero, v)
-            return builder.select(builder.icmp_signed(">", v, hi), hi, v)
-        s = clamp(start64, size)
-        count = clamp(n64, builder.sub(size, s))
+        # as unsigned, a negative start is above any size: one comparison clamps both ends
+        s = builder.select(builder.icmp_unsigned(">", start64, size), size, start64)
+        left = builder.sub(size, s)
+        count = builder.select(builder.icmp_signed("<", n64, zero), zero, n64)
+        count = builder.select(builder.icmp_signed(">", count, left), left, count)
         if aryty.layout in ("C", "F"):  # contiguous: the element size is the stride
             data = builder.gep(ary.data, [s], inbounds=True)
         else:

@@ -8,6 +8,7 @@
 #   bench        make bench (C++, Numba, CuTe in one run); args go to bench/run.py
 #   copy-ab      Numba bandwidth with NVSHMEM_DSL_COPY_REWRITE off/store/vector, + suite (vector)
 #   latency-ab   bench/experiments/one_thread_bounds.sh, Numba suite, quick bandwidth
+#   group-rma    put/get bandwidth of the three (full sizes, no compile times), Numba suite
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -67,6 +68,14 @@ case "$step" in
     timeout 150 python3 bench/run.py --quick --impls cpp,numba --no-compile-time --only put_bw,get_bw \
       --out "$work/bw.json" > "$work/bw.log" 2>&1 || rc=$?
     grep -E "^(put|get)_bw" "$work/bw.log"
+    ;;
+  group-rma)  # put/get bandwidth of C++, Numba and CuTe side by side (full sizes), then the Numba suite
+    timeout 360 python3 bench/run.py --impls cpp,numba,cute --no-compile-time --only put_bw,get_bw \
+      --out "$work/bw.json" > "$work/bw.log" 2>&1 || rc=$?
+    grep -E "^(put|get)_bw" "$work/bw.log"
+    timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher --timeout 190 \
+      --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
+    head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
     ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?

@@ -210,9 +210,9 @@ def k_put_windows(dst, src, start, n, sizes, pe):
     nv.put_block(d, s, pe)
     if cuda.threadIdx.x == 0:
         sizes[0] = d.size
-        sizes[1] = nv.window(src, -5, 10).size  # start clamped to 0
+        sizes[1] = nv.window(src, -5, 10).size  # negative start: empty
         sizes[2] = nv.window(src, N - 3, 10).size  # n clamped to what is left
-        sizes[3] = nv.window(src, N + 8, 1).size  # start clamped to the end
+        sizes[3] = nv.window(src, N + 8, 1).size  # start past the end: empty
 
 
 def test_window_put_and_clamping():
@@ -224,7 +224,7 @@ def test_window_put_and_clamping():
     expected = np.full(N, POISON, np.float32)
     expected[300:500] = data(left())[300:500]
     check(dst, expected, "put_block of nv.window(x, 300, 200)")
-    assert sizes.get().tolist() == [200, 10, 3, 0]
+    assert sizes.get().tolist() == [200, 0, 3, 0]
     nvshmem.free(src), nvshmem.free(dst)
 
 
