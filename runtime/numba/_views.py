@@ -70,12 +70,12 @@ def multicast(typingctx, team, x):
 def window(typingctx, x, start, n):
     """The ``n`` elements of 1-D array ``x`` from ``start``, as an array of the same type.
 
-    What ``x[start:start + n]`` gives for indices inside the array, for a fraction of its cost
-    (no negative-index wrap-around): a ``start`` outside ``[0, x.size]`` (negative included)
-    gives an empty window at the end of ``x``, and ``n`` is clamped to what is left from
-    ``start``.  Numba has no pointer arithmetic; in a loop of small puts or gets, where all of a
-    block's warps run the indexing code, the slices' clamping costs measurable bandwidth (one
-    unsigned comparison for ``start``)."""
+    What ``x[start:start + n]`` gives for indices inside the array, for a fraction of its cost:
+    the data pointer moves by ``start`` elements and only the size is checked.  ``n`` is
+    clamped to what is left from ``start``; a ``start`` outside ``[0, x.size]`` (negative
+    included: no wrap-around) gives an empty window, whose data pointer means nothing.  Numba
+    has no pointer arithmetic; in a loop of small puts or gets, where all of a block's warps run
+    the indexing code, clamping the pointer as slices do costs bandwidth (BENCHMARKS.md)."""
     if not isinstance(x, types.Array) or x.ndim != 1:
         raise errors.TypingError(f"nvshmem_dsl.numba.window: argument 'x' must be a 1-D array, got {x}")
     for name, ty in (("start", start), ("n", n)):
@@ -91,15 +91,18 @@ def window(typingctx, x, start, n):
         n64 = context.cast(builder, args[2], sig.args[2], types.int64)
         size = builder.extract_value(ary.shape, 0)
 
-        # as unsigned, a negative start is above any size: one comparison clamps both ends
-        s = builder.select(builder.icmp_unsigned(">", start64, size), size, start64)
-        left = builder.sub(size, s)
+        # the size says what may be touched: n clamped to [0, size - start], and 0 when start
+        # is outside [0, size] (as unsigned, a negative start is above any size); the pointer
+        # is not clamped (an empty window's data is never read by a put or get of its size)
+        inside = builder.icmp_unsigned("<=", start64, size)
+        left = builder.sub(size, start64)
         count = builder.select(builder.icmp_signed("<", n64, zero), zero, n64)
         count = builder.select(builder.icmp_signed(">", count, left), left, count)
+        count = builder.select(inside, count, zero)
         if aryty.layout in ("C", "F"):  # contiguous: the element size is the stride
-            data = builder.gep(ary.data, [s], inbounds=True)
+            data = builder.gep(ary.data, [start64])
         else:
             data = builder.bitcast(ary.data, cgutils.voidptr_t)
-            data = builder.gep(data, [builder.mul(s, builder.extract_value(ary.strides, 0))], inbounds=True)
+            data = builder.gep(data, [builder.mul(start64, builder.extract_value(ary.strides, 0))])
         return _alias(context, builder, aryty, ary, data, count)
     return x(x, start, n), codegen

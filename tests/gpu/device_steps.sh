@@ -9,6 +9,7 @@
 #   copy-ab      Numba bandwidth with NVSHMEM_DSL_COPY_REWRITE off/store/vector, + suite (vector)
 #   latency-ab   bench/experiments/one_thread_bounds.sh, Numba suite, quick bandwidth
 #   group-rma    put/get bandwidth of the three (full sizes, no compile times), Numba suite
+#   put-shapes   bench/experiments/put_shapes.py beside C++'s put bandwidth
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -76,6 +77,12 @@ case "$step" in
     timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher --timeout 190 \
       --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
     head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
+    ;;
+  put-shapes)  # bench/experiments/put_shapes.py (Numba put variants) beside C++'s put bandwidth
+    timeout 200 python3 bench/run.py --impls cpp --no-compile-time --only put_bw --out "$work/cpp.json" \
+      > "$work/cpp.log" 2>&1 || rc=$?
+    grep -E "^put_bw +(warp|block) +(4|16|64) KiB" "$work/cpp.log"
+    timeout 300 python3 -m nvshmem_dsl.run -n 2 bench/experiments/put_shapes.py 2>&1 | grep -E "KiB|rror" || rc=$?
     ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?
