@@ -19,6 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import warnings  # noqa: E402
+
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cuda.bindings import driver as cudrv  # noqa: E402
@@ -26,6 +28,9 @@ from cutlass import Float32, Int32, Int64, Uint64  # noqa: E402
 
 import _common as C  # noqa: E402
 import _cute_api  # noqa: E402
+
+# the bandwidth launchers' block size is a runtime value on purpose (see the launchers)
+warnings.filterwarnings("ignore", message="Dynamic variable in block size")
 
 nvc = _cute_api.api()
 SIG_SET, CMP_GE = C.signal_constants()
@@ -62,7 +67,7 @@ def _warp_worker(nelems):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
-    # warps per block as a Python constant (the launchers use BW_BLOCK threads): derived from
+    # warps per block as a Python constant (the launchers are given BW_BLOCK threads): derived from
     # cute.arch.block_dim()[0] // 32 it came out as -1 in the PTX (cutlass-dsl 4.8.1 folds it
     # wrongly when the launch shape is static; docs/troubleshooting.rst), so every warp
     # got an empty chunk and the 2026-11-22 CuTe warp figures were void
@@ -216,44 +221,49 @@ def spin_k(us: Int32):
 
 
 # ------------------------------------------------------------------ launchers (host side of the DSL)
+#
+# The bandwidth launchers take the block size as an argument (block_of): with a static one
+# CuTe declares `.reqntid` on the kernel, which C++'s and Numba's bandwidth kernels do not
+# declare, and libNVVM, held to 64 registers by `.reqntid 1024`, recomputes loop-invariant
+# values inside NVSHMEM's copy loops (tests/gpu/records/2026-11-22/session5-cute-warp-loop-ptx.txt).
+# The one-thread latency launchers keep their static shape: `.reqntid 1`, as C++'s and
+# Numba's declare it.
 
 
 @cute.jit
 def launch_put_thread(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                      nwin: Int32, stream: cudrv.CUstream):
-    put_thread_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[C.THREAD_SCOPE_BLOCK, 1, 1],
-                                                       stream=stream)
+                      nwin: Int32, block: Int32, stream: cudrv.CUstream):
+    put_thread_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
 
 
 @cute.jit
 def launch_put_warp(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                    nwin: Int32, stream: cudrv.CUstream):
-    put_warp_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[BW_BLOCK, 1, 1], stream=stream)
+                    nwin: Int32, block: Int32, stream: cudrv.CUstream):
+    put_warp_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
 
 
 @cute.jit
 def launch_put_block(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                     nwin: Int32, stream: cudrv.CUstream):
-    put_block_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[BW_BLOCK, 1, 1], stream=stream)
+                     nwin: Int32, block: Int32, stream: cudrv.CUstream):
+    put_block_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
 
 
 @cute.jit
 def launch_get_thread(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                      nwin: Int32, stream: cudrv.CUstream):
-    get_thread_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[C.THREAD_SCOPE_BLOCK, 1, 1],
-                                                       stream=stream)
+                      nwin: Int32, block: Int32, stream: cudrv.CUstream):
+    get_thread_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
 
 
 @cute.jit
 def launch_get_warp(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                    nwin: Int32, stream: cudrv.CUstream):
-    get_warp_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[BW_BLOCK, 1, 1], stream=stream)
+                    nwin: Int32, block: Int32, stream: cudrv.CUstream):
+    get_warp_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
 
 
 @cute.jit
 def launch_get_block(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                     nwin: Int32, stream: cudrv.CUstream):
-    get_block_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[BW_BLOCK, 1, 1], stream=stream)
+                     nwin: Int32, block: Int32, stream: cudrv.CUstream):
+    get_block_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
 
 
 @cute.jit
@@ -299,11 +309,16 @@ LAUNCHERS = {
 }
 
 
+def block_of(name: str) -> int:
+    """Threads a block of bandwidth kernel ``name`` (the launchers' ``block`` argument)."""
+    return C.THREAD_SCOPE_BLOCK if name.endswith("_thread") else BW_BLOCK
+
+
 def example_args(name: str, t: dict, stream) -> tuple:
     """Arguments of launcher ``name`` given tensors t["a"], t["b"], t["lat"], t["res"], t["u64"], t["flag"]."""
     i32, i64 = Int32(1), Int64(1)
     if name.startswith(("put_", "get_")):
-        return (t["a"], t["b"], i64, i32, i32, i32, stream)
+        return (t["a"], t["b"], i64, i32, i32, i32, Int32(block_of(name)), stream)
     return {
         "p_lat": (t["lat"], i32, i32, stream),
         "g_lat": (t["lat"], t["res"], i32, i32, stream),
@@ -380,11 +395,12 @@ def main(argv=None) -> int:
             continue
         for scope in C.SCOPES:
             kern = K[f"{op}_{scope}"]
+            block = block_of(f"{op}_{scope}")
             for nbytes in p.sizes:
                 nelems = max(1, nbytes // 4)
                 iters = C.bw_iters(p, nbytes)
                 nwin = C.bw_windows(p, op, nelems)
-                secs = timer.run(p.reps, lambda: kern(a, b, nelems, iters, peer, nwin, stream))
+                secs = timer.run(p.reps, lambda: kern(a, b, nelems, iters, peer, nwin, block, stream))
                 out.emit(f"{op}_bw", scope, nbytes, [nbytes * iters / s / 1e9 for s in secs], "GB/s", True, iters)
 
     if p.enabled("p_lat"):

@@ -140,6 +140,10 @@ def test_cute_kernel_compiles(cute_compiled, name):
     _check_inlined(ptx, name)
     if name not in ("spin",):
         assert "nvshmemi_device_state_d" in ptx
+    if name.startswith(("put_", "get_")):  # block size given at launch, as in C++ and Numba
+        assert ".reqntid" not in ptx and ".maxntid" not in ptx
+    elif name in ("p_lat", "g_lat", "amo_lat", "pingpong"):  # one thread, as C++ and Numba declare
+        assert re.search(r"^\.reqntid 1, 1, 1$", ptx, re.M)
 
 
 def test_cute_api_resolves():

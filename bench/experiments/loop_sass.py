@@ -97,7 +97,8 @@ def cute_ptx(name: str) -> str:
         args = (T(cutlass.Uint64, (64,)), cutlass.Int32(1), cutlass.Int32(1))
     else:
         f = T(cutlass.Float32, (1 << 20,))
-        args = (f, f, cutlass.Int64(1024), cutlass.Int32(1), cutlass.Int32(1), cutlass.Int32(1))
+        args = (f, f, cutlass.Int64(1024), cutlass.Int32(1), cutlass.Int32(1), cutlass.Int32(1),
+                cutlass.Int32(cb.block_of(name)))
     return nvc.compile_to_ptx(cb.LAUNCHERS[name], *args, cudrv.CUstream(0), arch="sm_90a")
 
 
