@@ -22,9 +22,9 @@ each parse the bitcode and print their share of the functions (printing the
 whole module as text is the slowest step), one per CPU up to 8, fewer when
 memory is short.  A process that finds no store starts that build in a
 process of its own and meanwhile gets the functions its first kernel calls
-from a *closure* extracted by one more process (a parse and a dead-code pass:
-quicker than the whole build, and the same IR), and waits for the build when
-it exits.  Another process finding the store being built does the same or,
+from a *closure* it extracts itself (a parse and a dead-code pass: quicker
+than the whole build, and the same IR), and waits for the build when it
+exits.  Another process finding the store being built does the same or,
 when it needs the whole store (:func:`api_names`), waits for it (a file
 lock).  ``$NVSHMEM_DSL_BUILD_JOBS`` sets the number of build processes; ``1``
 builds in the calling process, without closures.
@@ -549,7 +549,7 @@ def _build_jobs(bc_path: Path, side: bool = False) -> int:
 
 def _side_builds(bc_path: Path) -> bool:
     """Whether a missing store is built by a process of its own while the
-    kernels that need it now link closures extracted on the side: with
+    kernels that need it now link closures extracted meanwhile: with
     ``NVSHMEM_DSL_BUILD_JOBS`` > 1, or, by default, for files worth it with two
     CPUs and the memory for two processes (``NVSHMEM_DSL_BUILD_JOBS=1``:
     never; everything in the calling process)."""
@@ -874,9 +874,13 @@ def _wait_for_builders() -> None:
 
 def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     """A store that has ``names``: the cached one; or, while the cache is
-    being built, a closure of ``names`` extracted by a process of its own (a
-    parse and a GlobalDCE, quicker than the whole build, which goes on), unless
-    the cached one is ready first."""
+    being built by processes of their own, a closure of ``names`` extracted
+    here (a parse and a GlobalDCE, quicker than the whole build, which goes
+    on).  In this process rather than a worker of its own: a worker's start
+    (interpreter, llvmlite, LLVM's targets) and the pickle back cost 1-2 s of
+    a cold first kernel on the CPU machine (5.8 s in-process, 6.9-8.4 s in a
+    worker, NVSHMEM 3.4.5); the parse's memory is given back to the system
+    after it (:func:`_release_heap`)."""
     path = _store_file(bc_path, key)
     st = _open_store(path, key)
     if st is not None:
@@ -886,36 +890,24 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     if not _side_builds(bc_path):
         return _store(bc_path, arch)
     _start_builder(bc_path, arch, path, key)
-    tmpdir = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + ".closure-"))
-    out = tmpdir / "part0"
-    proc = None
     try:
-        with open(tmpdir / "part0.log", "wb") as log:
-            proc = _spawn(["part", bc_path, 0, 1, 1, out, json.dumps(sorted(names))],
-                          stdout=log, stderr=subprocess.STDOUT)
-        while True:
-            try:
-                rc = proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                rc = None
-            if rc == 0:
-                with open(out, "rb") as fh:
-                    return _Store.from_part(pickle.load(fh), key)
-            if rc is not None:
-                break  # failed: use the cache once it is there
-            if path.exists():
-                st = _open_store(path, key)
-                if st is not None:
-                    with _lock:
-                        return _stores.setdefault(key, st)
-    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError):
-        pass
+        part = _part(bc_path, 0, 1, 1, own=sorted(names))
+    except (OSError, RuntimeError):
+        return _store(bc_path, arch)  # use the cache once it is there
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    return _store(bc_path, arch)
+        _release_heap()
+    return _Store.from_part(part, key)
+
+
+def _release_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc keeps what a
+    parse of the whole bitcode freed, about 1.3 GB for NVSHMEM 3.8's sm_90)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 class _file_lock:
@@ -985,7 +977,7 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
 
     With no cache yet, the first call starts building it (unless another
     process is at it) and returns the same module from a closure of ``names``
-    extracted on the side, which is quicker than the whole build; a process
+    extracted meanwhile, which is quicker than the whole build; a process
     that started a build waits for it when it exits.
     """
     import llvmlite.binding as llvm

@@ -10,6 +10,7 @@
 #   latency-ab   bench/experiments/one_thread_bounds.sh, Numba suite, quick bandwidth
 #   group-rma    put/get bandwidth of the three (full sizes, no compile times), Numba suite
 #   put-shapes   bench/experiments/put_shapes.py beside C++'s put bandwidth
+#   cold-compile Numba's cold and warm first-kernel compile times beside nvcc's build time
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -83,6 +84,15 @@ case "$step" in
       > "$work/cpp.log" 2>&1 || rc=$?
     grep -E "^put_bw +(warp|block) +(4|16|64) KiB" "$work/cpp.log"
     timeout 300 python3 -m nvshmem_dsl.run -n 2 bench/experiments/put_shapes.py 2>&1 | grep -E "KiB|rror" || rc=$?
+    ;;
+  cold-compile)  # Numba's first-kernel compile, cold (fresh cache) three times and warm, beside
+                 # nvcc's build of bench.cu (the host's speed)
+    t0=$(date +%s%N); bash bench/cpp/build.sh > "$work/nvcc.log" 2>&1 || rc=$?
+    echo "nvcc build: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+    for i in 1 2 3; do
+      NVSHMEM_DSL_CACHE="$work/cache$i" python3 bench/compile_time.py --impl numba --label cold 2>/dev/null || rc=$?
+    done
+    NVSHMEM_DSL_CACHE="$work/cache3" python3 bench/compile_time.py --impl numba --label warm 2>/dev/null || rc=$?
     ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?
