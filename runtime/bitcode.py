@@ -872,6 +872,9 @@ def _wait_for_builders() -> None:
                 raise
 
 
+_closures: set = set()  # store keys this process has extracted a closure from
+
+
 def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     """A store that has ``names``: the cached one; or, while the cache is
     being built by processes of their own, a closure of ``names`` extracted
@@ -887,9 +890,12 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
         with _lock:
             return _stores.setdefault(key, st)
     arch = _arch_number(arch)
-    if not _side_builds(bc_path):
+    if not _side_builds(bc_path) or key in _closures:
+        # a later kernel of this process: the build has had the first closure's time, and
+        # waiting for what is left of it is quicker than parsing the bitcode once more
         return _store(bc_path, arch)
     _start_builder(bc_path, arch, path, key)
+    _closures.add(key)
     try:
         part = _part(bc_path, 0, 1, 1, own=sorted(names))
     except (OSError, RuntimeError):
