@@ -60,17 +60,18 @@ def warp_worker(nelems):
     return chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
 
 
-def rma_bw(name, op, worker):
+def rma_bw(name, op, worker, window=nv.window):
     """Kernel ``name``, bench.cu's rma_bw for NVSHMEM call ``op`` (put or get at some scope) and
     ``worker`` (who moves which chunk): ``iters`` calls, each moving this worker's chunk of
-    window ``i % nwin``, the window's offset carried from one iteration to the next."""
+    window ``i % nwin``, the window's offset carried from one iteration to the next.
+    (``window``: how the arrays are cut; bench/experiments/put_shapes.py tries another.)"""
     def kernel(dst, src, nelems, iters, peer, nwin):
         s, n = worker(nelems)
         if n > 0:
             off = s
             end = nwin * nelems + s
             for _ in range(iters):
-                op(nv.window(dst, off, n), nv.window(src, off, n), n, peer)
+                op(window(dst, off, n), window(src, off, n), n, peer)
                 off += nelems
                 if off == end:
                     off = s

@@ -57,21 +57,6 @@ def hoisted(op, worker):
     return kernel
 
 
-def unclamped(op, worker):
-    def kernel(dst, src, nelems, iters, peer, nwin):
-        s, n = worker(nelems)
-        if n > 0:
-            off = s
-            end = nwin * nelems + s
-            for _ in range(iters):
-                op(raw_window(dst, off, n), raw_window(src, off, n), n, peer)
-                off += nelems
-                if off == end:
-                    off = s
-        nv.quiet()
-    return kernel
-
-
 _CAST = re.compile(r'^(\s*)(%nvdsl\.cp\d+\.p) = addrspacecast ptr (%[\w.]+) to ptr addrspace\(1\)$', re.M)
 _STORE = re.compile(r'store <4 x i32> (%[\w.]+), ptr addrspace\(1\) (%nvdsl\.cp\d+\.p), align 16')
 
@@ -91,7 +76,8 @@ def variants():
         bench = nb.KERNELS[f"put_{scope}"]
         yield scope, "bench", bench, bitcode_rewrites.rewrite
         yield scope, "hoisted", hoisted(op, worker), bitcode_rewrites.rewrite
-        yield scope, "unclamped", unclamped(op, worker), bitcode_rewrites.rewrite
+        unclamped = nb.rma_bw(f"put_{scope}_unclamped", op, worker, raw_window)
+        yield scope, "unclamped", unclamped, bitcode_rewrites.rewrite
         yield scope, "generic", bench, generic_store_rewrite(bitcode_rewrites.rewrite)
 
 
