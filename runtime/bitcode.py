@@ -463,10 +463,9 @@ class _WorkerFailed(RuntimeError):
 
 def _worker_main(argv) -> None:
     what, *args = argv
-    if what == "part":  # bc_path part parts threads out [own-json]
-        bc_path, part, parts, threads, out, own = args
-        data = _part(Path(bc_path), int(part), int(parts), int(threads),
-                     json.loads(own) if own else None)
+    if what == "part":  # bc_path part parts threads out
+        bc_path, part, parts, threads, out = args
+        data = _part(Path(bc_path), int(part), int(parts), int(threads))
         with open(out + ".tmp", "wb") as fh:
             pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(out + ".tmp", out)
@@ -574,7 +573,7 @@ def _run_parts(bc_path: Path, tmpdir: Path, parts: int, threads: int) -> list:
         for i in range(parts):
             with open(tmpdir / f"part{i}.log", "wb") as log:
                 procs.append(_spawn(
-                    ["part", bc_path, i, parts, threads, tmpdir / f"part{i}", ""],
+                    ["part", bc_path, i, parts, threads, tmpdir / f"part{i}"],
                     stdout=log, stderr=subprocess.STDOUT,
                 ))
         results = []
@@ -879,11 +878,10 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     """A store that has ``names``: the cached one; or, while the cache is
     being built by processes of their own, a closure of ``names`` extracted
     here (a parse and a GlobalDCE, quicker than the whole build, which goes
-    on).  In this process rather than a worker of its own: a worker's start
-    (interpreter, llvmlite, LLVM's targets) and the pickle back cost 1-2 s of
-    a cold first kernel on the CPU machine (5.8 s in-process, 6.9-8.4 s in a
-    worker, NVSHMEM 3.4.5); the parse's memory is given back to the system
-    after it (:func:`_release_heap`)."""
+    on).  In this process rather than a worker of its own, whose start and
+    pickle back cost more than a second of a cold first kernel
+    (tests/gpu/records/2026-11-22/session5-cold-compile.txt); the parse's
+    memory is given back to the system after it (:func:`_release_heap`)."""
     path = _store_file(bc_path, key)
     st = _open_store(path, key)
     if st is not None:
@@ -907,7 +905,7 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
 
 def _release_heap() -> None:
     """Give the C heap's free memory back to the system (glibc keeps what a
-    parse of the whole bitcode freed, about 1.3 GB for NVSHMEM 3.8's sm_90)."""
+    parse of the whole bitcode freed: session5-cold-compile.txt)."""
     try:
         import ctypes
 
@@ -1006,10 +1004,8 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            text, _ = bitcode_rewrites.rewrite(st.assemble(names).decode(), how)
+            text, _ = bitcode_rewrites.for_inlining(st.assemble(names).decode(), how)
             text, _ = bitcode_rewrites.freeze_loops(text)  # clang's unrolling stays as it was
-            text, _ = bitcode_rewrites.peer_base_before_sync(text)
-            text, _ = bitcode_rewrites.laneid_intrinsic(text)
             if unswitch:
                 text, _ = bitcode_rewrites.thread_helpers_not_convergent(text)
             mod = llvm.parse_assembly(text)
@@ -1080,11 +1076,9 @@ def nvvm_bitcode(bc_path) -> Path:
         print(f"nvshmem-dsl: preparing {bc_path.name} for NVVM (once) ...", file=sys.stderr, flush=True)
         text = str(llvm.parse_bitcode(bc_path.read_bytes(), context=llvm.create_context()))
         text, sections = _SECTION.subn("", text)
-        text, copies = bitcode_rewrites.rewrite(text, how)
-        text, moved = bitcode_rewrites.peer_base_before_sync(text)
-        text, lanes = bitcode_rewrites.laneid_intrinsic(text)
+        text, changes = bitcode_rewrites.for_inlining(text, how)
         text = _DATA_LAYOUT.sub(f'target datalayout = "{NVVM_DATA_LAYOUT}"', text, count=1)
-        if sections == 0 and copies == 0 and moved == 0 and lanes == 0:
+        if sections == 0 and changes == 0:
             same.touch(mode=0o600)
             return bc_path
         data = llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode()

@@ -162,19 +162,17 @@ def freeze_loops(text: str) -> tuple[str, int]:
     return "\n".join(parts), n
 
 
-# A group-scope RMA's entry: the group's sync, then the load of the peer's heap base from the
-# device state (`__ldg(peer_heap_base_p2p + pe)`, invariant for the kernel's lifetime).
+# A group-scope RMA's entry: the group's sync (block barrier, warp sync), then the load of the
+# peer's heap base from the device state (`__ldg(peer_heap_base_p2p + pe)`, invariant for the
+# kernel's lifetime).
+_GROUP_SYNCS = ("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)\n",
+                "call void @llvm.nvvm.bar.warp.sync(i32 -1)\n")
 _SYNC_THEN_PEER_BASE = re.compile(
-    r'^(?P<sync>  (?:tail )?call void @llvm\.nvvm\.(?:barrier\.cta\.sync\.aligned\.all\(i32 0\)'
-    r'|bar\.warp\.sync\(i32 -1\)))\n'
+    r'(?P<sync>  (?:tail )?(?:' + '|'.join(re.escape(x[:-1]) for x in _GROUP_SYNCS) + r'))\n'
     r'(?P<load>(?:  %[\w.]+ = (?:load ptr, ptr [^\n]*@nvshmemi_device_state_d[^\n]*'
     r'|sext i32 %[\w.]+ to i64|getelementptr inbounds i64, ptr %[\w.]+, i64 %[\w.]+'
     r'|addrspacecast ptr %[\w.]+ to ptr addrspace\(1\))\n)+'
-    r'  %[\w.]+ = load i64, ptr addrspace\(1\) %[\w.]+, align 8, !invariant\.load ![0-9]+\n)', re.M)
-
-
-_GROUP_SYNCS = ("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)\n",
-                "call void @llvm.nvvm.bar.warp.sync(i32 -1)\n")
+    r'  %[\w.]+ = load i64, ptr addrspace\(1\) %[\w.]+, align 8, !invariant\.load ![0-9]+\n)')
 
 
 def peer_base_before_sync(text: str) -> tuple[str, int]:
@@ -185,24 +183,19 @@ def peer_base_before_sync(text: str) -> tuple[str, int]:
     loop instead of after every barrier (LLVM does not hoist a load across
     ``llvm.nvvm.barrier``, which is not ``willreturn``), and the threads that copy reach their
     first store sooner after the barrier."""
-    out, pos, n = [], 0, 0
+    edits = []
     for sync in _GROUP_SYNCS:  # candidates found with str.find: a regex scan of a whole
         at = text.find(sync)   # library (264 MB of IR) took 1.8 s
         while at >= 0:
-            start = text.rfind("\n", 0, at) + 1
-            m = _SYNC_THEN_PEER_BASE.match(text, start)
+            m = _SYNC_THEN_PEER_BASE.match(text, text.rfind("\n", 0, at) + 1)
             if m is not None:
-                out.append((m.start(), m.end(), m["load"] + m["sync"] + "\n"))
+                edits.append((m.start(), m.end(), m["load"] + m["sync"] + "\n"))
             at = text.find(sync, at + len(sync))
-    if not out:
-        return text, 0
-    pieces = []
-    for start, end, new in sorted(out):
+    pieces, pos = [], 0
+    for start, end, new in sorted(edits):
         pieces += [text[pos:start], new]
         pos = end
-        n += 1
-    pieces.append(text[pos:])
-    return "".join(pieces), n
+    return "".join(pieces) + text[pos:], len(edits)
 
 
 _LANEID_ASM = re.compile(r'call (?:noundef )?i32 asm sideeffect "mov\.u32 +\$0, +%laneid;", "=r"\(\)(?: #\d+)?')
@@ -219,6 +212,16 @@ def laneid_intrinsic(text: str) -> tuple[str, int]:
     if n and f"declare i32 @{_LANEID}()" not in text:
         text += f"\ndeclare i32 @{_LANEID}()\n"
     return text, n
+
+
+def for_inlining(text: str, how: str) -> tuple[str, int]:
+    """``text`` with every rewrite of NVSHMEM's code that kernels inline (Numba's and
+    libNVVM's alike): the copy loops as ``how`` says, the peer-base load above the group
+    sync, lane ids as the intrinsic; and how many changes in all."""
+    text, copies = rewrite(text, how)
+    text, moved = peer_base_before_sync(text)
+    text, lanes = laneid_intrinsic(text)
+    return text, copies + moved + lanes
 
 
 _ATTRS = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)
