@@ -17,7 +17,7 @@ what is timed is everything from the first compile request to a cubin:
 Then, in the same process, a second and different kernel (the ``p`` latency kernel) is
 compiled the same way: scope ``<label>-later``, the cost of any later kernel (target 0.3 s).
 
-No NVSHMEM initialisation, one process, two JSON lines (impl, bench "compile_time", scope = the
+No NVSHMEM initialisation (unless ``--init``), one process, two JSON lines (impl, bench "compile_time", scope = the
 label, value in seconds, plus import_s: the time to import the DSL and the benchmark module).
 """
 
@@ -35,17 +35,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 KERNELS = ("put_block", "p_lat")  # the first kernel timed, then a later one
 
 
-def _numba(arch: str) -> tuple[float, list[float], str]:
+def _numba(arch: str, marks: dict | None, init: dict | None) -> tuple[float, list[float], str]:
     t0 = time.perf_counter()
     from numba import cuda
 
     import numba_bench as nb
 
     t_import = time.perf_counter() - t0
+    if marks is not None:
+        _trace_phases(marks)
     gpu = cuda.is_available()  # initialises the driver outside the timed part
+    if init is not None:
+        import nvshmem_dsl
+
+        if not gpu:
+            raise SystemExit("--init needs a GPU")
+        t0 = time.perf_counter()
+        nvshmem_dsl.init()
+        init["init_s"] = round(time.perf_counter() - t0, 3)
     times = []
     for name in KERNELS:
         t0 = time.perf_counter()
+        if marks is not None:
+            marks.setdefault("compile", (t0, None))
         if gpu:
             disp = cuda.jit(nb.SIGNATURES[name])(nb.KERNELS[name])
             kernel = next(iter(disp.overloads.values()))
@@ -60,12 +72,40 @@ def _numba(arch: str) -> tuple[float, list[float], str]:
     return t_import, times, stage
 
 
+def _trace_phases(marks: dict) -> None:
+    """Note in ``marks`` when each step of nvshmem_dsl's path to the first kernel's PTX starts
+    and ends (``label: (start, end)`` in perf_counter seconds, the first call of each): the
+    bitcode prefetch asked for at typing, the bitcode parse (in the prefetch's thread, or in the
+    closure), the closure's extraction (with its GlobalDCE), and the link of the kernel."""
+    from nvshmem_dsl import bitcode
+    from nvshmem_dsl.numba import _linker
+
+    def wrap(owner, name, label):
+        orig = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                marks.setdefault(label, (start, time.perf_counter()))
+        setattr(owner, name, timed)
+
+    wrap(bitcode, "prefetch", "prefetch")
+    wrap(bitcode, "_parse", "parse")
+    wrap(bitcode, "_global_dce", "dce")
+    wrap(bitcode, "_part", "closure")
+    wrap(_linker, "link", "link")
+
+
 def _cc(arch: str) -> tuple[int, int]:
     digits = "".join(ch for ch in arch if ch.isdigit())
     return int(digits[:-1]), int(digits[-1])
 
 
-def _cute(arch: str) -> tuple[float, list[float], str]:
+def _cute(arch: str, marks: dict | None, init: dict | None) -> tuple[float, list[float], str]:
+    if init is not None:
+        raise SystemExit("--init: numba only")
     t0 = time.perf_counter()
     import cute_bench as cb
 
@@ -84,13 +124,32 @@ def main(argv=None) -> int:
     ap.add_argument("--impl", choices=("numba", "cute"), required=True)
     ap.add_argument("--label", default="cold", help="scope field of the result (cold / warm)")
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--phases", action="store_true",
+                    help="numba: add when each step of the first kernel's NVSHMEM link started and ended "
+                         "(seconds from its compile request) to its line")
+    ap.add_argument("--init", action="store_true",
+                    help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
+                         "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
+    ap.add_argument("--build-at-once", action="store_true",
+                    help="start the bitcode store's build before the first kernel's parse, not after it "
+                         "(nvshmem_dsl.bitcode.BUILD_AFTER_PARSE; bench/experiments/cold_start.py)")
     args = ap.parse_args(argv)
-    t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch)
+    if args.build_at_once:
+        from nvshmem_dsl import bitcode
+
+        bitcode.BUILD_AFTER_PARSE = False
+    marks = {} if args.phases and args.impl == "numba" else None
+    init = {} if args.init else None
+    t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch, marks, init)
     for scope, secs in zip((args.label, f"{args.label}-later"), times):
         rec = {"impl": args.impl, "bench": "compile_time", "scope": scope, "bytes": 0, "value": round(secs, 4),
                "best": round(secs, 4), "unit": "s", "iters": 1, "reps": 1, "pe": 0, "npes": 1,
                "import_s": round(t_import, 3), "stage": stage,
                "cache": os.environ.get("NVSHMEM_DSL_CACHE", "(default)")}
+        rec.update(init or {})
+        if marks and scope == args.label:
+            t0 = marks.pop("compile")[0]
+            rec["phases"] = {k: [round(a - t0, 3), round(b - t0, 3)] for k, (a, b) in marks.items()}
         print(json.dumps(rec, separators=(",", ":")), flush=True)
     return 0
 

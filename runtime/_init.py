@@ -237,6 +237,7 @@ def init(
             dev = _cuda.set_device(device_id)
         except Exception as exc:
             raise NvshmemInitError(f"init(): cannot make CUDA device {device_id} current: {exc}") from exc
+        _prefetch_device_code(device_id)
 
         layout = _attr_layout()
         attr = _new_init_attr(layout, device_id)
@@ -288,6 +289,19 @@ def init(
 
 
 session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
+
+
+def _prefetch_device_code(device_id: int) -> None:
+    """With Numba's device API imported, have NVSHMEM's device bitcode for this device read while
+    NVSHMEM initialises, if it is not cached yet (``nvshmem_dsl.numba._linker.prefetch_bitcode``):
+    the process's first kernel then need not wait for all of it.  Never raises."""
+    linker = sys.modules.get("nvshmem_dsl.numba._linker")
+    if linker is None:
+        return
+    try:
+        linker.prefetch_bitcode(_cuda.compute_capability(device_id))
+    except Exception:  # noqa: BLE001 - the first kernel reads the bitcode itself
+        pass
 
 
 def finalize() -> None:

@@ -24,7 +24,10 @@ memory is short.  A process that finds no store starts that build in a
 process of its own and meanwhile gets the functions its first kernel calls
 from a *closure* it extracts itself (a parse and a dead-code pass: quicker
 than the whole build, and the same IR), and waits for the build when it
-exits.  Another process finding the store being built does the same or,
+exits.  Numba's typing of the first NVSHMEM call starts both earlier
+(:func:`prefetch`): the build, and the closure's parse in a thread, while
+the kernel is still being typed and lowered.  Another process finding the
+store being built does the same or,
 when it needs the whole store (:func:`api_names`), waits for it (a file
 lock).  ``$NVSHMEM_DSL_BUILD_JOBS`` sets the number of build processes; ``1``
 builds in the calling process, without closures.
@@ -33,13 +36,14 @@ builds in the calling process, without closures.
 (plus the state globals the host library looks up), assembles those pieces
 and parses them (a few ms to a few hundred ms), memoised per process.
 
-Public functions: :func:`api_module`, :func:`pruned_bitcode`,
+Public functions: :func:`api_module`, :func:`prefetch`, :func:`pruned_bitcode`,
 :func:`api_names`, :func:`cache_dir`; constant :data:`EXPORTED_GLOBALS`.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import glob
 import hashlib
 import io
@@ -64,6 +68,7 @@ __all__ = [
     "api_module",
     "api_names",
     "cache_dir",
+    "prefetch",
     "pruned_bitcode",
     "store_path",
 ]
@@ -284,15 +289,39 @@ def _renumber(text: bytes, md_off: int, attr_off: int) -> bytes:
     return _RENUMBER.sub(sub, text)
 
 
-def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None) -> dict:
-    """Part ``part`` of ``parts`` of the store for ``bc_path`` (see above); with
-    ``own`` (names), the part that owns just those functions (a closure)."""
+def _parse(bc_path: Path, unlocked: bool = False):
+    """``(context, module)``: the bitcode ``bc_path`` parsed in an LLVM context of its own, freed
+    with it, in which no type of another module can make LLVM rename NVSHMEM's types (all parts
+    must print the same names).
+
+    ``unlocked``: without llvmlite's process-wide lock, which every call into LLVM takes, so that
+    a parse in a thread (:class:`_Prefetch`) leaves the calling thread's LLVM work (Numba's
+    lowering) going on beside it.  LLVM allows that: the unit of its thread safety is the
+    context, and the parse touches nothing but its own."""
     import llvmlite.binding as llvm
 
-    # A context of its own: freed with it, and no type of another module can
-    # make LLVM rename NVSHMEM's types (all parts must print the same names).
     ctx = llvm.create_context()
-    mod = llvm.parse_bitcode(bc_path.read_bytes(), context=ctx)
+    data = bc_path.read_bytes()
+    parse = getattr(llvm.ffi.lib.LLVMPY_ParseBitcode, "_cfn", None) if unlocked else None
+    if parse is None:
+        return ctx, llvm.parse_bitcode(data, context=ctx)
+    from ctypes import c_char_p
+
+    with llvm.ffi.OutputString() as err:  # what llvm.parse_bitcode does, with the ctypes function
+        mod = llvm.ModuleRef(parse(ctx, c_char_p(data), len(data), err), ctx)
+        if err:
+            mod.close()
+            raise RuntimeError(f"LLVM bitcode parsing error\n{err}")
+    return ctx, mod
+
+
+def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, parsed=None) -> dict:
+    """Part ``part`` of ``parts`` of the store for ``bc_path`` (see above); with
+    ``own`` (names), the part that owns just those functions (a closure).  ``parsed``: the
+    bitcode as :func:`_parse` returns it (this function consumes it), if already parsed."""
+    import llvmlite.binding as llvm
+
+    ctx, mod = parsed or _parse(bc_path)
     local = (llvm.Linkage.internal, llvm.Linkage.private)
     api, public = [], {}
     for f in mod.functions:
@@ -806,7 +835,8 @@ def _store(bc_path, arch) -> _Store:
             return st
         st = _open_or_build(bc_path, _arch_number(arch), _store_file(bc_path, key), key)
         _stores[key] = st
-        return st
+    _drop_prefetch(key)  # a parse ahead no closure took
+    return st
 
 
 def _open_or_build(bc_path: Path, arch: int, path: Path, key: str) -> _Store:
@@ -885,6 +915,7 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     path = _store_file(bc_path, key)
     st = _open_store(path, key)
     if st is not None:
+        _drop_prefetch(key)
         with _lock:
             return _stores.setdefault(key, st)
     arch = _arch_number(arch)
@@ -892,15 +923,117 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
         # a later kernel of this process: the build has had the first closure's time, and
         # waiting for what is left of it is quicker than parsing the bitcode once more
         return _store(bc_path, arch)
-    _start_builder(bc_path, arch, path, key)
-    _closures.add(key)
+    with _lock:
+        _closures.add(key)
+        ahead = _prefetches.pop(key, None)
     try:
-        part = _part(bc_path, 0, 1, 1, own=sorted(names))
+        parsed = ahead.take() if ahead else None
+        if parsed is None:
+            if not BUILD_AFTER_PARSE:
+                _start_builder(bc_path, arch, path, key)
+            parsed = _parse(bc_path)
+            _start_builder(bc_path, arch, path, key)  # after the parse: see _Prefetch
+        part = _part(bc_path, 0, 1, 1, own=sorted(names), parsed=parsed)
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
     finally:
         _release_heap()
     return _Store.from_part(part, key)
+
+
+# Reading the bitcode ahead: a kernel's typing and lowering take a good part of a second before
+# its NVSHMEM functions are known; a cold first kernel can parse the bitcode meanwhile.
+
+_prefetches: dict = {}  # store key -> _Prefetch, taken by _first_store
+#: Start the store's build after the closure's parse (see :class:`_Prefetch`); False: before it,
+#: as up to the sixth session (bench/experiments/cold_start.py compares the two).
+BUILD_AFTER_PARSE = True
+_prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen
+
+
+class _Prefetch:
+    """The bitcode parsed (:func:`_parse`) in a thread of its own (the GIL and llvmlite's lock
+    let go while LLVM reads, so the caller's Python and LLVM work go on), then the store's build
+    started (``start_build()``).  Only then: the build's processes parse the same file, and
+    while they do, a parse beside them takes half as long again (3.4-3.9 s alone on the
+    2-core CPU machine, 6 s beside two of them).  A parse that fails leaves nothing: the
+    closure's own parse fails again and reports it."""
+
+    def __init__(self, bc_path: Path, start_build):
+        self._guard = threading.Lock()
+        self._parsed, self._dropped = None, False
+        self._thread = threading.Thread(target=self._run, args=(bc_path, start_build),
+                                        name="nvshmem-dsl bitcode prefetch")
+        self._thread.start()
+
+    def _run(self, bc_path: Path, start_build) -> None:
+        try:
+            parsed = _parse(bc_path, unlocked=True)
+        except Exception:  # noqa: BLE001 - reported by the parse that follows
+            return
+        finally:
+            start_build()
+        with self._guard:
+            if not self._dropped:
+                self._parsed = parsed
+                return
+        _close(parsed)
+
+    def take(self):
+        """The parsed ``(context, module)`` (waiting for it), or None; only once."""
+        self._thread.join()
+        with self._guard:
+            parsed, self._parsed, self._dropped = self._parsed, None, True
+        return parsed
+
+    def drop(self) -> None:
+        """Free the parse, now or when it is done."""
+        with self._guard:
+            parsed, self._parsed, self._dropped = self._parsed, None, True
+        if parsed is not None:
+            _close(parsed)
+
+
+def _close(parsed) -> None:
+    ctx, mod = parsed
+    mod.close()
+    ctx.close()
+    _release_heap()
+
+
+def _drop_prefetch(key: str) -> None:
+    with _lock:
+        ahead = _prefetches.pop(key, None)
+    if ahead is not None:
+        ahead.drop()
+
+
+def prefetch(arch=90, bc_path=None) -> None:
+    """Get ready for a first kernel for ``arch`` that is about to call NVSHMEM (Numba's typing
+    calls this): when no store is cached, start its build (processes of their own) and parse the
+    bitcode in a thread of this process, which the kernel's closure (:func:`api_module`) then
+    takes instead of parsing it itself.  Does nothing when the store is cached, when the build
+    runs in the calling process (``NVSHMEM_DSL_BUILD_JOBS=1``), or for arguments seen before.
+    Never raises: what fails here fails again, and is reported, when the kernel is linked."""
+    with _lock:
+        if (arch, bc_path) in _prefetch_asked:
+            return
+        _prefetch_asked.add((arch, bc_path))
+    try:
+        bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
+        key = _cache_key(bc_path)
+        path = _store_file(bc_path, key)
+        if not _side_builds(bc_path) or path.exists():
+            return
+        start_build = functools.partial(_start_builder, bc_path, _arch_number(arch), path, key)
+        with _lock:
+            if key in _stores or key in _closures or key in _prefetches:
+                return
+            if not BUILD_AFTER_PARSE:
+                start_build()
+            _prefetches[key] = _Prefetch(bc_path, start_build)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return
 
 
 def _release_heap() -> None:

@@ -95,6 +95,8 @@ def bc(tmp_path, monkeypatch):
     monkeypatch.delenv("NVSHMEM_DSL_BUILD_JOBS", raising=False)
     monkeypatch.setattr(bitcode, "_stores", {})
     monkeypatch.setattr(bitcode, "_subsets", type(bitcode._subsets)())
+    monkeypatch.setattr(bitcode, "_prefetches", {})
+    monkeypatch.setattr(bitcode, "_prefetch_asked", set())
     return path
 
 
@@ -206,6 +208,77 @@ def test_cold_start_links_a_closure_while_the_store_is_built(bc, tmp_path, monke
     # the next call of this process finds the store (and no new build starts)
     bitcode.api_module(["nvshmem_bar"], 90, bc_path=bc)
     assert bitcode._stores and len(bitcode._builders) == 1
+
+
+def _functions(mod):
+    return sorted(f.name for f in mod.functions if not f.is_declaration)
+
+
+def test_parse_without_llvmlites_lock(bc, tmp_path):
+    """The prefetch's parse calls LLVM without llvmlite's lock: the same module, the same errors."""
+    ctx, mod = bitcode._parse(bc, unlocked=True)
+    assert _functions(mod) == _functions(llvm.parse_bitcode(bc.read_bytes())) == ["helper", *API]
+    mod.close()
+    ctx.close()
+    bad = tmp_path / "bad.bc"
+    bad.write_bytes(b"BC\xc0\xde" + b"\0" * 64)
+    with pytest.raises(RuntimeError, match="bitcode parsing error"):
+        bitcode._parse(bad, unlocked=True)
+
+
+def test_prefetch_parses_ahead_then_starts_the_build(bc, tmp_path, monkeypatch):
+    """A cold first kernel: typing asks for a prefetch; the closure takes the parse made in the
+    prefetch's thread (no parse of its own), the build starts after that parse, once."""
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "ahead"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(bitcode, "_builders", [])
+    parses = []
+    real_parse = bitcode._parse
+    monkeypatch.setattr(bitcode, "_parse", lambda path, unlocked=False: (
+        parses.append((unlocked, len(bitcode._builders))), real_parse(path, unlocked))[1])
+    bitcode.prefetch(90, bc_path=bc)
+    bitcode.prefetch(90, bc_path=bc)  # asked again: nothing more
+    key = bitcode._cache_key(bc)
+    assert list(bitcode._prefetches) == [key]
+    mod = bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)
+    assert _functions(mod) == ["helper", "nvshmem_baz", "nvshmem_foo"]
+    assert parses == [(True, 0)]  # in the thread, before any build process
+    assert not bitcode._prefetches and len(bitcode._builders) == 1
+    bitcode._wait_for_builders()
+    assert bitcode._builders[0].returncode == 0
+    store = bitcode._Store(bitcode.store_path(bc), key)
+    assert canonical(str(mod)) == canonical(store.assemble(["nvshmem_baz"]).decode())
+    # a later process finds the store: no prefetch
+    monkeypatch.setattr(bitcode, "_prefetch_asked", set())
+    monkeypatch.setattr(bitcode, "_closures", set())
+    bitcode.prefetch(90, bc_path=bc)
+    assert not bitcode._prefetches and parses == [(True, 0)]
+
+
+@pytest.mark.parametrize("jobs", ["1", None])
+def test_prefetch_does_nothing_without_side_builds_or_with_a_store(bc, tmp_path, monkeypatch, jobs):
+    if jobs:  # the store is built in the calling process, when a kernel needs it
+        monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "one"))
+        monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", jobs)
+    else:
+        _store(bc, tmp_path, monkeypatch, 1, "built")
+        bitcode._stores.clear()
+        monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(bitcode, "_builders", [])
+    bitcode.prefetch(90, bc_path=bc)
+    assert not bitcode._prefetches and not bitcode._builders
+
+
+def test_prefetch_not_taken_is_freed_when_the_store_opens(bc, tmp_path, monkeypatch):
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "drop"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(bitcode, "_builders", [])
+    bitcode.prefetch(90, bc_path=bc)
+    (ahead,) = bitcode._prefetches.values()
+    assert bitcode.api_names(90, bc_path=bc) == set(API)  # waits for the build, opens the store
+    assert not bitcode._prefetches
+    assert ahead.take() is None  # dropped: its module closed, nothing left to take
+    bitcode._wait_for_builders()
 
 
 def test_concurrent_cold_starts_build_once(bc, tmp_path):

@@ -25,6 +25,7 @@ from numba import cuda, types  # noqa: E402
 from numba.cuda import codegen as numba_codegen  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
+import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl import bitcode  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
@@ -171,7 +172,6 @@ def test_thread_scope_loops_unroll_collective_ones_do_not():
     """O3 may unroll a loop around thread-scope calls (as nvcc does for C++): four inlined p
     per trip plus a remainder.  Warp/block-scope functions (and unknown ones) are declared
     convergent, which forbids that."""
-    import nvshmem_dsl.numba as nv
     from numba import float32
 
     def p_loop(dst, n, pe):
@@ -220,7 +220,6 @@ def test_unswitching_splits_p_and_g_loops(monkeypatch):
     """By default, a loop of p (of g) is split on NVSHMEM's P2P test, so one version is plain
     stores (loads) back to back with no test or call between them, as libNVVM makes it for CuTe.
     (g's transport helper, defined in a section in 3.4's bitcode, must lose `convergent` too.)"""
-    import nvshmem_dsl.numba as nv
     from numba import float32
 
     monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
@@ -268,6 +267,51 @@ def test_kernel_without_nvshmem_unchanged(monkeypatch):
     # only the per-compilation ABI tag in the mangled name differs
     assert ours != "" and re.sub(r"B\d+v\d+B", "B", ours) == re.sub(r"B\d+v\d+B", "B", stock)
     assert "NVVM" in ours
+
+
+class _Linked(Exception):
+    """Raised instead of linking: the test needs the kernel typed and lowered, no more."""
+
+
+def k_generated_p(a):
+    nv.p(a, 1, 0)
+
+
+@pytest.mark.parametrize("cc, sm", [((9, 0), 90), ((10, 0), 100)])
+@pytest.mark.parametrize("kernel", [k_generated_p, k_my_pe, k_plain])
+def test_kernels_calling_nvshmem_prefetch_its_bitcode(monkeypatch, kernel, cc, sm):
+    """Typing a generated API call (or declaring a function in an intrinsic of one's own) asks
+    for the NVSHMEM bitcode of the SM being compiled for, before the kernel is linked; a kernel
+    without NVSHMEM asks for nothing (bitcode.prefetch: what it does with that)."""
+    asked = []
+    monkeypatch.setattr(bitcode, "prefetch", lambda arch, bc_path=None: asked.append(arch))
+
+    def link(llvm_strs, cc, opt=3):
+        raise _Linked(list(asked))
+
+    monkeypatch.setattr(_linker, "link", link)
+    if kernel is k_plain:
+        cuda.compile_ptx(kernel, SIG1, cc=cc)
+        assert asked == []
+        return
+    with pytest.raises(_Linked) as linked:
+        cuda.compile_ptx(kernel, SIG1, cc=cc)
+    assert linked.value.args[0] and set(linked.value.args[0]) == {sm}
+
+
+def test_init_prefetches_the_bitcode_of_its_device(monkeypatch):
+    """nvshmem_dsl.init() with Numba's device API imported asks for its device's bitcode (the
+    part of init between choosing the device and NVSHMEM's own init; CPU: no device, faked)."""
+    from nvshmem_dsl import _cuda, _init
+
+    asked = []
+    monkeypatch.setattr(bitcode, "prefetch", lambda arch, bc_path=None: asked.append(arch))
+    monkeypatch.setattr(_cuda, "compute_capability", lambda dev: {0: (9, 0), 1: (10, 0)}[dev])
+    _init._prefetch_device_code(1)
+    assert asked == [100]
+    monkeypatch.delitem(sys.modules, "nvshmem_dsl.numba._linker")  # no Numba layer: nothing
+    _init._prefetch_device_code(0)
+    assert asked == [100]
 
 
 def test_library_class_installed():

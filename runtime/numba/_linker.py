@@ -74,7 +74,7 @@ import warnings
 import llvmlite.binding as llvm
 from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
-from numba.cuda.core import config
+from numba.cuda.core import config, targetconfig
 
 from .. import bitcode
 
@@ -187,6 +187,27 @@ def _target(cc) -> tuple[str, str]:
     ptx = os.environ.get("NVSHMEM_DSL_PTX_VERSION")
     ptx = int(ptx.replace(".", "")) if ptx else max(85, _min_ptx(sm))
     return cpu, f"+ptx{ptx}"
+
+
+@functools.lru_cache(maxsize=None)
+def _sm(cc) -> int:
+    """The SM whose NVSHMEM bitcode a kernel for Numba cc tuple ``cc`` links (90 for sm_90a)."""
+    return int(re.match(r"sm_(\d+)", _target(cc)[0]).group(1))
+
+
+def prefetch_bitcode(cc=None) -> None:
+    """Say that kernels for compute capability ``cc`` will call NVSHMEM: with no cached NVSHMEM
+    bitcode for it yet, :func:`nvshmem_dsl.bitcode.prefetch` starts reading it.  Called by the
+    typing of every NVSHMEM call and by
+    :func:`~nvshmem_dsl.numba._intrinsics.declare_device_function` with no ``cc`` (that of the
+    kernel being compiled, read from Numba's compile flags: the bitcode is read while the kernel
+    is still being typed and lowered), and by :func:`nvshmem_dsl.init` with its device's (while
+    NVSHMEM initialises).  Cheap after the first call."""
+    if cc is None:
+        flags = targetconfig.ConfigStack.top_or_none()
+        cc = getattr(flags, "compute_capability", None)
+    if cc:
+        bitcode.prefetch(_sm(tuple(cc)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -320,7 +341,7 @@ def link(llvm_strs, cc, opt: int = 3):
     """
     cpu, features = _target(cc)
     tm = _target_machine(cpu, features, 3 if opt else 0)
-    sm = int(re.match(r"sm_(\d+)", cpu).group(1))
+    sm = _sm(tuple(cc))
     names = nvshmem_functions(llvm_strs)
 
     # Calls to warp/block-scope NVSHMEM functions synchronise threads: keep them convergent

@@ -1,0 +1,82 @@
+"""Experiment: Numba's first NVSHMEM kernel in a fresh process with a cold bitcode cache.
+
+Runs bench/compile_time.py --phases (the bandwidth benchmark's put_block kernel, then the p
+latency kernel in the same process), each time with an empty NVSHMEM_DSL_CACHE, alternating:
+  after-parse  the default: the first NVSHMEM call typed starts parsing the bitcode in a thread
+               (nvshmem_dsl.bitcode.prefetch), the store's build processes start after that
+               parse (BUILD_AFTER_PARSE)
+  at-once      the build processes start with the parse (--build-at-once), as before the
+               sixth session: their parses run beside the first kernel's
+  init         (GPU) after-parse, with NVSHMEM initialised first (one PE, --init), as a program
+               does: nvshmem_dsl.init() starts the parse, which goes on while NVSHMEM initialises
+then one warm run (the last cold run's cache).  Prints each JSON line of compile_time.py, then a
+table: the first kernel's seconds, the later kernel's, and the phases of the first (seconds from
+its compile request: when the prefetch was asked for, the parse, the closure with its
+GlobalDCE, the link).
+
+    python bench/experiments/cold_start.py [--reps 3] [--variants after-parse,at-once,init]
+
+CPU machine without a GPU: the kernels go to PTX only (compile_time.py's "stage").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMPILE_TIME = os.path.join(HERE, "..", "compile_time.py")
+VARIANTS = {"after-parse": [], "at-once": ["--build-at-once"], "init": ["--init"]}
+
+
+def run(cache: str, label: str, extra: list) -> list[dict]:
+    env = dict(os.environ, NVSHMEM_DSL_CACHE=cache)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, COMPILE_TIME, "--impl", "numba", "--label", label, "--phases", *extra],
+                         env=env, capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t0  # with the wait for the store's build at exit
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode or len(lines) != 2:
+        raise SystemExit(f"compile_time.py failed ({out.returncode}):\n{out.stdout}\n{out.stderr[-3000:]}")
+    for rec in lines:
+        rec["process_s"] = round(wall, 2)
+        print(json.dumps(rec, separators=(",", ":")), flush=True)
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--variants", default="after-parse,at-once", help=f"of {', '.join(VARIANTS)}")
+    args = ap.parse_args(argv)
+    variants = args.variants.split(",")
+    rows = []
+    root = tempfile.mkdtemp(prefix="cold-start-")
+    try:
+        cache = None
+        for rep in range(args.reps):
+            for name in variants:
+                cache = os.path.join(root, f"{name}-{rep}")
+                first, later = run(cache, f"cold-{name}", VARIANTS[name])
+                rows.append((first["scope"], first["value"], later["value"], first.get("phases", {}),
+                             first.get("init_s")))
+        first, later = run(cache, "warm", [])
+        rows.append(("warm", first["value"], later["value"], first.get("phases", {}), None))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\n{'run':18} {'first s':>8} {'later s':>8}  phases of the first (s from its compile request)")
+    for scope, a, b, phases, init_s in rows:
+        text = "  ".join(f"{k} {v[0]:.2f}-{v[1]:.2f}" for k, v in phases.items())
+        if init_s is not None:
+            text += f"  (after init(): {init_s:.2f} s)"
+        print(f"{scope:18} {a:8.2f} {b:8.2f}  {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
