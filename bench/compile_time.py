@@ -130,14 +130,14 @@ def main(argv=None) -> int:
     ap.add_argument("--init", action="store_true",
                     help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
-    ap.add_argument("--build-at-once", action="store_true",
-                    help="start the bitcode store's build before the first kernel's parse, not after it "
+    ap.add_argument("--build-after-parse", action="store_true",
+                    help="start the bitcode store's build after the first kernel's parse, not with it "
                          "(nvshmem_dsl.bitcode.BUILD_AFTER_PARSE; bench/experiments/cold_start.py)")
     args = ap.parse_args(argv)
-    if args.build_at_once:
+    if args.build_after_parse:
         from nvshmem_dsl import bitcode
 
-        bitcode.BUILD_AFTER_PARSE = False
+        bitcode.BUILD_AFTER_PARSE = True
     marks = {} if args.phases and args.impl == "numba" else None
     init = {} if args.init else None
     t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch, marks, init)

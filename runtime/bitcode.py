@@ -932,7 +932,7 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
             if not BUILD_AFTER_PARSE:
                 _start_builder(bc_path, arch, path, key)
             parsed = _parse(bc_path)
-            _start_builder(bc_path, arch, path, key)  # after the parse: see _Prefetch
+            _start_builder(bc_path, arch, path, key)  # if not yet: see BUILD_AFTER_PARSE
         part = _part(bc_path, 0, 1, 1, own=sorted(names), parsed=parsed)
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
@@ -945,19 +945,22 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
 # its NVSHMEM functions are known; a cold first kernel can parse the bitcode meanwhile.
 
 _prefetches: dict = {}  # store key -> _Prefetch, taken by _first_store
-#: Start the store's build after the closure's parse (see :class:`_Prefetch`); False: before it,
-#: as up to the sixth session (bench/experiments/cold_start.py compares the two).
-BUILD_AFTER_PARSE = True
+#: When the store's build starts: with the first kernel's parse (False), or after it (True).
+#: Its processes parse the same file, and the first kernel's parse beside them takes 0.1-1.5 s
+#: longer (3.2-3.3 s alone on the 2 x H200 host), but starting the build after it makes the
+#: store, which the process's later kernels wait for, about 4 s later: the second kernel of a
+#: cold process took 5.3 s instead of 0.9-1.1 s (bench/experiments/cold_start.py,
+#: tests/gpu/records/2026-11-22/session6-cold-start-1.txt).
+BUILD_AFTER_PARSE = False
 _prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen
 
 
 class _Prefetch:
     """The bitcode parsed (:func:`_parse`) in a thread of its own (the GIL and llvmlite's lock
-    let go while LLVM reads, so the caller's Python and LLVM work go on), then the store's build
-    started (``start_build()``).  Only then: the build's processes parse the same file, and
-    while they do, a parse beside them takes half as long again (3.4-3.9 s alone on the
-    2-core CPU machine, 6 s beside two of them).  A parse that fails leaves nothing: the
-    closure's own parse fails again and reports it."""
+    let go while LLVM reads, so the caller's Python and LLVM work go on), then
+    ``start_build()`` called (the store's build, unless it started before: see
+    :data:`BUILD_AFTER_PARSE`).  A parse that fails leaves nothing: the closure's own parse
+    fails again and reports it."""
 
     def __init__(self, bc_path: Path, start_build):
         self._guard = threading.Lock()

@@ -226,9 +226,12 @@ def test_parse_without_llvmlites_lock(bc, tmp_path):
         bitcode._parse(bad, unlocked=True)
 
 
-def test_prefetch_parses_ahead_then_starts_the_build(bc, tmp_path, monkeypatch):
+@pytest.mark.parametrize("after_parse", [False, True])
+def test_prefetch_parses_ahead_and_starts_the_build(bc, tmp_path, monkeypatch, after_parse):
     """A cold first kernel: typing asks for a prefetch; the closure takes the parse made in the
-    prefetch's thread (no parse of its own), the build starts after that parse, once."""
+    prefetch's thread (no parse of its own); the build starts once, with that parse or after it
+    (BUILD_AFTER_PARSE)."""
+    monkeypatch.setattr(bitcode, "BUILD_AFTER_PARSE", after_parse)
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "ahead"))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
     monkeypatch.setattr(bitcode, "_builders", [])
@@ -242,7 +245,7 @@ def test_prefetch_parses_ahead_then_starts_the_build(bc, tmp_path, monkeypatch):
     assert list(bitcode._prefetches) == [key]
     mod = bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)
     assert _functions(mod) == ["helper", "nvshmem_baz", "nvshmem_foo"]
-    assert parses == [(True, 0)]  # in the thread, before any build process
+    assert parses == [(True, 0 if after_parse else 1)]  # in the thread
     assert not bitcode._prefetches and len(bitcode._builders) == 1
     bitcode._wait_for_builders()
     assert bitcode._builders[0].returncode == 0
@@ -252,7 +255,7 @@ def test_prefetch_parses_ahead_then_starts_the_build(bc, tmp_path, monkeypatch):
     monkeypatch.setattr(bitcode, "_prefetch_asked", set())
     monkeypatch.setattr(bitcode, "_closures", set())
     bitcode.prefetch(90, bc_path=bc)
-    assert not bitcode._prefetches and parses == [(True, 0)]
+    assert not bitcode._prefetches and len(parses) == 1
 
 
 @pytest.mark.parametrize("jobs", ["1", None])

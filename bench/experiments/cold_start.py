@@ -2,19 +2,19 @@
 
 Runs bench/compile_time.py --phases (the bandwidth benchmark's put_block kernel, then the p
 latency kernel in the same process), each time with an empty NVSHMEM_DSL_CACHE, alternating:
-  after-parse  the default: the first NVSHMEM call typed starts parsing the bitcode in a thread
-               (nvshmem_dsl.bitcode.prefetch), the store's build processes start after that
-               parse (BUILD_AFTER_PARSE)
-  at-once      the build processes start with the parse (--build-at-once), as before the
-               sixth session: their parses run beside the first kernel's
-  init         (GPU) after-parse, with NVSHMEM initialised first (one PE, --init), as a program
+  at-once      the default: the first NVSHMEM call typed starts parsing the bitcode in a thread
+               (nvshmem_dsl.bitcode.prefetch) and the store's build processes, whose parses run
+               beside it
+  after-parse  the build processes start after that parse (--build-after-parse,
+               BUILD_AFTER_PARSE), the sixth session's first try
+  init         (GPU) at-once, with NVSHMEM initialised first (one PE, --init), as a program
                does: nvshmem_dsl.init() starts the parse, which goes on while NVSHMEM initialises
 then one warm run (the last cold run's cache).  Prints each JSON line of compile_time.py, then a
 table: the first kernel's seconds, the later kernel's, and the phases of the first (seconds from
 its compile request: when the prefetch was asked for, the parse, the closure with its
 GlobalDCE, the link).
 
-    python bench/experiments/cold_start.py [--reps 3] [--variants after-parse,at-once,init]
+    python bench/experiments/cold_start.py [--reps 3] [--variants at-once,after-parse,init]
 
 CPU machine without a GPU: the kernels go to PTX only (compile_time.py's "stage").
 """
@@ -31,7 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPILE_TIME = os.path.join(HERE, "..", "compile_time.py")
-VARIANTS = {"after-parse": [], "at-once": ["--build-at-once"], "init": ["--init"]}
+VARIANTS = {"at-once": [], "after-parse": ["--build-after-parse"], "init": ["--init"]}
 
 
 def run(cache: str, label: str, extra: list) -> list[dict]:
@@ -52,7 +52,7 @@ def run(cache: str, label: str, extra: list) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--variants", default="after-parse,at-once", help=f"of {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default="at-once,after-parse", help=f"of {', '.join(VARIANTS)}")
     args = ap.parse_args(argv)
     variants = args.variants.split(",")
     rows = []

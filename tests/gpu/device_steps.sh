@@ -11,7 +11,7 @@
 #   group-rma    put/get bandwidth of the three (full sizes, no compile times), Numba suite
 #   put-shapes   bench/experiments/put_shapes.py beside C++'s put bandwidth
 #   cold-compile Numba's cold and warm first-kernel compile times beside nvcc's build time
-#   cold-start   Numba suite (cold default cache), then bench/experiments/cold_start.py (REPS=2)
+#   cold-start   bench/experiments/cold_start.py (REPS=2, VARIANTS), then the Numba suite (cold default cache)
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -99,13 +99,14 @@ case "$step" in
     NVSHMEM_DSL_CACHE=/tmp/cold-cache3 python3 bench/compile_time.py --impl numba --label warm 2>/dev/null \
       | tee -a "$work/compile_time.jsonl" || rc=$?
     ;;
-  cold-start)  # the Numba suite first (the machine's default cache is cold: the bitcode prefetch at
-               # init and typing in real 2-PE runs), then bench/experiments/cold_start.py
+  cold-start)  # bench/experiments/cold_start.py (first: the first cold run of a fresh machine is part of
+               # it), then the Numba suite (the machine's default cache still cold: the bitcode
+               # prefetch at init and typing in real 2-PE runs)
+    timeout 360 python3 bench/experiments/cold_start.py --reps ${REPS:-2} --variants ${VARIANTS:-at-once,after-parse,init} \
+      2>&1 | tee "$work/cold_start.txt" | tail -12 || rc=$?
     timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher --timeout 190 \
       --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
     head -2 "$work/suite.txt"; grep -E "FAIL" "$work/suite.txt"
-    timeout 360 python3 bench/experiments/cold_start.py --reps ${REPS:-2} --variants after-parse,at-once,init \
-      2>&1 | tee "$work/cold_start.txt" | tail -12 || rc=$?
     ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?
