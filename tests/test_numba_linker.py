@@ -241,6 +241,55 @@ def test_unswitching_splits_p_and_g_loops(monkeypatch):
     assert _longest_run(ptx, r"ld(?:\.global)?\.[bf]32\s") >= 4, _entry(ptx)
 
 
+# A loop with a branch on the thread index (not uniform: LLVM's O3 does not unswitch it for a GPU)
+DIVERGENT_LOOP = r"""
+declare void @g(i32)
+declare void @h(i32)
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+define void @f(i32 %n) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %c = icmp eq i32 %t, 0
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%i1, %latch]
+  br i1 %c, label %then, label %else
+then:
+  call void @g(i32 %i)
+  br label %latch
+else:
+  call void @h(i32 %i)
+  br label %latch
+latch:
+  %i1 = add i32 %i, 1
+  %done = icmp eq i32 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}
+"""
+
+
+def _unswitched_by_o3() -> bool:
+    mod = llvm.parse_assembly(DIVERGENT_LOOP)
+    tm = _linker._target_machine("sm_90", "+ptx85", 3)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
+    pb.getModulePassManager().run(mod, pb)
+    return ".us" in str(mod)  # the loop's unswitched copy
+
+
+@needs_bitcode
+def test_unswitching_option_is_on_only_for_nvshmem_kernels(monkeypatch):
+    """LLVM's non-trivial unswitching is a process-wide option: on while an NVSHMEM kernel's
+    second O3 runs, off after it, so that other code compiled with llvmlite is not changed."""
+    monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
+    with _linker._nontrivial_unswitching():
+        assert _unswitched_by_o3()
+    assert not _unswitched_by_o3()
+    cuda.compile_ptx(k_all, SIG3, cc=(9, 0))
+    assert not _unswitched_by_o3()
+
+
 @needs_bitcode
 def test_cubin_sm90_via_nvjitlink():
     ptx, _ = cuda.compile_ptx(k_all, SIG3, cc=(9, 0))

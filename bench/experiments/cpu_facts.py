@@ -6,7 +6,7 @@
 Prints, for the Numba bench kernels and the numba_allreduce example kernel, the seconds to PTX
 (sm_90, warm bitcode cache) and the registers ptxas gives the kernel entry, once without loop
 unswitching (NVSHMEM_DSL_UNSWITCH=0) and once with it (=1, the default since the fourth session;
-each in a fresh process: unswitching sets a process-wide LLVM option); then the time of the
+each in a fresh process); then the time of the
 copy-loop rewrite over a whole library.
 """
 import os

@@ -65,6 +65,7 @@ Public: :class:`NvshmemCodeLibrary`, :func:`install`,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -285,10 +286,8 @@ def _mark_declaration(m, all_convergent: bool = False) -> str:
 #: ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
 #: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
 #: (bench/experiments/unswitch.py; what it gains on the GPU and costs in compile time:
-#: BENCHMARKS.md, fourth session).  LLVM's switch for it is a process-wide command-line option of
-#: llvmlite's LLVM, set on first use (llvmlite has no per-pipeline way to ask for it).
+#: BENCHMARKS.md, fourth session).  See :func:`_nontrivial_unswitching`.
 UNSWITCH_ENV = "NVSHMEM_DSL_UNSWITCH"
-_unswitch_set = False
 
 
 def unswitching() -> bool:
@@ -297,11 +296,20 @@ def unswitching() -> bool:
     return os.environ.get(UNSWITCH_ENV, "").strip().lower() not in ("0", "off", "no", "false")
 
 
-def _enable_nontrivial_unswitch() -> None:
-    global _unswitch_set
-    if not _unswitch_set:
-        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch")
-        _unswitch_set = True
+@contextlib.contextmanager
+def _nontrivial_unswitching():
+    """LLVM's non-trivial loop unswitching for the passes run inside, which LLVM's O3 leaves off
+    for GPUs unless the branch is provably uniform.  llvmlite has no per-pipeline way to ask for
+    it, only LLVM's process-wide command-line option ``-enable-nontrivial-unswitch``: it is on
+    for the duration only, under llvmlite's lock (which every call into LLVM takes: no other
+    thread's optimisation runs meanwhile), and off again after, as LLVM has it, so that nothing
+    else compiled with llvmlite in the process (Numba's CPU functions, say) is changed."""
+    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
+        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=true")
+        try:
+            yield
+        finally:
+            llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=false")
 
 
 def _internalize(mod, keep) -> None:
@@ -378,8 +386,8 @@ def link(llvm_strs, cc, opt: int = 3):
         _internalize(main, keep)
         _run(main, pb, "always_inliner", "global_dead_code_eliminate")
         if opt and unswitch:
-            _enable_nontrivial_unswitch()
-            pb.getModulePassManager().run(main, pb)
+            with _nontrivial_unswitching():
+                pb.getModulePassManager().run(main, pb)
             _run(main, pb, "global_dead_code_eliminate")
         elif opt:
             fpm = pb.getFunctionPassManager()
