@@ -24,10 +24,10 @@ memory is short.  A process that finds no store starts that build in a
 process of its own and meanwhile gets the functions its first kernel calls
 from a *closure* it extracts itself (a parse and a dead-code pass: quicker
 than the whole build, and the same IR), and waits for the build when it
-exits.  Numba's typing of the first NVSHMEM call starts both earlier
-(:func:`prefetch`): the build, and the closure's parse in a thread, while
-the kernel is still being typed and lowered.  Another process finding the
-store being built does the same or,
+exits.  :func:`prefetch` starts both earlier, the closure's parse in a
+thread: ``nvshmem_dsl.init()`` calls it (with Numba's API imported) before
+NVSHMEM initialises, and Numba's typing of a kernel's first NVSHMEM call.
+Another process finding the store being built does the same or,
 when it needs the whole store (:func:`api_names`), waits for it (a file
 lock).  ``$NVSHMEM_DSL_BUILD_JOBS`` sets the number of build processes; ``1``
 builds in the calling process, without closures.
@@ -941,8 +941,9 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     return _Store.from_part(part, key)
 
 
-# Reading the bitcode ahead: a kernel's typing and lowering take a good part of a second before
-# its NVSHMEM functions are known; a cold first kernel can parse the bitcode meanwhile.
+# Reading the bitcode ahead, for a cold first kernel: from nvshmem_dsl.init(), whose 1-2 s of
+# NVSHMEM initialisation then overlap the parse, and from the typing of the kernel's first
+# NVSHMEM call, after which its lowering goes on beside the parse (session6-cold-start-*.txt).
 
 _prefetches: dict = {}  # store key -> _Prefetch, taken by _first_store
 #: When the store's build starts: with the first kernel's parse (False), or after it (True).
