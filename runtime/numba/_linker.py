@@ -303,7 +303,8 @@ def _nontrivial_unswitching():
     it, only LLVM's process-wide command-line option ``-enable-nontrivial-unswitch``: it is on
     for the duration only, under llvmlite's lock (which every call into LLVM takes: no other
     thread's optimisation runs meanwhile), and off again after, as LLVM has it, so that nothing
-    else compiled with llvmlite in the process (Numba's CPU functions, say) is changed."""
+    else compiled with llvmlite in the process is changed (GPU code's other passes, the first O3
+    of a later NVSHMEM kernel included; CPU code optimised below O3)."""
     with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
         llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=true")
         try:
