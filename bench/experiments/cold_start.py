@@ -9,6 +9,8 @@ latency kernel in the same process), each time with an empty NVSHMEM_DSL_CACHE, 
                BUILD_AFTER_PARSE), the sixth session's first try
   init         (GPU) at-once, with NVSHMEM initialised first (one PE, --init), as a program
                does: nvshmem_dsl.init() starts the parse, which goes on while NVSHMEM initialises
+  jobsN        at-once with N build processes (NVSHMEM_DSL_BUILD_JOBS=N; the default is one per
+               CPU, at most 8), e.g. jobs4
 then one warm run (the last cold run's cache).  Prints each JSON line of compile_time.py, then a
 table: the first kernel's seconds, the later kernel's, and the phases of the first (seconds from
 its compile request: when the prefetch was asked for, the parse, the closure with its
@@ -34,8 +36,17 @@ COMPILE_TIME = os.path.join(HERE, "..", "compile_time.py")
 VARIANTS = {"at-once": [], "after-parse": ["--build-after-parse"], "init": ["--init"]}
 
 
-def run(cache: str, label: str, extra: list) -> list[dict]:
-    env = dict(os.environ, NVSHMEM_DSL_CACHE=cache)
+def variant(name: str) -> tuple[list, dict]:
+    """compile_time.py's extra arguments and environment for a variant."""
+    if name.startswith("jobs") and name[4:].isdigit():
+        return [], {"NVSHMEM_DSL_BUILD_JOBS": name[4:]}
+    if name not in VARIANTS:
+        raise SystemExit(f"unknown variant {name!r}: {', '.join(VARIANTS)} or jobsN")
+    return VARIANTS[name], {}
+
+
+def run(cache: str, label: str, extra: list, env_extra: dict | None = None) -> list[dict]:
+    env = dict(os.environ, NVSHMEM_DSL_CACHE=cache, **(env_extra or {}))
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, COMPILE_TIME, "--impl", "numba", "--label", label, "--phases", *extra],
                          env=env, capture_output=True, text=True, timeout=300)
@@ -52,9 +63,11 @@ def run(cache: str, label: str, extra: list) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--variants", default="at-once,after-parse", help=f"of {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default="at-once,after-parse", help=f"of {', '.join(VARIANTS)}, jobsN")
     args = ap.parse_args(argv)
     variants = args.variants.split(",")
+    for name in variants:
+        variant(name)  # unknown names fail before anything runs
     rows = []
     root = tempfile.mkdtemp(prefix="cold-start-")
     try:
@@ -62,7 +75,7 @@ def main(argv=None) -> int:
         for rep in range(args.reps):
             for name in variants:
                 cache = os.path.join(root, f"{name}-{rep}")
-                first, later = run(cache, f"cold-{name}", VARIANTS[name])
+                first, later = run(cache, f"cold-{name}", *variant(name))
                 rows.append((first["scope"], first["value"], later["value"], first.get("phases", {}),
                              first.get("init_s")))
         first, later = run(cache, "warm", [])
