@@ -59,7 +59,29 @@ def test_sphinx_build_is_warning_free(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "html" / "api" / "numba.html").exists()
+    numba_page = " ".join(re.sub(r"<[^>]+>", "", (tmp_path / "html" / "api" / "numba.html").read_text()).split())
+    # the views' docstrings, read from the source by docs/_ext/docstrings.py
+    assert "window(x, start, n)" in numba_page
+    assert "An explicit count given to a put or get is not checked against the window." in numba_page
+
+
+def test_docstring_directive_reads_the_source(tmp_path):
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from docstrings import signature_and_doc
+    finally:
+        sys.path.pop(0)
+    views = ROOT / "runtime" / "numba" / "_views.py"
+    sig, doc = signature_and_doc(views, "peer")
+    assert sig == "peer(x, pe)"  # the typer's typingctx is not the user's
+    assert doc.startswith("An array aliasing symmetric array ``x`` on PE ``pe``")
+    assert "\n    " not in doc  # indentation removed
+    with pytest.raises(ValueError, match="no top-level function 'nope'"):
+        signature_and_doc(views, "nope")
+    bare = tmp_path / "bare.py"
+    bare.write_text("def f(a):\n    pass\n")
+    with pytest.raises(ValueError, match="f has no docstring"):
+        signature_and_doc(bare, "f")
 
 
 def test_readme_python_blocks_compile():

@@ -1,10 +1,6 @@
 """Array views inside kernels: `peer(x, pe)` and `multicast(team, x)` of symmetric memory, and
-`window(x, start, n)`, a cheap slice.
-
-The first two return an array of the same type as `x` whose data pointer is NVSHMEM's address of `x`
-on PE `pe` (nvshmem_ptr) or the team's multicast address (nvshmemx_mc_ptr); plain loads and
-stores through it reach that memory. The address is null when there is no load/store path
-(a PE on another node, or no multicast): test `ptr(x, pe) != 0` first where that can happen.
+`window(x, start, n)`, a cheap slice.  Each function's docstring is what docs/api/numba.rst
+shows (docs/_ext/docstrings.py).
 """
 from __future__ import annotations
 
@@ -42,7 +38,9 @@ def _alias(context, builder, aryty, ary, data, count=None):
 
 @intrinsic
 def peer(typingctx, x, pe):
-    """An array aliasing symmetric array `x` on PE `pe` (loads and stores go to that PE)."""
+    """An array aliasing symmetric array ``x`` on PE ``pe`` (``nvshmem_ptr``): plain loads and
+    stores through it reach that PE.  Its data is null where there is no load/store path (a PE on
+    another node): test ``ptr(x, pe) != 0`` first where that can happen."""
     if not isinstance(x, types.Array):
         raise errors.TypingError(f"nvshmem_dsl.numba.peer: argument 'x' must be an array, got {x}")
     if not isinstance(pe, (types.Integer, types.IntegerLiteral)):
@@ -56,7 +54,8 @@ def peer(typingctx, x, pe):
 
 @intrinsic
 def multicast(typingctx, team, x):
-    """An array aliasing the multicast address of symmetric array `x` for `team`."""
+    """An array aliasing the multicast address of symmetric array ``x`` for ``team``
+    (``nvshmemx_mc_ptr``); null data where the team has no multicast object."""
     if not isinstance(x, types.Array):
         raise errors.TypingError(f"nvshmem_dsl.numba.multicast: argument 'x' must be an array, got {x}")
 
@@ -75,7 +74,8 @@ def window(typingctx, x, start, n):
     clamped to what is left from ``start``; a ``start`` outside ``[0, x.size]`` (negative
     included: no wrap-around) gives an empty window, whose data pointer means nothing.  Numba
     has no pointer arithmetic; in a loop of small puts or gets, where all of a block's warps run
-    the indexing code, clamping the pointer as slices do costs bandwidth (BENCHMARKS.md)."""
+    the indexing code, clamping the pointer as slices do costs bandwidth (``BENCHMARKS.md``).
+    An explicit count given to a put or get is not checked against the window."""
     if not isinstance(x, types.Array) or x.ndim != 1:
         raise errors.TypingError(f"nvshmem_dsl.numba.window: argument 'x' must be a 1-D array, got {x}")
     for name, ty in (("start", start), ("n", n)):
