@@ -75,8 +75,8 @@ def _numba(arch: str, marks: dict | None, init: dict | None) -> tuple[float, lis
 def _trace_phases(marks: dict) -> None:
     """Note in ``marks`` when each step of nvshmem_dsl's path to the first kernel's PTX starts
     and ends (``label: (start, end)`` in perf_counter seconds, the first call of each): the
-    bitcode prefetch asked for at typing, the bitcode parse (in the prefetch's thread, or in the
-    closure), the closure's extraction (with its GlobalDCE), and the link of the kernel."""
+    prefetch (the store's build started) at typing, the closure's extraction, within it the
+    parse of the bodies it needs and the GlobalDCE, and the link of the kernel."""
     from nvshmem_dsl import bitcode
     from nvshmem_dsl.numba import _linker
 
@@ -94,7 +94,7 @@ def _trace_phases(marks: dict) -> None:
     wrap(bitcode, "prefetch", "prefetch")
     wrap(bitcode, "_parse", "parse")
     wrap(bitcode, "_global_dce", "dce")
-    wrap(bitcode, "_part", "closure")
+    wrap(bitcode, "_closure", "closure")
     wrap(_linker, "link", "link")
 
 
@@ -130,14 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--init", action="store_true",
                     help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
-    ap.add_argument("--build-after-parse", action="store_true",
-                    help="start the bitcode store's build after the first kernel's parse, not with it "
-                         "(nvshmem_dsl.bitcode.BUILD_AFTER_PARSE; bench/experiments/cold_start.py)")
     args = ap.parse_args(argv)
-    if args.build_after_parse:
-        from nvshmem_dsl import bitcode
-
-        bitcode.BUILD_AFTER_PARSE = True
     marks = {} if args.phases and args.impl == "numba" else None
     init = {} if args.init else None
     t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch, marks, init)

@@ -292,9 +292,9 @@ session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
 
 
 def _prefetch_device_code(device_id: int) -> None:
-    """With Numba's device API imported, have NVSHMEM's device bitcode for this device read while
-    NVSHMEM initialises, if it is not cached yet (``nvshmem_dsl.numba._linker.prefetch_bitcode``):
-    the process's first kernel then need not wait for all of it.  Never raises."""
+    """With Numba's device API imported, start preparing the cache of NVSHMEM's device bitcode for
+    this device while NVSHMEM initialises, if it is not there yet
+    (``nvshmem_dsl.numba._linker.prefetch_bitcode``).  Never raises."""
     linker = sys.modules.get("nvshmem_dsl.numba._linker")
     if linker is None:
         return

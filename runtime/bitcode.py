@@ -21,13 +21,12 @@ Building the store takes a few seconds of several CPUs: worker processes
 each parse the bitcode and print their share of the functions (printing the
 whole module as text is the slowest step), one per CPU up to 8, fewer when
 memory is short.  A process that finds no store starts that build in a
-process of its own and meanwhile gets the functions its first kernel calls
-from a *closure* it extracts itself (a parse and a dead-code pass: quicker
-than the whole build, and the same IR), and waits for the build when it
-exits.  :func:`prefetch` starts both earlier, the closure's parse in a
-thread: ``nvshmem_dsl.init()`` calls it (with Numba's API imported) before
-NVSHMEM initialises, and Numba's typing of a kernel's first NVSHMEM call.
-Another process finding the store being built does the same or,
+process of its own and meanwhile gets the functions each kernel calls from a
+*closure* it extracts itself (the same IR, from a parse of just the function
+bodies it needs: :func:`_closure`, :mod:`nvshmem_dsl.bitcode_bodies`), and
+waits for the build when it exits.  :func:`prefetch` starts the build before
+the first kernel is linked.  Another process finding the store being built
+does the same or,
 when it needs the whole store (:func:`api_names`), waits for it (a file
 lock).  ``$NVSHMEM_DSL_BUILD_JOBS`` sets the number of build processes; ``1``
 builds in the calling process, without closures.
@@ -43,7 +42,6 @@ Public functions: :func:`api_module`, :func:`prefetch`, :func:`pruned_bitcode`,
 from __future__ import annotations
 
 import atexit
-import functools
 import glob
 import hashlib
 import io
@@ -255,7 +253,8 @@ def _deps(text: bytes, globs, funcs):
     return f, g, {int(x) for x in _MD_REF.findall(text)}
 
 
-def _global_dce(mod) -> None:
+def _global_dce(mod, prototypes: bool = False) -> None:
+    """GlobalDCE on ``mod``; ``prototypes``: unused declarations go too."""
     import llvmlite.binding as llvm
 
     llvm.initialize_all_targets()
@@ -263,6 +262,8 @@ def _global_dce(mod) -> None:
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(0))
     mpm = llvm.create_new_module_pass_manager()
     mpm.add_global_dead_code_eliminate_pass()
+    if prototypes:
+        mpm.add_strip_dead_prototype_pass()
     mpm.run(mod, pb)
 
 
@@ -289,36 +290,23 @@ def _renumber(text: bytes, md_off: int, attr_off: int) -> bytes:
     return _RENUMBER.sub(sub, text)
 
 
-def _parse(bc_path: Path, unlocked: bool = False):
-    """``(context, module)``: the bitcode ``bc_path`` parsed in an LLVM context of its own, freed
-    with it, in which no type of another module can make LLVM rename NVSHMEM's types (all parts
-    must print the same names).
-
-    ``unlocked``: without llvmlite's process-wide lock, which every call into LLVM takes, so that
-    a parse in a thread (:class:`_Prefetch`) leaves the calling thread's LLVM work (Numba's
-    lowering) going on beside it.  LLVM allows that: the unit of its thread safety is the
-    context, and the parse touches nothing but its own."""
+def _parse(bc_path: Path, data: bytes | None = None):
+    """``(context, module)``: the bitcode ``bc_path`` (or ``data``, bitcode made from it) parsed
+    in an LLVM context of its own, freed with it, in which no type of another module can make
+    LLVM rename NVSHMEM's types (all parts must print the same names)."""
     import llvmlite.binding as llvm
 
     ctx = llvm.create_context()
-    data = bc_path.read_bytes()
-    parse = getattr(llvm.ffi.lib.LLVMPY_ParseBitcode, "_cfn", None) if unlocked else None
-    if parse is None:
-        return ctx, llvm.parse_bitcode(data, context=ctx)
-    from ctypes import c_char_p
-
-    with llvm.ffi.OutputString() as err:  # what llvm.parse_bitcode does, with the ctypes function
-        mod = llvm.ModuleRef(parse(ctx, c_char_p(data), len(data), err), ctx)
-        if err:
-            mod.close()
-            raise RuntimeError(f"LLVM bitcode parsing error\n{err}")
-    return ctx, mod
+    return ctx, llvm.parse_bitcode(bc_path.read_bytes() if data is None else data, context=ctx)
 
 
-def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, parsed=None) -> dict:
+def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, parsed=None,
+          prototypes: bool = False) -> dict:
     """Part ``part`` of ``parts`` of the store for ``bc_path`` (see above); with
     ``own`` (names), the part that owns just those functions (a closure).  ``parsed``: the
-    bitcode as :func:`_parse` returns it (this function consumes it), if already parsed."""
+    bitcode as :func:`_parse` returns it (this function consumes it), if already parsed;
+    ``prototypes``: drop the declarations nothing uses (those of the bodies
+    :func:`_closure` did not parse)."""
     import llvmlite.binding as llvm
 
     ctx, mod = parsed or _parse(bc_path)
@@ -336,8 +324,8 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
             changed[name] = (f.linkage, f.visibility)
             f.linkage = "internal"
     public = set(public)  # drop the ValueRefs: GlobalDCE deletes functions
-    if changed:
-        _global_dce(mod)
+    if changed or prototypes:
+        _global_dce(mod, prototypes)
         for f in mod.functions:  # the survivors print as they are in NVSHMEM
             old = changed.get(f.name)
             if old is not None:
@@ -384,6 +372,37 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
         "functions": fn_index,
         "blob": bytes(blob),
     }
+
+
+def _closure(bc_path: Path, names) -> dict:
+    """The closure of ``names`` (:func:`_part` with ``own``), from a parse of the function bodies
+    it needs only (:mod:`nvshmem_dsl.bitcode_bodies`): ``names`` and every function that is not
+    an API function, then the API functions those call, until nothing is missing.  Almost all of
+    NVSHMEM's bitcode is API bodies: this parse is a few percent of the whole file's
+    (tests/gpu/records/2026-11-22/session6-closure-parse.txt).  A file laid out in a way
+    :mod:`~nvshmem_dsl.bitcode_bodies` does not read is parsed whole."""
+    try:  # the package's module; build workers load this file on its own and never get here
+        from . import bitcode_bodies
+    except ImportError:
+        return _part(bc_path, 0, 1, 1, own=names)
+    data = bc_path.read_bytes()
+    try:
+        fns = bitcode_bodies.functions(data)
+    except bitcode_bodies.BitcodeLayoutError:
+        return _part(bc_path, 0, 1, 1, own=names)
+    api = {f.name for f in fns if f.has_body and f.external and f.name.startswith("nvshmem")}
+    keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}
+    while True:
+        try:
+            bodies = bitcode_bodies.keep_bodies(data, keep)
+        except bitcode_bodies.BitcodeLayoutError:
+            return _part(bc_path, 0, 1, 1, own=names)
+        part = _part(bc_path, 0, 1, 1, own=names, parsed=_parse(bc_path, bodies), prototypes=True)
+        called = {_unquote(_name_of(line)) for line in part["preamble"] if line.startswith(b"declare ")}
+        missing = (called & api) - keep
+        if not missing:
+            return part
+        keep |= missing
 
 
 def _merge_preambles(parts, attr_stride: int) -> bytes:
@@ -835,8 +854,7 @@ def _store(bc_path, arch) -> _Store:
             return st
         st = _open_or_build(bc_path, _arch_number(arch), _store_file(bc_path, key), key)
         _stores[key] = st
-    _drop_prefetch(key)  # a parse ahead no closure took
-    return st
+        return st
 
 
 def _open_or_build(bc_path: Path, arch: int, path: Path, key: str) -> _Store:
@@ -901,39 +919,22 @@ def _wait_for_builders() -> None:
                 raise
 
 
-_closures: set = set()  # store keys this process has extracted a closure from
-
-
 def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
-    """A store that has ``names``: the cached one; or, while the cache is
-    being built by processes of their own, a closure of ``names`` extracted
-    here (a parse and a GlobalDCE, quicker than the whole build, which goes
-    on).  In this process rather than a worker of its own, whose start and
-    pickle back cost more than a second of a cold first kernel
-    (tests/gpu/records/2026-11-22/session5-cold-compile.txt); the parse's
-    memory is given back to the system after it (:func:`_release_heap`)."""
+    """A store that has ``names``: the cached one; or, while the cache is being built by
+    processes of their own (started here if need be), a closure of ``names`` extracted here
+    (:func:`_closure`: a parse of the few function bodies it needs, well under a second), for
+    this kernel and for each one after it until the store is there."""
     path = _store_file(bc_path, key)
     st = _open_store(path, key)
     if st is not None:
-        _drop_prefetch(key)
         with _lock:
             return _stores.setdefault(key, st)
     arch = _arch_number(arch)
-    if not _side_builds(bc_path) or key in _closures:
-        # a later kernel of this process: the build has had the first closure's time, and
-        # waiting for what is left of it is quicker than parsing the bitcode once more
+    if not _side_builds(bc_path):
         return _store(bc_path, arch)
-    with _lock:
-        _closures.add(key)
-        ahead = _prefetches.pop(key, None)
+    _start_builder(bc_path, arch, path, key)
     try:
-        parsed = ahead.take() if ahead else None
-        if parsed is None:
-            if not BUILD_AFTER_PARSE:
-                _start_builder(bc_path, arch, path, key)
-            parsed = _parse(bc_path)
-            _start_builder(bc_path, arch, path, key)  # if not yet: see BUILD_AFTER_PARSE
-        part = _part(bc_path, 0, 1, 1, own=sorted(names), parsed=parsed)
+        part = _closure(bc_path, sorted(names))
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
     finally:
@@ -941,84 +942,17 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     return _Store.from_part(part, key)
 
 
-# Reading the bitcode ahead, for a cold first kernel: from nvshmem_dsl.init(), whose 1-2 s of
-# NVSHMEM initialisation then overlap the parse, and from the typing of the kernel's first
-# NVSHMEM call, after which its lowering goes on beside the parse (session6-cold-start-*.txt).
-
-_prefetches: dict = {}  # store key -> _Prefetch, taken by _first_store
-#: When the store's build starts: with the first kernel's parse (False), or after it (True).
-#: Its processes parse the same file, and the first kernel's parse beside them takes 0.1-1.5 s
-#: longer (3.2-3.3 s alone on the 2 x H200 host), but starting the build after it makes the
-#: store, which the process's later kernels wait for, about 4 s later: the second kernel of a
-#: cold process took 5.3 s instead of 0.9-1.1 s (bench/experiments/cold_start.py,
-#: tests/gpu/records/2026-11-22/session6-cold-start-1.txt).
-BUILD_AFTER_PARSE = False
 _prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen
 
 
-class _Prefetch:
-    """The bitcode parsed (:func:`_parse`) in a thread of its own (the GIL and llvmlite's lock
-    let go while LLVM reads, so the caller's Python and LLVM work go on), then
-    ``start_build()`` called (the store's build, unless it started before: see
-    :data:`BUILD_AFTER_PARSE`).  A parse that fails leaves nothing: the closure's own parse
-    fails again and reports it."""
-
-    def __init__(self, bc_path: Path, start_build):
-        self._guard = threading.Lock()
-        self._parsed, self._dropped = None, False
-        self._thread = threading.Thread(target=self._run, args=(bc_path, start_build),
-                                        name="nvshmem-dsl bitcode prefetch")
-        self._thread.start()
-
-    def _run(self, bc_path: Path, start_build) -> None:
-        try:
-            parsed = _parse(bc_path, unlocked=True)
-        except Exception:  # noqa: BLE001 - reported by the parse that follows
-            return
-        finally:
-            start_build()
-        with self._guard:
-            if not self._dropped:
-                self._parsed = parsed
-                return
-        _close(parsed)
-
-    def take(self):
-        """The parsed ``(context, module)`` (waiting for it), or None; only once."""
-        self._thread.join()
-        with self._guard:
-            parsed, self._parsed, self._dropped = self._parsed, None, True
-        return parsed
-
-    def drop(self) -> None:
-        """Free the parse, now or when it is done."""
-        with self._guard:
-            parsed, self._parsed, self._dropped = self._parsed, None, True
-        if parsed is not None:
-            _close(parsed)
-
-
-def _close(parsed) -> None:
-    ctx, mod = parsed
-    mod.close()
-    ctx.close()
-    _release_heap()
-
-
-def _drop_prefetch(key: str) -> None:
-    with _lock:
-        ahead = _prefetches.pop(key, None)
-    if ahead is not None:
-        ahead.drop()
-
-
 def prefetch(arch=90, bc_path=None) -> None:
-    """Get ready for a first kernel for ``arch`` that is about to call NVSHMEM (Numba's typing
-    calls this): when no store is cached, start its build (processes of their own) and parse the
-    bitcode in a thread of this process, which the kernel's closure (:func:`api_module`) then
-    takes instead of parsing it itself.  Does nothing when the store is cached, when the build
-    runs in the calling process (``NVSHMEM_DSL_BUILD_JOBS=1``), or for arguments seen before.
-    Never raises: what fails here fails again, and is reported, when the kernel is linked."""
+    """Start building the store for ``arch`` (processes of their own) if it is not cached yet,
+    before any kernel needs it: ``nvshmem_dsl.init()`` calls this (with Numba's API imported)
+    once it has chosen the GPU, and Numba's typing of a kernel's first NVSHMEM call, so that the
+    store is ready sooner for the kernels that follow the first (each links a closure until
+    then).  Does nothing when the store is cached, when the build runs in the calling process
+    (``NVSHMEM_DSL_BUILD_JOBS=1``), or for arguments seen before.  Never raises: what fails here
+    fails again, and is reported, when a kernel is linked."""
     with _lock:
         if (arch, bc_path) in _prefetch_asked:
             return
@@ -1027,15 +961,8 @@ def prefetch(arch=90, bc_path=None) -> None:
         bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
         key = _cache_key(bc_path)
         path = _store_file(bc_path, key)
-        if not _side_builds(bc_path) or path.exists():
-            return
-        start_build = functools.partial(_start_builder, bc_path, _arch_number(arch), path, key)
-        with _lock:
-            if key in _stores or key in _closures or key in _prefetches:
-                return
-            if not BUILD_AFTER_PARSE:
-                start_build()
-            _prefetches[key] = _Prefetch(bc_path, start_build)
+        if _side_builds(bc_path) and not path.exists() and key not in _stores:
+            _start_builder(bc_path, _arch_number(arch), path, key)
     except Exception:  # noqa: BLE001 - see the docstring
         return
 

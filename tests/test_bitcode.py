@@ -17,7 +17,7 @@ import pytest
 
 llvm = pytest.importorskip("llvmlite.binding")
 
-from nvshmem_dsl import bitcode  # noqa: E402
+from nvshmem_dsl import bitcode, bitcode_bodies  # noqa: E402
 
 # Three parts' worth of API functions sharing an internal helper, an internal
 # mutable global, TBAA and loop metadata; a string that looks like metadata and
@@ -95,7 +95,6 @@ def bc(tmp_path, monkeypatch):
     monkeypatch.delenv("NVSHMEM_DSL_BUILD_JOBS", raising=False)
     monkeypatch.setattr(bitcode, "_stores", {})
     monkeypatch.setattr(bitcode, "_subsets", type(bitcode._subsets)())
-    monkeypatch.setattr(bitcode, "_prefetches", {})
     monkeypatch.setattr(bitcode, "_prefetch_asked", set())
     return path
 
@@ -214,48 +213,63 @@ def _functions(mod):
     return sorted(f.name for f in mod.functions if not f.is_declaration)
 
 
-def test_parse_without_llvmlites_lock(bc, tmp_path):
-    """The prefetch's parse calls LLVM without llvmlite's lock: the same module, the same errors."""
-    ctx, mod = bitcode._parse(bc, unlocked=True)
-    assert _functions(mod) == _functions(llvm.parse_bitcode(bc.read_bytes())) == ["helper", *API]
-    mod.close()
-    ctx.close()
-    bad = tmp_path / "bad.bc"
-    bad.write_bytes(b"BC\xc0\xde" + b"\0" * 64)
-    with pytest.raises(RuntimeError, match="bitcode parsing error"):
-        bitcode._parse(bad, unlocked=True)
+def test_bodies_are_listed_and_dropped_in_place(bc):
+    """bitcode_bodies reads the module's function records; keep_bodies turns the others into
+    declarations by one bit each (the file keeps its size), except the first with a body."""
+    data = bc.read_bytes()
+    fns = {f.name: f for f in bitcode_bodies.functions(data)}
+    assert {n for n, f in fns.items() if f.has_body} == {"helper", *API}
+    assert not fns["llvm.nvvm.read.ptx.sreg.tid.x"].has_body
+    assert fns["nvshmem_foo"].external and not fns["helper"].external  # hidden is still external
+    first = next(f.name for f in bitcode_bodies.functions(data) if f.has_body)
+    small = bitcode_bodies.keep_bodies(data, {"nvshmem_baz"})
+    assert len(small) == len(data) and small != data
+    mod = llvm.parse_bitcode(small)
+    mod.verify()
+    assert _functions(mod) == sorted({first, "nvshmem_baz"})
+    with pytest.raises(bitcode_bodies.BitcodeLayoutError, match="not LLVM bitcode"):
+        bitcode_bodies.functions(b"not bitcode at all")
 
 
-@pytest.mark.parametrize("after_parse", [False, True])
-def test_prefetch_parses_ahead_and_starts_the_build(bc, tmp_path, monkeypatch, after_parse):
-    """A cold first kernel: typing asks for a prefetch; the closure takes the parse made in the
-    prefetch's thread (no parse of its own); the build starts once, with that parse or after it
-    (BUILD_AFTER_PARSE)."""
-    monkeypatch.setattr(bitcode, "BUILD_AFTER_PARSE", after_parse)
+@pytest.mark.parametrize("names", [["nvshmem_baz"], ["nvshmem_zap", "nvshmem_bar"], ["nvshmem_foo"]])
+def test_closure_from_the_bodies_it_needs_is_the_same(bc, names, monkeypatch):
+    """_closure parses only ``names``' bodies, the non-API ones and, in a second round, the API
+    functions they call (nvshmem_baz calls nvshmem_foo): the same closure as from the whole file."""
+    parsed = []
+    real = bitcode._parse
+    monkeypatch.setattr(bitcode, "_parse", lambda path, data=None: (parsed.append(data), real(path, data))[1])
+    closure = bitcode._Store.from_part(bitcode._closure(bc, names), "k").assemble(names).decode()
+    whole = bitcode._Store.from_part(bitcode._part(bc, 0, 1, own=names), "k").assemble(names).decode()
+    assert canonical(closure) == canonical(whole)
+    assert parsed[0] is not None and parsed[0] != bc.read_bytes()  # bodies dropped
+    assert len(parsed) == (3 if names == ["nvshmem_baz"] else 2)  # + nvshmem_foo; then the whole
+
+
+def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):
+    def unreadable(data):
+        raise bitcode_bodies.BitcodeLayoutError("no")
+
+    monkeypatch.setattr(bitcode_bodies, "functions", unreadable)
+    part = bitcode._closure(bc, ["nvshmem_baz"])
+    assert "nvshmem_baz" in part["functions"]
+
+
+def test_prefetch_starts_the_build(bc, tmp_path, monkeypatch):
+    """Typing (or init) asks for a prefetch: the build starts, once; the kernel's closure is
+    linked meanwhile, the same as the store's."""
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "ahead"))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
     monkeypatch.setattr(bitcode, "_builders", [])
-    parses = []
-    real_parse = bitcode._parse
-    monkeypatch.setattr(bitcode, "_parse", lambda path, unlocked=False: (
-        parses.append((unlocked, len(bitcode._builders))), real_parse(path, unlocked))[1])
     bitcode.prefetch(90, bc_path=bc)
     bitcode.prefetch(90, bc_path=bc)  # asked again: nothing more
-    key = bitcode._cache_key(bc)
-    assert list(bitcode._prefetches) == [key]
+    assert len(bitcode._builders) == 1
     mod = bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)
     assert _functions(mod) == ["helper", "nvshmem_baz", "nvshmem_foo"]
-    assert parses == [(True, 0 if after_parse else 1)]  # in the thread
-    assert not bitcode._prefetches and len(bitcode._builders) == 1
+    assert len(bitcode._builders) == 1
     bitcode._wait_for_builders()
     assert bitcode._builders[0].returncode == 0
-    store = bitcode._Store(bitcode.store_path(bc), key)
+    store = bitcode._Store(bitcode.store_path(bc), bitcode._cache_key(bc))
     assert canonical(str(mod)) == canonical(store.assemble(["nvshmem_baz"]).decode())
-    # a later process finds the store: no prefetch
-    monkeypatch.setattr(bitcode, "_prefetch_asked", set())
-    monkeypatch.setattr(bitcode, "_closures", set())
-    bitcode.prefetch(90, bc_path=bc)
-    assert not bitcode._prefetches and len(parses) == 1
 
 
 @pytest.mark.parametrize("jobs", ["1", None])
@@ -269,19 +283,7 @@ def test_prefetch_does_nothing_without_side_builds_or_with_a_store(bc, tmp_path,
         monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
     monkeypatch.setattr(bitcode, "_builders", [])
     bitcode.prefetch(90, bc_path=bc)
-    assert not bitcode._prefetches and not bitcode._builders
-
-
-def test_prefetch_not_taken_is_freed_when_the_store_opens(bc, tmp_path, monkeypatch):
-    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "drop"))
-    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
-    monkeypatch.setattr(bitcode, "_builders", [])
-    bitcode.prefetch(90, bc_path=bc)
-    (ahead,) = bitcode._prefetches.values()
-    assert bitcode.api_names(90, bc_path=bc) == set(API)  # waits for the build, opens the store
-    assert not bitcode._prefetches
-    assert ahead.take() is None  # dropped: its module closed, nothing left to take
-    bitcode._wait_for_builders()
+    assert not bitcode._builders
 
 
 def test_concurrent_cold_starts_build_once(bc, tmp_path):

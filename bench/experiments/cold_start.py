@@ -2,21 +2,19 @@
 
 Runs bench/compile_time.py --phases (the bandwidth benchmark's put_block kernel, then the p
 latency kernel in the same process), each time with an empty NVSHMEM_DSL_CACHE, alternating:
-  at-once      the default: the first NVSHMEM call typed starts parsing the bitcode in a thread
-               (nvshmem_dsl.bitcode.prefetch) and the store's build processes, whose parses run
-               beside it
-  after-parse  the build processes start after that parse (--build-after-parse,
-               BUILD_AFTER_PARSE), the sixth session's first try
-  init         (GPU) at-once, with NVSHMEM initialised first (one PE, --init), as a program
-               does: nvshmem_dsl.init() starts the parse, which goes on while NVSHMEM initialises
-  jobsN        at-once with N build processes (NVSHMEM_DSL_BUILD_JOBS=N; the default is one per
+  default      a cold first kernel as nvshmem_dsl links it: a closure of the NVSHMEM functions it
+               calls, from a parse of just their bodies, while the store's build processes run
+  init         (GPU) the same with NVSHMEM initialised first (one PE, --init), as a program does
+               (nvshmem_dsl.init() starts the store's build)
+  jobsN        default with N build processes (NVSHMEM_DSL_BUILD_JOBS=N; the default is one per
                CPU, at most 8), e.g. jobs4
 then one warm run (the last cold run's cache).  Prints each JSON line of compile_time.py, then a
 table: the first kernel's seconds, the later kernel's, and the phases of the first (seconds from
-its compile request: when the prefetch was asked for, the parse, the closure with its
-GlobalDCE, the link).
+its compile request: when the prefetch was asked for, the closure, within it the parse and the
+GlobalDCE, the link).  Before the closures parsed only the bodies they need (sixth session,
+commit 510b5aa and earlier), the variants at-once and after-parse compared when the build starts.
 
-    python bench/experiments/cold_start.py [--reps 3] [--variants at-once,after-parse,init]
+    python bench/experiments/cold_start.py [--reps 3] [--variants default,init,jobs2]
 
 CPU machine without a GPU: the kernels go to PTX only (compile_time.py's "stage").
 """
@@ -33,7 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPILE_TIME = os.path.join(HERE, "..", "compile_time.py")
-VARIANTS = {"at-once": [], "after-parse": ["--build-after-parse"], "init": ["--init"]}
+VARIANTS = {"default": [], "init": ["--init"]}
 
 
 def variant(name: str) -> tuple[list, dict]:
@@ -63,7 +61,7 @@ def run(cache: str, label: str, extra: list, env_extra: dict | None = None) -> l
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--variants", default="at-once,after-parse", help=f"of {', '.join(VARIANTS)}, jobsN")
+    ap.add_argument("--variants", default="default", help=f"of {', '.join(VARIANTS)}, jobsN")
     args = ap.parse_args(argv)
     variants = args.variants.split(",")
     for name in variants:

@@ -198,12 +198,11 @@ def _sm(cc) -> int:
 
 def prefetch_bitcode(cc=None) -> None:
     """Say that kernels for compute capability ``cc`` will call NVSHMEM: with no cached NVSHMEM
-    bitcode for it yet, :func:`nvshmem_dsl.bitcode.prefetch` starts reading it.  Called by the
-    typing of every NVSHMEM call and by
+    bitcode store for it yet, :func:`nvshmem_dsl.bitcode.prefetch` starts building it.  Called by
+    the typing of every NVSHMEM call and by
     :func:`~nvshmem_dsl.numba._intrinsics.declare_device_function` with no ``cc`` (that of the
-    kernel being compiled, read from Numba's compile flags: the bitcode is read while the kernel
-    is still being typed and lowered), and by :func:`nvshmem_dsl.init` with its device's (while
-    NVSHMEM initialises).  Cheap after the first call."""
+    kernel being compiled, read from Numba's compile flags), and by :func:`nvshmem_dsl.init` with
+    its device's.  Cheap after the first call."""
     if cc is None:
         flags = targetconfig.ConfigStack.top_or_none()
         cc = getattr(flags, "compute_capability", None)

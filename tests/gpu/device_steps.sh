@@ -102,7 +102,7 @@ case "$step" in
   cold-start)  # bench/experiments/cold_start.py (first: the first cold run of a fresh machine is part of
                # it), then the Numba suite (the machine's default cache still cold: the bitcode
                # prefetch at init and typing in real 2-PE runs)
-    timeout 360 python3 bench/experiments/cold_start.py --reps ${REPS:-2} --variants ${VARIANTS:-at-once,after-parse,init} \
+    timeout 360 python3 bench/experiments/cold_start.py --reps ${REPS:-2} --variants ${VARIANTS:-default,init} \
       2>&1 | tee "$work/cold_start.txt" | tail -12 || rc=$?
     timeout 200 python3 tests/gpu/run_suite.py --dsl numba --launchers launcher --timeout 190 \
       --out "$work/suite" > "$work/suite.txt" 2>&1 || rc=$?
