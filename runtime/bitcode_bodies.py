@@ -157,9 +157,11 @@ def _enter(bits: _Bits) -> tuple[int, int, int]:
     return block_id, width, bits.pos + 32 * words
 
 
-def _block(bits: _Bits, width: int, end: int, abbrevs: list, blockinfo: dict, on_record, block_id: int):
+def _block(bits: _Bits, width: int, end: int, abbrevs: list, blockinfo: dict, on_record, block_id: int,
+           on_abbrev=None):
     """Read one block's records (``on_record(code, fields, blob)``), skipping its sub-blocks except
-    BLOCKINFO, which is read into ``blockinfo`` (block id -> abbreviations)."""
+    BLOCKINFO, which is read into ``blockinfo`` (block id -> abbreviations).  The block's own
+    abbreviations go to ``abbrevs``, or to ``on_abbrev(ops)`` when given."""
     while True:
         aid = bits.read(width)
         if aid == _END_BLOCK:
@@ -168,12 +170,12 @@ def _block(bits: _Bits, width: int, end: int, abbrevs: list, blockinfo: dict, on
         if aid == _ENTER_SUBBLOCK:
             sub, sub_width, sub_end = _enter(bits)
             if sub == _BLOCKINFO:
-                _blockinfo(bits, sub_width, blockinfo)
+                _blockinfo(bits, sub_width, sub_end, blockinfo)
             else:
                 bits.pos = sub_end
             continue
         if aid == _DEFINE_ABBREV:
-            abbrevs.append(_define_abbrev(bits))
+            (on_abbrev or abbrevs.append)(_define_abbrev(bits))
             continue
         code, fields, blob = _record(bits, aid, abbrevs)
         on_record(code, fields, blob)
@@ -181,24 +183,20 @@ def _block(bits: _Bits, width: int, end: int, abbrevs: list, blockinfo: dict, on
             raise BitcodeLayoutError(f"block {block_id} overruns its length")
 
 
-def _blockinfo(bits: _Bits, width: int, blockinfo: dict) -> None:
-    current = None
-    while True:
-        aid = bits.read(width)
-        if aid == _END_BLOCK:
-            bits.align32()
-            return
-        if aid == _ENTER_SUBBLOCK:
-            _, _, sub_end = _enter(bits)
-            bits.pos = sub_end
-        elif aid == _DEFINE_ABBREV:
-            if current is None:
-                raise BitcodeLayoutError("an abbreviation in BLOCKINFO before SETBID")
-            blockinfo.setdefault(current, []).append(_define_abbrev(bits))
-        else:
-            code, fields, _ = _record(bits, aid, [])
-            if code == _SETBID:
-                current = fields[0][0]
+def _blockinfo(bits: _Bits, width: int, end: int, blockinfo: dict) -> None:
+    """A BLOCKINFO block: its abbreviations, by the block id its SETBID records name."""
+    current: list = []
+
+    def on_record(code, fields, blob):
+        if code == _SETBID:
+            current[:] = [fields[0][0]]
+
+    def on_abbrev(ops):
+        if not current:
+            raise BitcodeLayoutError("an abbreviation in BLOCKINFO before SETBID")
+        blockinfo.setdefault(current[0], []).append(ops)
+
+    _block(bits, width, end, [], blockinfo, on_record, _BLOCKINFO, on_abbrev)
 
 
 def _start(data) -> tuple[int, int]:

@@ -532,6 +532,21 @@ def test_default_store_is_reused_and_private():
 
 
 @needs_bitcode
+@pytest.mark.parametrize("names", [["nvshmemx_float_put_block", "nvshmem_quiet"],
+                                   ["nvshmemx_putmem_signal_block", "nvshmem_signal_wait_until"]])
+def test_closure_of_the_real_bitcode_is_the_stores(names):
+    """A cold kernel's closure, from a parse of only the bodies it needs, is what the piece store
+    gives (tests/test_bitcode.py: canonical form), with far fewer functions parsed."""
+    from test_bitcode import canonical
+
+    store = bitcode._store(None, 90)
+    bc = bitcode._default_bitcode(90)
+    closure = bitcode._Store.from_part(bitcode._closure(bc, names), "k")
+    assert len(closure.functions) < len(store.functions) / 10
+    assert canonical(closure.assemble(names).decode()) == canonical(store.assemble(names).decode())
+
+
+@needs_bitcode
 def test_default_bitcode_choice():
     assert bitcode._default_bitcode(90).name.endswith(("_sm_90.bc", "libnvshmem_device.bc"))
     assert bitcode._default_bitcode((9, 0, "a")) == bitcode._default_bitcode(90)
