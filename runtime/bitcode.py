@@ -381,10 +381,8 @@ def _closure(bc_path: Path, names) -> dict:
     NVSHMEM's bitcode is API bodies: this parse is a few percent of the whole file's
     (tests/gpu/records/2026-11-22/session6-closure-parse.txt).  A file laid out in a way
     :mod:`~nvshmem_dsl.bitcode_bodies` does not read is parsed whole."""
-    try:  # the package's module; build workers load this file on its own and never get here
-        from . import bitcode_bodies
-    except ImportError:
-        return _part(bc_path, 0, 1, 1, own=names)
+    from . import bitcode_bodies  # here: build workers load this file outside the package
+
     data = bc_path.read_bytes()
     try:
         fns = bitcode_bodies.functions(data)
