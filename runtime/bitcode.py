@@ -374,6 +374,9 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
     }
 
 
+_listed: dict = {}  # store key -> bitcode_bodies.functions() of its file, for _closure
+
+
 def _closure(bc_path: Path, names) -> dict:
     """The closure of ``names`` (:func:`_part` with ``own``), from a parse of the function bodies
     it needs only (:mod:`nvshmem_dsl.bitcode_bodies`): ``names`` and every function that is not
@@ -384,15 +387,16 @@ def _closure(bc_path: Path, names) -> dict:
     from . import bitcode_bodies  # here: build workers load this file outside the package
 
     data = bc_path.read_bytes()
+    key = _cache_key(bc_path)
     try:
-        fns = bitcode_bodies.functions(data)
+        fns = _listed.get(key) or _listed.setdefault(key, bitcode_bodies.functions(data))
     except bitcode_bodies.BitcodeLayoutError:
         return _part(bc_path, 0, 1, 1, own=names)
     api = {f.name for f in fns if f.has_body and f.external and f.name.startswith("nvshmem")}
     keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}
     while True:
         try:
-            bodies = bitcode_bodies.keep_bodies(data, keep)
+            bodies = bitcode_bodies.keep_bodies(data, keep, fns)
         except bitcode_bodies.BitcodeLayoutError:
             return _part(bc_path, 0, 1, 1, own=names)
         part = _part(bc_path, 0, 1, 1, own=names, parsed=_parse(bc_path, bodies), prototypes=True)

@@ -253,13 +253,14 @@ def functions(data) -> list[Function]:
     return out
 
 
-def keep_bodies(data, keep) -> bytes:
+def keep_bodies(data, keep, listed: list[Function] | None = None) -> bytes:
     """A copy of bitcode ``data`` in which only the functions named in ``keep`` (and the first
-    function with a body, see the module docstring) have bodies; the others are declarations."""
+    function with a body, see the module docstring) have bodies; the others are declarations.
+    ``listed``: what :func:`functions` gives for ``data``, if already known."""
     keep = set(keep)
     out = bytearray(data)
     first = True
-    for fn in functions(data):
+    for fn in functions(data) if listed is None else listed:
         if not fn.has_body:
             continue
         if first:
