@@ -254,6 +254,21 @@ def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):
     assert "nvshmem_baz" in part["functions"]
 
 
+def test_every_kernel_before_the_store_links_a_closure(bc, tmp_path, monkeypatch):
+    """While the store is being built (here: never), each kernel's functions come from a closure
+    of their own, none waits for the build."""
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "building"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(bitcode, "_start_builder", lambda *args: False)  # another process's build
+    monkeypatch.setattr(bitcode, "_store", lambda *args: pytest.fail("waited for the store"))
+    closures = []
+    real = bitcode._closure
+    monkeypatch.setattr(bitcode, "_closure", lambda path, names: (closures.append(names), real(path, names))[1])
+    assert _functions(bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)) == ["helper", "nvshmem_baz", "nvshmem_foo"]
+    assert _functions(bitcode.api_module(["nvshmem_bar"], 90, bc_path=bc)) == ["nvshmem_bar"]
+    assert closures == [["nvshmem_baz"], ["nvshmem_bar"]]
+
+
 def test_prefetch_starts_the_build(bc, tmp_path, monkeypatch):
     """Typing (or init) asks for a prefetch: the build starts, once; the kernel's closure is
     linked meanwhile, the same as the store's."""
