@@ -18,9 +18,9 @@ a *piece store* kept in a user-private cache directory:
   a separate piece of LLVM assembly, with its direct dependencies.
 
 Building the store takes a few seconds of several CPUs: worker processes
-each parse the bitcode and print their share of the functions (printing the
-whole module as text is the slowest step), one per CPU up to 8, fewer when
-memory is short.  A process that finds no store starts that build in a
+each parse the bodies of their share of the functions (and the few internal
+ones) and print them, one per CPU up to 8, fewer when memory is short
+(:func:`_store_part`).  A process that finds no store starts that build in a
 process of its own and meanwhile gets the functions each kernel calls from a
 *closure* it extracts itself (the same IR, from a parse of just the function
 bodies it needs: :func:`_closure`, :mod:`nvshmem_dsl.bitcode_bodies`), and
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 #: Bump when the on-disk layout or the way pieces are derived changes.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 #: Device globals that the host library (``nvshmemx_culibrary_init``) looks up
 #: by name in every loaded module; they must survive linking with external
@@ -184,19 +184,19 @@ def store_path(bc_path=None, arch=90) -> Path:
 #
 # Parsing the bitcode (4-7 s) and printing it as text (5-13 s) are single calls
 # into LLVM; the rest is cheap.  So the store is built by several worker
-# processes at once (*parts*): each parses the bitcode, makes the externally
-# visible definitions that are not its own (a sorted list dealt out
-# round-robin) internal, lets GlobalDCE drop what its own ones do not use,
-# gives the survivors their linkage back, and prints, splits and compresses
-# what is left.  Every externally visible function is taken from the part that
+# processes at once (*parts*): each parses the bitcode (only its own bodies and
+# the internal ones: :func:`_store_part`), makes the externally visible
+# definitions that are not its own (a sorted list dealt out round-robin)
+# internal, lets GlobalDCE drop what its own ones do not use, gives the
+# survivors their linkage back, and prints, splits and compresses what is left.  Every externally visible function is taken from the part that
 # owns it; internal helpers and globals, which several parts may print, from
 # the first.  Parts number their metadata and attribute groups independently:
 # the store keeps each part's metadata and :meth:`_Store.assemble` renumbers
 # part ``s``'s ``!N`` and ``#N`` to ``N + s * stride`` (part 0 keeps its own).
 #
 # The same machinery extracts a *closure*: a part that owns only the functions
-# one kernel calls.  It costs a parse and a GlobalDCE, and is what the first
-# kernel of a process links while the store is still being built (see
+# one kernel calls, from a parse of their bodies (:func:`_closure`).  It is what
+# every kernel links while the store is still being built (see
 # :func:`_first_store`).
 
 
@@ -243,10 +243,12 @@ def _split(text: bytes):
     return preamble, globs, funcs, mds
 
 
-def _deps(text: bytes, globs, funcs):
+def _deps(text: bytes, globs, funcs, elsewhere=frozenset()):
+    """The functions, globals and metadata ``text`` refers to; ``elsewhere``: the names of the
+    functions defined in the file but only declared in this part (see :func:`_store_part`)."""
     g, f = set(), set()
     for ref in _GLOBAL_REF.findall(text):
-        if ref in funcs:
+        if ref in funcs or (elsewhere and _unquote(ref) in elsewhere):
             f.add(ref)
         elif ref in globs:
             g.add(ref)
@@ -301,29 +303,31 @@ def _parse(bc_path: Path, data: bytes | None = None):
 
 
 def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, parsed=None,
-          prototypes: bool = False) -> dict:
+          prototypes: bool = False, listing=None) -> dict:
     """Part ``part`` of ``parts`` of the store for ``bc_path`` (see above); with
     ``own`` (names), the part that owns just those functions (a closure).  ``parsed``: the
     bitcode as :func:`_parse` returns it (this function consumes it), if already parsed;
-    ``prototypes``: drop the declarations nothing uses (those of the bodies
-    :func:`_closure` did not parse)."""
+    ``prototypes``: drop the declarations nothing uses (those of the bodies not parsed);
+    ``listing``: ``(api, public)`` names of the whole file, when ``parsed`` holds only some of
+    its bodies (:func:`_store_part`)."""
     import llvmlite.binding as llvm
 
     ctx, mod = parsed or _parse(bc_path)
     local = (llvm.Linkage.internal, llvm.Linkage.private)
-    api, public = [], {}
+    api, defined = [], {}
     for f in mod.functions:
         if not f.is_declaration and f.linkage not in local:
-            public[f.name] = f
+            defined[f.name] = f
             if f.linkage == llvm.Linkage.external and f.name.startswith("nvshmem"):
                 api.append(f.name)
-    mine = set(sorted(public)[part::parts]) if own is None else set(own) & set(public)
+    api, public = (api, set(defined)) if listing is None else listing
+    mine = set(sorted(public)[part::parts]) if own is None else set(own) & public
     changed = {}
-    for name, f in public.items():
+    for name, f in defined.items():
         if name not in mine:
             changed[name] = (f.linkage, f.visibility)
             f.linkage = "internal"
-    public = set(public)  # drop the ValueRefs: GlobalDCE deletes functions
+    del defined  # drop the ValueRefs: GlobalDCE deletes functions
     if changed or prototypes:
         _global_dce(mod, prototypes)
         for f in mod.functions:  # the survivors print as they are in NVSHMEM
@@ -349,8 +353,9 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
     else:
         packed = [zlib.compress(data, _ZLEVEL) for data in sources]
     blob, fn_index = bytearray(), {}
+    elsewhere = public if listing is not None else frozenset()
     for name, z in zip(names, packed):
-        f, g, m = _deps(funcs[name], globs, funcs)
+        f, g, m = _deps(funcs[name], globs, funcs, elsewhere)
         f.discard(name)
         fn_index[name.decode()] = [
             len(blob),
@@ -377,6 +382,44 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
 _listed: dict = {}  # store key -> bitcode_bodies.functions() of its file, for _closure
 
 
+def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:
+    """Part ``part`` of ``parts`` of the store (:func:`_part`), from a parse of the bodies it
+    prints: its own functions and every internal one.  The functions it calls that other parts
+    own are declarations here; they are its dependencies all the same, and the merged preamble
+    leaves out their declarations.  A file :mod:`~nvshmem_dsl.bitcode_bodies` does not read is
+    parsed whole."""
+    bodies = _bodies_module()
+    data = bc_path.read_bytes()
+    try:
+        listed = bodies.functions(data)
+        public = {f.name for f in listed if f.has_body and not f.local}
+        api = sorted(f.name for f in listed if f.has_body and f.external and f.name.startswith("nvshmem"))
+        keep = set(sorted(public)[part::parts]) | {f.name for f in listed if f.has_body and f.local}
+        parsed = _parse(bc_path, bodies.keep_bodies(data, keep, listed))
+    except bodies.BitcodeLayoutError:
+        return _part(bc_path, part, parts, threads)
+    return _part(bc_path, part, parts, threads, parsed=parsed, prototypes=True, listing=(api, public))
+
+
+def _bodies_module():
+    """:mod:`nvshmem_dsl.bitcode_bodies`, also in a build worker, which loads this file outside
+    the package (its neighbour, by path)."""
+    if __package__:
+        from . import bitcode_bodies
+
+        return bitcode_bodies
+    import importlib.util
+
+    name = "_nvshmem_dsl_bitcode_bodies"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("bitcode_bodies.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the class is made
+        spec.loader.exec_module(module)
+    return module
+
+
 def _closure(bc_path: Path, names) -> dict:
     """The closure of ``names`` (:func:`_part` with ``own``), from a parse of the function bodies
     it needs only (:mod:`nvshmem_dsl.bitcode_bodies`): ``names`` and every function that is not
@@ -384,8 +427,7 @@ def _closure(bc_path: Path, names) -> dict:
     NVSHMEM's bitcode is API bodies: this parse is a few percent of the whole file's
     (tests/gpu/records/2026-11-22/session6-closure-parse.txt).  A file laid out in a way
     :mod:`~nvshmem_dsl.bitcode_bodies` does not read is parsed whole."""
-    from . import bitcode_bodies  # here: build workers load this file outside the package
-
+    bitcode_bodies = _bodies_module()
     data = bc_path.read_bytes()
     key = _cache_key(bc_path)
     try:
@@ -407,9 +449,10 @@ def _closure(bc_path: Path, names) -> dict:
         keep |= missing
 
 
-def _merge_preambles(parts, attr_stride: int) -> bytes:
+def _merge_preambles(parts, attr_stride: int, defined=frozenset()) -> bytes:
     """One preamble for all parts: the first part's target lines, every named
-    type, comdat and declaration once, and every part's attribute groups
+    type, comdat and declaration once (none of a function in ``defined``: a part
+    parsed without a body another part prints), and every part's attribute groups
     (renumbered like the part's functions)."""
     head, types, decls, attrs = [], {}, {}, []
     for s, part in enumerate(parts):
@@ -420,7 +463,8 @@ def _merge_preambles(parts, attr_stride: int) -> bytes:
             elif line.startswith(b"attributes #"):
                 attrs.append(_renumber(line, 0, s * attr_stride))
             elif line.startswith(b"declare "):
-                decls.setdefault(_name_of(line), _renumber(line, 0, s * attr_stride))
+                if _unquote(_name_of(line)) not in defined:
+                    decls.setdefault(_name_of(line), _renumber(line, 0, s * attr_stride))
             else:  # %type = ..., $comdat = ...
                 types.setdefault(line.split(b" = ", 1)[0], line)
     return b"\n".join(head + list(types.values()) + list(decls.values()) + attrs)
@@ -450,7 +494,7 @@ def _merge(parts, bc_path: Path, arch: int, key: str):
             "globals": put(zlib.compress(b"\n".join(lines), _ZLEVEL)),
             "metadata": put(part["metadata"]),
         })
-    preamble = put(zlib.compress(_merge_preambles(parts, attr_stride), _ZLEVEL))
+    preamble = put(zlib.compress(_merge_preambles(parts, attr_stride, set(functions)), _ZLEVEL))
     index = {
         "format": FORMAT_VERSION,
         "key": key,
@@ -515,7 +559,7 @@ def _worker_main(argv) -> None:
     what, *args = argv
     if what == "part":  # bc_path part parts threads out
         bc_path, part, parts, threads, out = args
-        data = _part(Path(bc_path), int(part), int(parts), int(threads))
+        data = _store_part(Path(bc_path), int(part), int(parts), int(threads))
         with open(out + ".tmp", "wb") as fh:
             pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(out + ".tmp", out)

@@ -40,15 +40,27 @@ class BitcodeLayoutError(ValueError):
     """The bitcode is laid out in a way this module does not handle."""
 
 
-_EXTERNAL = 0  # the linkage field's code for external linkage
+# Codes of the linkage field (LLVM's getDecodedLinkage; the old codes included)
+_EXTERNAL = frozenset({0, 5, 6, 15})
+_LOCAL = frozenset({3, 9, 13, 14})  # internal, private
 
 
 @dataclass(frozen=True)
 class Function:
     name: str
     has_body: bool
-    external: bool  # external linkage (of any visibility)
+    linkage: int  # the record's linkage code
     isproto_bit: int | None  # the bit of the file that holds isproto, where it can be set
+
+    @property
+    def external(self) -> bool:
+        """External linkage (of any visibility)."""
+        return self.linkage in _EXTERNAL
+
+    @property
+    def local(self) -> bool:
+        """Internal or private linkage."""
+        return self.linkage in _LOCAL
 
 
 class _Bits:
@@ -247,9 +259,9 @@ def functions(data) -> list[Function]:
     for fields in records:
         (off, _), (size, _) = fields[0], fields[1]
         isproto, bit = fields[_ISPROTO]
-        linkage = fields[_ISPROTO + 1][0] if len(fields) > _ISPROTO + 1 else _EXTERNAL
+        linkage = fields[_ISPROTO + 1][0] if len(fields) > _ISPROTO + 1 else 0
         name = strtab[off:off + size].decode("utf-8", errors="surrogateescape")
-        out.append(Function(name, not isproto, linkage == _EXTERNAL, bit if not isproto else None))
+        out.append(Function(name, not isproto, linkage, bit if not isproto else None))
     return out
 
 
