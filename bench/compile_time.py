@@ -75,8 +75,9 @@ def _numba(arch: str, marks: dict | None, init: dict | None) -> tuple[float, lis
 def _trace_phases(marks: dict) -> None:
     """Note in ``marks`` when each step of nvshmem_dsl's path to the first kernel's PTX starts
     and ends (``label: (start, end)`` in perf_counter seconds, the first call of each): the
-    prefetch (the store's build started) at typing, the closure's extraction, within it the
-    parse of the bodies it needs and the GlobalDCE, and the link of the kernel."""
+    prefetch (the store's build started by ``init()``, with ``--init``), the closure's
+    extraction, within it the parse of the bodies it needs and the GlobalDCE, and the link of
+    the kernel."""
     from nvshmem_dsl import bitcode
     from nvshmem_dsl.numba import _linker
 

@@ -25,7 +25,7 @@ process of its own and meanwhile gets the functions each kernel calls from a
 *closure* it extracts itself (the same IR, from a parse of just the function
 bodies it needs: :func:`_closure`, :mod:`nvshmem_dsl.bitcode_bodies`), and
 waits for the build when it exits.  :func:`prefetch` starts the build before
-the first kernel is linked.  Another process finding the store being built
+any kernel is linked.  Another process finding the store being built
 does the same or,
 when it needs the whole store (:func:`api_names`), waits for it (a file
 lock).  ``$NVSHMEM_DSL_BUILD_JOBS`` sets the number of build processes; ``1``
@@ -382,6 +382,12 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
 _listed: dict = {}  # store key -> bitcode_bodies.functions() of its file, for _closure
 
 
+def _api_of(listed) -> set:
+    """NVSHMEM's API among :func:`bitcode_bodies.functions` ``listed``: external definitions
+    named ``nvshmem*`` (as :func:`_part` finds them in a parsed module)."""
+    return {f.name for f in listed if f.has_body and f.external and f.name.startswith("nvshmem")}
+
+
 def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:
     """Part ``part`` of ``parts`` of the store (:func:`_part`), from a parse of the bodies it
     prints: its own functions and every internal one.  The functions it calls that other parts
@@ -393,7 +399,7 @@ def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:
     try:
         listed = bodies.functions(data)
         public = {f.name for f in listed if f.has_body and not f.local}
-        api = sorted(f.name for f in listed if f.has_body and f.external and f.name.startswith("nvshmem"))
+        api = sorted(_api_of(listed))
         keep = set(sorted(public)[part::parts]) | {f.name for f in listed if f.has_body and f.local}
         parsed = _parse(bc_path, bodies.keep_bodies(data, keep, listed))
     except bodies.BitcodeLayoutError:
@@ -432,21 +438,21 @@ def _closure(bc_path: Path, names) -> dict:
     key = _cache_key(bc_path)
     try:
         fns = _listed.get(key) or _listed.setdefault(key, bitcode_bodies.functions(data))
-    except bitcode_bodies.BitcodeLayoutError:
-        return _part(bc_path, 0, 1, 1, own=names)
-    api = {f.name for f in fns if f.has_body and f.external and f.name.startswith("nvshmem")}
-    keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}
-    while True:
-        try:
+        api = _api_of(fns)
+        keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}
+        while True:
             bodies = bitcode_bodies.keep_bodies(data, keep, fns)
-        except bitcode_bodies.BitcodeLayoutError:
+            part = _part(bc_path, 0, 1, 1, own=names, parsed=_parse(bc_path, bodies), prototypes=True)
+            called = {_unquote(_name_of(line)) for line in part["preamble"] if line.startswith(b"declare ")}
+            missing = (called & api) - keep
+            if not missing:
+                return part
+            keep |= missing
+    except bitcode_bodies.BitcodeLayoutError:
+        try:
             return _part(bc_path, 0, 1, 1, own=names)
-        part = _part(bc_path, 0, 1, 1, own=names, parsed=_parse(bc_path, bodies), prototypes=True)
-        called = {_unquote(_name_of(line)) for line in part["preamble"] if line.startswith(b"declare ")}
-        missing = (called & api) - keep
-        if not missing:
-            return part
-        keep |= missing
+        finally:
+            _release_heap()
 
 
 def _merge_preambles(parts, attr_stride: int, defined=frozenset()) -> bytes:
@@ -983,8 +989,6 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
         part = _closure(bc_path, sorted(names))
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
-    finally:
-        _release_heap()
     return _Store.from_part(part, key)
 
 
@@ -994,9 +998,8 @@ _prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen
 def prefetch(arch=90, bc_path=None) -> None:
     """Start building the store for ``arch`` (processes of their own) if it is not cached yet,
     before any kernel needs it: ``nvshmem_dsl.init()`` calls this (with Numba's API imported)
-    once it has chosen the GPU, and Numba's typing of a kernel's first NVSHMEM call, so that the
-    store is ready sooner for the kernels that follow the first (each links a closure until
-    then).  Does nothing when the store is cached, when the build runs in the calling process
+    once it has chosen the GPU, so that the store is ready sooner (a kernel linked before it is
+    there links a closure).  Does nothing when the store is cached, when the build runs in the calling process
     (``NVSHMEM_DSL_BUILD_JOBS=1``), or for arguments seen before.  Never raises: what fails here
     fails again, and is reported, when a kernel is linked."""
     with _lock:
@@ -1015,7 +1018,8 @@ def prefetch(arch=90, bc_path=None) -> None:
 
 def _release_heap() -> None:
     """Give the C heap's free memory back to the system (glibc keeps what a
-    parse of the whole bitcode freed: session5-cold-compile.txt)."""
+    parse of the whole bitcode freed: session5-cold-compile.txt); after a closure
+    parsed from the whole file only (a closure's own parse is small)."""
     try:
         import ctypes
 

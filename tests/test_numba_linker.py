@@ -318,36 +318,6 @@ def test_kernel_without_nvshmem_unchanged(monkeypatch):
     assert "NVVM" in ours
 
 
-class _Linked(Exception):
-    """Raised instead of linking: the test needs the kernel typed and lowered, no more."""
-
-
-def k_generated_p(a):
-    nv.p(a, 1, 0)
-
-
-@pytest.mark.parametrize("cc, sm", [((9, 0), 90), ((10, 0), 100)])
-@pytest.mark.parametrize("kernel", [k_generated_p, k_my_pe, k_plain])
-def test_kernels_calling_nvshmem_prefetch_its_bitcode(monkeypatch, kernel, cc, sm):
-    """Typing a generated API call (or declaring a function in an intrinsic of one's own) asks
-    for the NVSHMEM bitcode of the SM being compiled for, before the kernel is linked; a kernel
-    without NVSHMEM asks for nothing (bitcode.prefetch: what it does with that)."""
-    asked = []
-    monkeypatch.setattr(bitcode, "prefetch", lambda arch, bc_path=None: asked.append(arch))
-
-    def link(llvm_strs, cc, opt=3):
-        raise _Linked(list(asked))
-
-    monkeypatch.setattr(_linker, "link", link)
-    if kernel is k_plain:
-        cuda.compile_ptx(kernel, SIG1, cc=cc)
-        assert asked == []
-        return
-    with pytest.raises(_Linked) as linked:
-        cuda.compile_ptx(kernel, SIG1, cc=cc)
-    assert linked.value.args[0] and set(linked.value.args[0]) == {sm}
-
-
 def test_init_prefetches_the_bitcode_of_its_device(monkeypatch):
     """nvshmem_dsl.init() with Numba's device API imported asks for its device's bitcode (the
     part of init between choosing the device and NVSHMEM's own init; CPU: no device, faked)."""

@@ -27,7 +27,6 @@ from numba.cuda.extending import intrinsic
 
 from .. import _optable
 from ._intrinsics import declare_device_function
-from ._linker import prefetch_bitcode
 
 # Roles whose argument is one element, addressed by an array and an optional index.
 SINGLE_ELEMENT_ROLES = {"sym_target", "signal", "ivar"}
@@ -287,7 +286,6 @@ def make_api(api: str, dispatch: dict, doc: str = ""):
 
     def typer(typingctx, *args):
         argtys = args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args
-        prefetch_bitcode()
         op = _select(api, dispatch, argtys)
         n_params = len(op["params"])
         default_count = has_count and len(argtys) < n_params and not _index_given(op, argtys, n_params)
@@ -326,7 +324,6 @@ def c_function(symbol: str):
 
     def typer(typingctx, *args):
         argtys = args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args
-        prefetch_bitcode()
         plan = _plan(symbol, op, argtys, default_count=False, allow_index=False)
         sig = signature(_return_type(op), types.StarArgTuple.from_types(argtys))
         return sig, _star_codegen(op, plan, argtys)

@@ -75,7 +75,7 @@ import warnings
 import llvmlite.binding as llvm
 from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
-from numba.cuda.core import config, targetconfig
+from numba.cuda.core import config
 
 from .. import bitcode
 
@@ -196,18 +196,12 @@ def _sm(cc) -> int:
     return int(re.match(r"sm_(\d+)", _target(cc)[0]).group(1))
 
 
-def prefetch_bitcode(cc=None) -> None:
+def prefetch_bitcode(cc) -> None:
     """Say that kernels for compute capability ``cc`` will call NVSHMEM: with no cached NVSHMEM
-    bitcode store for it yet, :func:`nvshmem_dsl.bitcode.prefetch` starts building it.  Called by
-    the typing of every NVSHMEM call and by
-    :func:`~nvshmem_dsl.numba._intrinsics.declare_device_function` with no ``cc`` (that of the
-    kernel being compiled, read from Numba's compile flags), and by :func:`nvshmem_dsl.init` with
-    its device's.  Cheap after the first call."""
-    if cc is None:
-        flags = targetconfig.ConfigStack.top_or_none()
-        cc = getattr(flags, "compute_capability", None)
-    if cc:
-        bitcode.prefetch(_sm(tuple(cc)))
+    bitcode store for it yet, :func:`nvshmem_dsl.bitcode.prefetch` starts building it.
+    :func:`nvshmem_dsl.init` calls it with its device's, so that the store is built while NVSHMEM
+    initialises (a kernel linked before it is there links a closure, which is slower)."""
+    bitcode.prefetch(_sm(tuple(cc)))
 
 
 @functools.lru_cache(maxsize=None)
