@@ -88,6 +88,7 @@ def _family_ops(spec: Spec, fam: Family, side: str, problems: list[str]):
                 ret_llvm=ret_llvm,
                 summary=fill(fam.summary, values),
                 semantics=fill(fam.semantics, values),
+                limited_mpg=fam.limited_mpg,
             )
 
 

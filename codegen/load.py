@@ -154,4 +154,5 @@ def _family(fam: dict, group: str, where: str) -> Family:
         summary=" ".join(fam["summary"].split()),
         semantics=" ".join(fam["semantics"].split()),
         source=where,
+        limited_mpg=fam.get("limited_mpg", True),
     )

@@ -79,6 +79,7 @@ class Family:
     summary: str
     semantics: str
     source: str           # spec file it came from
+    limited_mpg: bool = True  # False: NVSHMEM rejects its host calls in limited-MPG runs
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Op:
     ret_llvm: str
     summary: str
     semantics: str
+    limited_mpg: bool = True  # False: NVSHMEM rejects it (host side) in limited-MPG runs
 
     @property
     def llvm_type(self) -> str:

@@ -42,6 +42,7 @@ from .errors import (
     NvshmemInitError,
     NvshmemLeakWarning,
     NvshmemMemoryError,
+    NvshmemMpgError,
     NvshmemNotFoundError,
     NvshmemOutOfMemoryError,
     NvshmemStateError,
@@ -133,7 +134,7 @@ __all__ = [
     # errors
     "NvshmemError", "NvshmemNotFoundError", "NvshmemStatusError", "NvshmemInitError", "NvshmemStateError",
     "NvshmemArgumentError", "NvshmemTypeError", "NvshmemMemoryError", "NvshmemOutOfMemoryError",
-    "NvshmemLeakWarning", "NvshmemUnsupportedError",
+    "NvshmemLeakWarning", "NvshmemUnsupportedError", "NvshmemMpgError",
     # init and queries
     "init", "session", "Session", "finalize", "is_initialized", "my_pe", "n_pes", "team_my_pe", "team_n_pes",
     "get_uniqueid", "init_status", "query_thread", "global_exit", "versions", "info", "lib", "ffi",

@@ -37,11 +37,18 @@ def _installed(dist: str) -> bool:
 def _gpus() -> list[str]:
     try:
         from cuda.core import Device, system
+
+        from . import _cuda
         n = system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
-        return [f"GPU {i}: {Device(i).name} (sm_{''.join(map(str, Device(i).compute_capability))})"
-                for i in range(n)]
+        lines = [f"GPU {i}: {Device(i).name} (sm_{''.join(map(str, Device(i).compute_capability))}), "
+                 f"MPS {_MPS_WORDS[_cuda.mps_enabled(i)]}" for i in range(n)]
     except Exception as exc:  # noqa: BLE001
         return [f"no GPU visible ({type(exc).__name__})"]
+    return lines + [f"PEs per GPU: ceil(PEs / {n}); more than one on a GPU needs MPS (nvidia-cuda-mps-control -d), "
+                    "else NVSHMEM runs in limited MPG mode (no collectives, no team splits)"]
+
+
+_MPS_WORDS = {True: "on", False: "off", None: "unknown"}
 
 
 def _coverage() -> list[tuple[str, int, int, int, int]]:

@@ -145,6 +145,17 @@ def compute_capability(dev: int) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def mps_enabled(dev: int) -> bool | None:
+    """Whether this process's contexts on ``dev`` run under an MPS server (None: the driver
+    cannot tell)."""
+    drv = driver()
+    attr = getattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_MPS_ENABLED", None)
+    if attr is None:
+        return None
+    err, value = drv.cuDeviceGetAttribute(attr, dev)
+    return bool(value) if int(err) == 0 else None
+
+
 def pointer_device(ptr: int) -> int | None:
     """The device ordinal owning device pointer ``ptr``; None for host/unknown memory."""
     drv = driver()

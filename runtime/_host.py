@@ -18,8 +18,8 @@ import threading
 from importlib import resources
 from typing import Any, Callable
 
-from . import _hosttable, _libs
-from .errors import NvshmemNotFoundError, NvshmemStatusError
+from . import _hosttable, _libs, _state
+from .errors import NvshmemMpgError, NvshmemNotFoundError, NvshmemStatusError
 
 __all__ = ["ffi", "lib", "library_path", "call", "status_name", "has_symbol", "loaded"]
 
@@ -209,7 +209,11 @@ def call(symbol: str, *args: Any, check: bool = True, context: str = "") -> Any:
     ``__nv_bfloat16`` values as Python floats.  Returns the C result (pointers as
     ints).  With ``check``, a non-zero status of a function that returns one
     raises :class:`NvshmemStatusError` naming the function and the Status enum.
+    In a limited-MPG run, a function NVSHMEM rejects there raises :class:`NvshmemMpgError`
+    instead of being called (NVSHMEM would end the process).
     """
+    if _state.STATE.limited_mpg:
+        refuse_in_limited_mpg(symbol, context)
     if _interceptor is not None:
         result = _interceptor(symbol, args)
         if check and isinstance(result, int) and result != 0 and _hosttable.returns_status(symbol):
@@ -245,6 +249,21 @@ def call(symbol: str, *args: Any, check: bool = True, context: str = "") -> Any:
     elif check and is_status and result != 0:
         raise status_error(symbol, result, context)
     return result
+
+
+def refuse_in_limited_mpg(symbol: str, context: str = "") -> None:
+    """Raise NvshmemMpgError when this is a limited-MPG run and NVSHMEM rejects ``symbol`` there.
+
+    Call it on every PE before work that only some PEs would do (so that none is left waiting)."""
+    s = _state.STATE
+    if s.limited_mpg and _hosttable.rejected_in_limited_mpg(symbol):
+        where = f"{context}: " if context else ""
+        raise NvshmemMpgError(
+            f"{where}{symbol} is not supported when several PEs share a GPU without MPS (NVSHMEM's "
+            f"limited MPG mode: {s.pes_per_gpu} PEs on this PE's GPU); NVSHMEM would end the process. "
+            "Start the CUDA MPS control daemon before the PEs (nvidia-cuda-mps-control -d) and give each "
+            f"PE CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={max(1, 100 // max(1, s.pes_per_gpu))}, or run one PE per GPU."
+        )
 
 
 def new(ctype: str, init: Any = None):

@@ -26,6 +26,7 @@ __all__ = [
     "numpy_name",
     "dtype_info",
     "returns_status",
+    "rejected_in_limited_mpg",
     "Resolved",
     "resolve",
     "UNTYPED",
@@ -144,6 +145,13 @@ def returns_status(symbol: str) -> bool:
     if entry["family"] in _INT_RESULT_FAMILIES:
         return False
     return entry["group"] in _STATUS_GROUPS
+
+
+def rejected_in_limited_mpg(symbol: str) -> bool:
+    """True when NVSHMEM rejects host function ``symbol`` in a limited-MPG run (the spec's
+    ``limited_mpg: false`` families: team collectives, barriers, team splits)."""
+    entry = host_entry(symbol)
+    return entry is not None and entry.get("limited_mpg", True) is False
 
 
 @dataclass(frozen=True)

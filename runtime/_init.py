@@ -271,6 +271,7 @@ def init(
         s.local_rank, s.device_id, s.device, s.bootstrap = bs.local_rank, device_id, dev, bs
         s.attr_version = layout
         s.generation += 1
+        _read_mpg_mode(s, device_id)
         try:
             from . import memory
 
@@ -289,6 +290,21 @@ def init(
 
 
 session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
+
+
+def _read_mpg_mode(s: _state.State, device_id: int) -> None:
+    """How many PEs share this GPU, whether MPS joins them, and whether NVSHMEM runs in its
+    *limited MPG* mode (several PEs per GPU without MPS: no collectives, no team splits)."""
+    from ._generated.constants import Team
+
+    status = _host.call("nvshmemx_init_status")
+    same_gpu = _host.call("nvshmem_team_n_pes", int(Team.TEAM_SAME_GPU))
+    s.pes_per_gpu = same_gpu if same_gpu > 0 else 1
+    try:
+        s.mps = bool(_cuda.mps_enabled(device_id))
+    except Exception:  # noqa: BLE001 - a driver that cannot tell: NVSHMEM's own status decides below
+        s.mps = False
+    s.limited_mpg = status == InitStatus.STATUS_LIMITED_MPG
 
 
 def _prefetch_device_code(device_id: int) -> None:
@@ -332,6 +348,7 @@ def _finalize_locked(report: bool) -> str | None:
         s.initialized = False
         s.finalizing = False
         s.mode, s.my_pe, s.n_pes = "", -1, 0
+        s.pes_per_gpu, s.mps, s.limited_mpg = 1, False, False
         s.device, s.bootstrap = None, None
         s.generation += 1
         s.extra["finalized"] = True
@@ -487,7 +504,8 @@ def info() -> dict:
     out["initialized"] = s.initialized
     if s.initialized:
         out.update(mode=s.mode, my_pe=s.my_pe, n_pes=s.n_pes, local_rank=s.local_rank, device=s.device_id,
-                   init_attr_version=s.attr_version)
+                   init_attr_version=s.attr_version, pes_per_gpu=s.pes_per_gpu, mps=s.mps,
+                   limited_mpg=s.limited_mpg)
     gpus = []
     try:
         count = _cuda.device_count()
@@ -497,6 +515,7 @@ def info() -> dict:
                 gpu["name"] = _cuda.device_name(i)
                 gpu["compute_capability"] = "%d.%d" % _cuda.compute_capability(i)
                 gpu["peer_access"] = [j for j in range(count) if j != i and _cuda.can_access_peer(i, j)]
+                gpu["mps"] = _cuda.mps_enabled(i)
             except Exception as exc:  # report what could be read
                 gpu["error"] = str(exc)
             gpus.append(gpu)

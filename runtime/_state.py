@@ -28,6 +28,9 @@ class State:
     device: Any = None  #: the cuda.core Device
     bootstrap: Any = None
     attr_version: int = 0
+    pes_per_gpu: int = 1  #: PEs of the job on this PE's GPU (NVSHMEM's TEAM_SAME_GPU)
+    mps: bool = False  #: this PE's CUDA context runs under MPS
+    limited_mpg: bool = False  #: several PEs per GPU without MPS: NVSHMEM rejects collectives
     generation: int = 0  #: bumped at every init, so stale objects can tell
     extra: dict = field(default_factory=dict)
 

@@ -14,6 +14,7 @@ __all__ = [
     "NvshmemOutOfMemoryError",
     "NvshmemLeakWarning",
     "NvshmemUnsupportedError",
+    "NvshmemMpgError",
 ]
 
 
@@ -75,3 +76,8 @@ class NvshmemLeakWarning(RuntimeWarning):
 
 class NvshmemUnsupportedError(NvshmemError, NotImplementedError):
     """The NVSHMEM library found cannot do this operation here (missing symbol, transport limitation)."""
+
+
+class NvshmemMpgError(NvshmemUnsupportedError):
+    """NVSHMEM rejects this operation in a *limited MPG* run: several PEs share one GPU and no MPS
+    server joins them (NVSHMEM would print an error and end the process)."""

@@ -27,6 +27,7 @@ import os
 import struct
 import sys
 import threading
+import warnings
 from typing import Any, Iterable, Sequence
 
 from . import _arrays, _host, _hosttable, _state
@@ -472,10 +473,29 @@ def _scratch_alloc() -> Allocation:
     return _scratch
 
 
+_symmetry_check_off_said = False
+
+
+def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
+    global _symmetry_check_off_said
+    if not _symmetry_check_off_said:
+        _symmetry_check_off_said = True
+        warnings.warn(
+            f"nvshmem_dsl: {pes_per_gpu} PEs share this GPU without MPS (NVSHMEM's limited MPG mode, which has "
+            "no collectives): allocations are not checked for equal sizes on every PE. Start MPS "
+            "(nvidia-cuda-mps-control -d) for the check and for collectives.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
 def _same_size_everywhere(nbytes: int, function: str) -> None:
     """Raise when the PEs asked for different sizes (collective over TEAM_WORLD)."""
     s = _state.STATE
     if s.n_pes <= 1:
+        return
+    if s.limited_mpg:  # NVSHMEM has no collective there; the check would end the process
+        _warn_symmetry_check_off(s.pes_per_gpu)
         return
     from . import _cuda
     from ._generated.constants import Team

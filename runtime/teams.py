@@ -225,6 +225,7 @@ def team_init(members: Sequence[int], *, num_contexts: int | None = None) -> Tea
     from . import _cuda, host_ops, memory
     from . import _hosttable
 
+    _host.refuse_in_limited_mpg("nvshmemx_team_get_uniqueid", "team_init()")  # on every PE: none waits
     scratch = memory._scratch_alloc()
     slot = scratch.ptr + memory._SCRATCH_UID
     p_symbol = _hosttable.resolve("p", "uint64", 8, untyped=False).symbol

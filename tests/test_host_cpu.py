@@ -339,6 +339,72 @@ def test_init_argument_errors(fake_driver):
     assert not nv.is_initialized()
 
 
+def test_limited_mpg_refuses_what_nvshmem_rejects(fake_driver, monkeypatch):
+    """Several PEs on one GPU without MPS: NVSHMEM would end the process on a collective; we raise
+    NvshmemMpgError first, skip the allocation size check (a collective) once-warned, and say so."""
+    fake_driver.responses.update(nvshmem_n_pes=2, nvshmem_team_n_pes=2,
+                                 nvshmemx_init_status=int(nv.InitStatus.STATUS_LIMITED_MPG))
+    monkeypatch.setattr(_cuda, "mps_enabled", lambda dev: False)
+    monkeypatch.setattr(memory, "_symmetry_check_off_said", False)
+    addresses = iter(range(0x7D0000100000, 0x7D0000200000, 0x10000))
+    fake_driver.responses["nvshmem_malloc"] = lambda args: next(addresses)
+    nv.init(rank=0, nranks=2, uid=bytes(128))
+    info = nv.info()
+    assert (info["pes_per_gpu"], info["mps"], info["limited_mpg"]) == (2, False, True)
+    with pytest.warns(RuntimeWarning, match="limited MPG"):
+        b = nv.buffer(1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once only
+        c = nv.buffer(1024)
+    assert not any("max_reduce" in c_[0] for c_ in fake_driver.calls)
+    before = len(fake_driver.calls)
+    x = FakeArray(c.ptr, 8, "int32")
+    refused = {
+        "nvshmem_int32_sum_reduce": lambda: nv.reduce(Team.TEAM_WORLD, x, x, "sum"),
+        "nvshmem_barrier": lambda: nv.barrier(Team.TEAM_WORLD),
+        "nvshmem_team_sync": lambda: nv.sync(Team.TEAM_WORLD),
+        "nvshmem_int32_fcollect": lambda: nv.fcollect(Team.TEAM_WORLD, x, x, nelems=4),
+        "nvshmem_team_split_strided": lambda: nv.split_strided(Team.TEAM_WORLD, 0, 1, 2),
+        "nvshmem_team_split_2d": lambda: nv.split_2d(Team.TEAM_WORLD, 1),
+        "nvshmemx_team_get_uniqueid": lambda: nv.team_init([1, 0]),
+    }
+    for symbol, call in refused.items():
+        with pytest.raises(nv.NvshmemMpgError, match=f"{symbol}.*limited MPG.*nvidia-cuda-mps-control") as err:
+            call()
+        assert isinstance(err.value, nv.NvshmemUnsupportedError)
+    called = [c_[0] for c_ in fake_driver.calls[before:]]
+    assert not set(called) & set(refused), called
+    nv.barrier_all()  # NVSHMEM has a limited-MPG path for these
+    nv.sync_all()
+    assert [c_[0] for c_ in fake_driver.calls[-2:]] == ["nvshmem_barrier_all", "nvshmem_sync_all"]
+    for buf in (b, c):
+        nv.free(buf)
+    nv.finalize()
+    assert not _state.STATE.limited_mpg and _state.STATE.pes_per_gpu == 1
+
+
+def test_full_mpg_and_single_pe_runs_keep_collectives(fake_driver, monkeypatch):
+    fake_driver.responses.update(nvshmem_n_pes=2, nvshmem_team_n_pes=2,
+                                 nvshmemx_init_status=int(nv.InitStatus.STATUS_FULL_MPG))
+    monkeypatch.setattr(_cuda, "mps_enabled", lambda dev: True)
+    nv.init(rank=0, nranks=2, uid=bytes(128))
+    assert {k: nv.info()[k] for k in ("pes_per_gpu", "mps", "limited_mpg")} == \
+        {"pes_per_gpu": 2, "mps": True, "limited_mpg": False}
+    nv.barrier(Team.TEAM_WORLD)
+    assert fake_driver.calls[-1][0] == "nvshmem_barrier"
+    nv.finalize()
+
+
+def test_limited_mpg_families_come_from_the_spec(spec):
+    rejected = {op.family for op in spec.ops_for("host") if not op.limited_mpg}
+    assert rejected == {"barrier", "team_sync", "broadcast", "fcollect", "alltoall", "reduce", "reducescatter",
+                        "team_split_strided", "team_split_2d", "team_init", "team_get_uniqueid"}
+    from nvshmem_dsl import _hosttable
+    assert _hosttable.rejected_in_limited_mpg("nvshmemx_float_sum_reduce_on_stream")
+    assert not _hosttable.rejected_in_limited_mpg("nvshmem_barrier_all")
+    assert not _hosttable.rejected_in_limited_mpg("nvshmem_float_put")
+
+
 def test_finalize_reports_leaks(fake_driver):
     nv.init(rank=0, nranks=1)
     fake_driver.responses["nvshmem_malloc"] = 0x7D0000100000

@@ -82,7 +82,7 @@ def _host(spec: Spec) -> list[dict]:
         fops = ops[fam.name]
         groups.setdefault(fam.group, []).append({
             "name": fam.name, "side": fam.side, "symbol": fam.symbol,
-            "summary": rst(fops[0].summary), "n_c": len(fops),
+            "summary": rst(fops[0].summary), "n_c": len(fops), "limited_mpg": fam.limited_mpg,
             "examples": [o.symbol for o in fops[:3]],
             "scopes": sorted({o.scope for o in fops}, key=list(spec.scopes).index),
         })

@@ -14,6 +14,7 @@ def _op(op: Op) -> dict:
         "ret": {"ctype": op.ret_ctype, "llvm": op.ret_llvm},
         "params": [{k: v for k, v in vars(p).items() if v not in ("", False)} for p in op.params],
         "llvm_type": op.llvm_type,
+        **({} if op.limited_mpg else {"limited_mpg": False}),
     }
 
 
