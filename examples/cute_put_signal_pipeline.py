@@ -1,5 +1,6 @@
-"""Producer/consumer pipeline with put_signal (CuTe DSL): PE 0 streams chunks to PE 1, one
-block per chunk; each chunk's signal tells PE 1 that exactly that chunk has landed.
+"""Producer/consumer pipeline with put_signal (CuTe DSL), on a ring of any number of PEs: every
+PE streams chunks to the next PE, one block per chunk; each chunk's signal tells that PE that
+exactly that chunk has landed.
 
 Run: python -m nvshmem_dsl.run -n 2 examples/cute_put_signal_pipeline.py
 """
@@ -48,24 +49,23 @@ def consume(data: cute.Tensor, signals: cute.Tensor, out: cute.Tensor):
 
 def run():
     import cupy
-    me = nvshmem.my_pe()
+    me, npes = nvshmem.my_pe(), nvshmem.n_pes()
     data = nvshmem.zeros((CHUNKS * CHUNK,), np.float32, like="cupy")
     signals = nvshmem.zeros((CHUNKS,), np.uint64, like="cupy")
-    src = cupy.arange(CHUNKS * CHUNK, dtype=np.float32)
+    src = cupy.arange(CHUNKS * CHUNK, dtype=np.float32) + 1000 * me
     out = cupy.zeros(CHUNKS * CHUNK, np.float32)
     T = lambda x: from_dlpack(x, assumed_align=16)  # noqa: E731
     nvshmem.barrier_all()
-    if me == 0:
-        args = (T(data), T(src), T(signals), Int32(1))
-        nv.compile(produce, *args)(*args)
-    elif me == 1:
-        args = (T(data), T(signals), T(out))
-        nv.compile(consume, *args)(*args)
+    args = (T(data), T(src), T(signals), Int32((me + 1) % npes))
+    nv.compile(produce, *args)(*args)  # to the next PE; never waits: no deadlock
+    args = (T(data), T(signals), T(out))
+    nv.compile(consume, *args)(*args)  # the previous PE's chunks, as they land
     cupy.cuda.runtime.deviceSynchronize()
     nvshmem.barrier_all()
-    if me == 1:
-        assert bool((out == 2 * src).all()), "PE 1: a chunk is wrong"
-        print("PE 1: every chunk arrived and was processed")
+    left = (me - 1) % npes
+    assert bool((out == 2 * (cupy.arange(CHUNKS * CHUNK, dtype=np.float32) + 1000 * left)).all()), \
+        f"PE {me}: a chunk of PE {left} is wrong"
+    print(f"PE {me}: every chunk of PE {left} arrived and was processed")
     nvshmem.free(data), nvshmem.free(signals)
 
 

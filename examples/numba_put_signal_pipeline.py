@@ -1,5 +1,6 @@
-"""Producer/consumer pipeline with put_signal (Numba): PE 0 streams chunks to PE 1; each chunk's
-signal tells PE 1 that exactly that chunk has landed, so PE 1 starts on it without a barrier.
+"""Producer/consumer pipeline with put_signal (Numba), on a ring of any number of PEs: every PE
+streams chunks to the next PE; each chunk's signal tells that PE that exactly that chunk has
+landed, so it starts on it without a barrier.
 
 Run: python -m nvshmem_dsl.run -n 2 examples/numba_put_signal_pipeline.py
 """
@@ -32,21 +33,19 @@ def consumer(data, signals, out):
 
 
 def run():
-    me = nvshmem.my_pe()
+    me, npes = nvshmem.my_pe(), nvshmem.n_pes()
     data = nvshmem.zeros((CHUNKS * CHUNK,), np.float32, like="numba")
     signals = nvshmem.zeros((CHUNKS,), np.uint64, like="numba")
-    src = cuda.to_device(np.arange(CHUNKS * CHUNK, dtype=np.float32))
+    src = cuda.to_device(np.arange(CHUNKS * CHUNK, dtype=np.float32) + 1000 * me)
     out = cuda.device_array(CHUNKS * CHUNK, np.float32)
     nvshmem.barrier_all()
-    if me == 0:
-        producer[CHUNKS, 256](data, src, signals, 1)
-    elif me == 1:
-        consumer[CHUNKS, 256](data, signals, out)
+    producer[CHUNKS, 256](data, src, signals, (me + 1) % npes)  # never waits: no deadlock
+    consumer[CHUNKS, 256](data, signals, out)  # the previous PE's chunks, as they land
     cuda.synchronize()
     nvshmem.barrier_all()
-    if me == 1:
-        np.testing.assert_array_equal(out.copy_to_host(), 2 * np.arange(CHUNKS * CHUNK, dtype=np.float32))
-        print("PE 1: every chunk arrived and was processed")
+    left = (me - 1) % npes
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * (np.arange(CHUNKS * CHUNK, dtype=np.float32) + 1000 * left))
+    print(f"PE {me}: every chunk of PE {left} arrived and was processed")
     nvshmem.free(data), nvshmem.free(signals)
 
 

@@ -35,6 +35,9 @@ SCALAR_DTYPES = ["float32", "float64", "float16", "int8", "uint8", "int16", "uin
 @pytest.fixture(scope="module")
 def pe():
     session = nv.init()
+    if nv.info()["limited_mpg"]:
+        pytest.skip("limited MPG run (several PEs per GPU without MPS): no collectives; "
+                    "tests/gpu/test_limited_mpg.py covers this mode")
     yield session
     try:
         nv.barrier_all()
@@ -724,6 +727,51 @@ def test_teams(pe):
     assert nv.team_config(Team.TEAM_WORLD)["version"] > 0
     phase()
     for a in (gathered, dst, src):
+        nv.free(a)
+
+
+def test_sub_team_collectives(pe):
+    """Every second PE as a team (all PEs with 1 PE): reduce, fcollect, alltoall, broadcast on it;
+    then the x/y teams of split_2d with rows of 2 PEs (a real grid from 4 PEs up)."""
+    npes, me = pe.n_pes, pe.my_pe
+    stride = 2 if npes >= 2 else 1
+    members = list(range(0, npes, stride))
+    team = nv.split_strided(Team.TEAM_WORLD, 0, stride, len(members))
+    n, k = 16, len(members)
+    inputs = {r: data("int32", n * k, "subteam", r) for r in members}
+    src = nv.array(n * k, "int32", like="cupy")
+    src[...] = cupy.asarray(inputs.get(me, np.zeros(n * k, np.int32)))
+    dst = nv.zeros(n * k * k, "int32", like="cupy")
+    phase()
+    if team is not None:
+        i = members.index(me)
+        nv.reduce(team, dst, src, "sum", nreduce=n * k)
+        np.testing.assert_array_equal(host(dst)[:n * k], sum(inputs.values()))
+        nv.fcollect(team, dst, src, nelems=n)
+        np.testing.assert_array_equal(host(dst)[:n * k], np.concatenate([inputs[r][:n] for r in members]))
+        nv.alltoall(team, dst, src, nelems=n)
+        np.testing.assert_array_equal(host(dst)[:n * k],
+                                      np.concatenate([inputs[r][i * n:(i + 1) * n] for r in members]))
+        nv.broadcast(team, dst, src, root=k - 1, nelems=n)
+        np.testing.assert_array_equal(host(dst)[:n], inputs[members[-1]][:n])
+        team.destroy()
+    phase()
+    xrange = min(2, npes)
+    x, y = nv.split_2d(Team.TEAM_WORLD, xrange)
+    row = [r for r in range(npes) if r // xrange == me // xrange]
+    col = [r for r in range(npes) if r % xrange == me % xrange]
+    assert (x.n_pes(), x.my_pe(), y.n_pes(), y.my_pe()) == (len(row), row.index(me), len(col), col.index(me))
+    assert nv.translate_pe(y, 0, Team.TEAM_WORLD) == col[0]
+    one = nv.full(4, me, "int64", like="cupy")
+    total = nv.zeros(4, "int64", like="cupy")
+    phase()
+    nv.reduce(y, total, one, "sum")
+    assert (host(total) == sum(col)).all()
+    nv.reduce(x, total, one, "max")
+    assert (host(total) == max(row)).all()
+    x.destroy(), y.destroy()
+    phase()
+    for a in (src, dst, one, total):
         nv.free(a)
 
 

@@ -510,7 +510,7 @@ def k_barriers(out: cute.Tensor, scope: cutlass.Constexpr):
         out[3] = nv.n_pes()
         out[4] = nv.team_my_pe(W)
         out[5] = nv.team_n_pes(W)
-        out[6] = nv.team_translate_pe(W, 1, W)
+        out[6] = nv.team_translate_pe(W, nv.n_pes() - 1, W)
 
 
 @cute.jit

@@ -1,4 +1,5 @@
-"""Numba device API on GPUs, 2 PEs: every family at least once per scope, checked element by
+"""Numba device API on GPUs, any number of PEs (1, 2, 4, 8, ...; tests that need more say so and
+skip): every family at least once per scope, checked element by
 element against a host reference on random data, outputs poisoned before each run.
 
 Run on every PE at once: `python -m nvshmem_dsl.run -n 2 -m pytest -m gpu tests/gpu`
@@ -25,6 +26,9 @@ N = 1024
 def session():
     if not nvshmem.is_initialized():
         nvshmem.init()
+    if nvshmem.info()["limited_mpg"]:
+        pytest.skip("limited MPG run (several PEs per GPU without MPS): no collectives; "
+                    "tests/gpu/test_limited_mpg.py covers this mode")
     yield
     nvshmem.barrier_all()
 
@@ -538,7 +542,7 @@ def k_barriers(x, out, scope):
         out[3] = nv.n_pes()
         out[4] = nv.team_my_pe(Team.TEAM_WORLD)
         out[5] = nv.team_n_pes(Team.TEAM_WORLD)
-        out[6] = nv.team_translate_pe(Team.TEAM_WORLD, 1, Team.TEAM_WORLD)
+        out[6] = nv.team_translate_pe(Team.TEAM_WORLD, nv.n_pes() - 1, Team.TEAM_WORLD)
 
 
 @pytest.mark.parametrize("scope", [0, 1, 2], ids=["thread", "warp", "block"])
@@ -550,7 +554,7 @@ def test_barriers_syncs_and_queries(scope):
     k_barriers[1, 128](x, out, scope)
     sync()
     check(x, np.array([1, 2], np.int32), "fence-ordered puts")
-    np.testing.assert_array_equal(cp.asnumpy(out)[:7], [0, 0, me(), npes(), me(), npes(), 1])
+    np.testing.assert_array_equal(cp.asnumpy(out)[:7], [0, 0, me(), npes(), me(), npes(), npes() - 1])
     nvshmem.free(x)
 
 
@@ -729,6 +733,99 @@ def test_reducescatter(scope):
     want = sum(values)[me() * n:(me() + 1) * n]
     np.testing.assert_allclose(cp.asnumpy(dst), want, rtol=1e-6)
     nvshmem.free(src), nvshmem.free(dst)
+
+
+# --- every PE with every PE, teams made on the host and used on the device --------------
+
+@cuda.jit
+def k_all_to_all_signals(dst, src, sig, n):
+    """Thread t sends this PE's block to PE t (slot my_pe) with signal word my_pe set to my_pe+1
+    there; then thread 0 waits until every PE's signal arrived here."""
+    t = cuda.threadIdx.x
+    me = nv.my_pe()
+    if t < nv.n_pes():
+        nv.put_signal_nbi(nv.window(dst, me * n, n), nv.window(src, 0, n), nv.window(sig, me, 1),
+                          uint64(me + 1), SignalOp.SIGNAL_SET, t)
+        nv.quiet()
+    if t == 0:
+        nv.wait_until_all(nv.window(sig, 0, nv.n_pes()), None, Cmp.CMP_NE, uint64(0))
+
+
+def test_signals_and_waits_every_pe_to_every_pe():
+    n = 16
+    src = sym(data(me(), n, np.int32))
+    dst = poisoned(n * npes(), np.int32)
+    sig = nvshmem.zeros((npes() + 1,), np.uint64, like="cupy")  # the last word: nobody writes it
+    sync()
+    k_all_to_all_signals[1, max(32, npes())](dst, src, sig, n)
+    sync()
+    check(dst, np.concatenate([data(pe, n, np.int32) for pe in range(npes())]), "put_signal from every PE")
+    check(sig, np.array(list(range(1, npes() + 1)) + [0], np.uint64), "signal words")
+    for x in (src, dst, sig):
+        nvshmem.free(x)
+
+
+@cuda.jit
+def k_team_ops(team, dst, src, gathered, out):
+    """On a team made on the host: queries, an all-reduce and an all-gather (thread scope)."""
+    if cuda.threadIdx.x == 0:
+        out[0] = nv.team_my_pe(team)
+        out[1] = nv.team_n_pes(team)
+        out[2] = nv.team_translate_pe(team, 0, Team.TEAM_WORLD)
+        out[3] = nv.sum_reduce(team, dst, src, src.size)
+        out[4] = nv.fcollect(team, gathered, src, src.size)
+        out[5] = nv.team_sync(team)
+
+
+def _team_members(start, stride, size):
+    return [start + i * stride for i in range(size)]
+
+
+def _check_team_kernel(team, members, what):
+    """Run k_team_ops on `team` (None off the team) and check it against `members` (world PEs)."""
+    n = 8
+    values = {pe: data(pe, n, np.int32, salt=3) for pe in members}
+    src = sym(data(me(), n, np.int32, salt=3))
+    dst, gathered = poisoned(n, np.int32), poisoned(n * len(members), np.int32)
+    out = cp.full(8, -9, np.int32)
+    sync()
+    if team is not None:
+        k_team_ops[1, 32](np.int32(int(team)), dst, src, gathered, out)
+    sync()
+    if team is not None:
+        np.testing.assert_array_equal(cp.asnumpy(out)[:6], [members.index(me()), len(members), members[0], 0, 0, 0],
+                                      err_msg=f"{what}: team queries and return codes on PE {me()}")
+        check(dst, sum(values.values()).astype(np.int32), f"{what}: sum_reduce")
+        check(gathered, np.concatenate([values[pe] for pe in members]), f"{what}: fcollect")
+    for x in (src, dst, gathered):
+        nvshmem.free(x)
+
+
+def test_strided_team_on_the_device():
+    """Every second PE (all PEs with 1 PE): a split_strided team used by device collectives."""
+    stride = 2 if npes() >= 2 else 1
+    size = (npes() + stride - 1) // stride
+    team = nvshmem.split_strided(Team.TEAM_WORLD, 0, stride, size)
+    _check_team_kernel(team, _team_members(0, stride, size), f"split_strided(0, {stride}, {size})")
+    if team is not None:
+        team.destroy()
+
+
+def test_split_2d_teams_on_the_device():
+    """Rows of 2 PEs (x teams) and columns (y teams); needs >= 4 PEs to be a real grid."""
+    if npes() < 4:
+        pytest.skip("needs >= 4 PEs (a 2-D grid of at least 2 x 2)")
+    xrange = 2
+    x, y = nvshmem.split_2d(Team.TEAM_WORLD, xrange)
+    row, col = me() // xrange, me() % xrange
+    row_members = [pe for pe in range(npes()) if pe // xrange == row]
+    col_members = [pe for pe in range(npes()) if pe % xrange == col]
+    assert x is not None and y is not None
+    assert (x.n_pes(), x.my_pe(), y.n_pes(), y.my_pe()) == (len(row_members), col, len(col_members), row)
+    _check_team_kernel(x, row_members, "split_2d x team")
+    _check_team_kernel(y, col_members, "split_2d y team")
+    x.destroy()
+    y.destroy()
 
 
 def test_no_leaks_after_the_numba_suite():
