@@ -13,6 +13,10 @@
 #   cold-compile Numba's cold and warm first-kernel compile times beside nvcc's build time
 #   cold-start   bench/experiments/cold_start.py (REPS=2, VARIANTS), then the Numba suite (cold default cache)
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
+#   pe-counts    host, Numba and CuTe suites at 1, 2, 4 and 8 PEs under our launcher (PES, DSLS,
+#                SUITE_TIMEOUT per run); above one PE per GPU run_suite.py runs its own MPS daemon.
+#                CuTe: carry .dw/base + .dw/cute2 right after cute-part1; DSLS=host,numba needs .dw/base
+#   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
 # printed summary. ../shared/device/README.md explains .dw (bash ../shared/device/pack.sh .dw cute).
@@ -110,6 +114,19 @@ case "$step" in
     ;;
   suite)
     timeout 580 python3 tests/gpu/run_suite.py --out "$work" "$@" || rc=$?
+    ;;
+  pe-counts)  # all output in suite.txt; printed without the PASS/SKIP lines of single tests
+    case ",${DSLS:-host,numba,cute}," in
+      *,cute,*) python3 -c "import cutlass; print('cutlass', cutlass.__version__)" || rc=1 ;;
+    esac
+    timeout 580 python3 tests/gpu/run_suite.py --pes "${PES:-1,2,4,8}" --dsl "${DSLS:-host,numba,cute}" \
+      --launchers launcher --out "$work" --timeout "${SUITE_TIMEOUT:-240}" "$@" > "$work/suite.txt" 2>&1 || rc=$?
+    grep -vE "^ +(PASS|SKIP)  " "$work/suite.txt"
+    ;;
+  limited-mpg)
+    timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \
+      --out "$work" --timeout 190 > "$work/suite.txt" 2>&1 || rc=$?
+    cat "$work/suite.txt"
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
