@@ -119,7 +119,7 @@ case "$step" in
     case ",${DSLS:-host,numba,cute}," in
       *,cute,*) python3 -c "import cutlass; print('cutlass', cutlass.__version__)" || rc=1 ;;
     esac
-    timeout 580 python3 tests/gpu/run_suite.py --pes "${PES:-1,2,4,8}" --dsl "${DSLS:-host,numba,cute}" \
+    timeout ${STEP_TIMEOUT:-580} python3 tests/gpu/run_suite.py --pes "${PES:-1,2,4,8}" --dsl "${DSLS:-host,numba,cute}" \
       --launchers launcher --out "$work" --timeout "${SUITE_TIMEOUT:-240}" "$@" > "$work/suite.txt" 2>&1 || rc=$?
     grep -vE "^ +(PASS|SKIP)  " "$work/suite.txt"
     ;;
