@@ -32,9 +32,10 @@ docs: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) docs/_build build dist *.egg-info
 
-# On a machine with 2 GPUs: the whole GPU suite under our launcher and mpirun.
+# On a GPU machine: the whole GPU suite under our launcher and mpirun, 2 PEs (MPS started when
+# they share a GPU); e.g. GPU_TEST_ARGS="--pes 1,2,4,8" for every PE count.
 gpu-test: $(VENV)/.installed
-	$(PY) tests/gpu/run_suite.py
+	$(PY) tests/gpu/run_suite.py $(GPU_TEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(PY) bench/run.py

@@ -36,7 +36,7 @@ builds in the calling process, without closures.
 and parses them (a few ms to a few hundred ms), memoised per process.
 
 Public functions: :func:`api_module`, :func:`prefetch`, :func:`pruned_bitcode`,
-:func:`api_names`, :func:`cache_dir`; constant :data:`EXPORTED_GLOBALS`.
+:func:`api_names`, :func:`body_sizes`, :func:`cache_dir`; constant :data:`EXPORTED_GLOBALS`.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ __all__ = [
     "EXPORTED_GLOBALS",
     "api_module",
     "api_names",
+    "body_sizes",
     "cache_dir",
     "prefetch",
     "pruned_bitcode",
@@ -755,6 +756,22 @@ def _build(bc_path: Path, arch: int, out: Path, key: str, side: bool = False) ->
 # Loading the store
 
 
+# A global variable's definition: its name, what declares it (address space, `constant`/`global`,
+# type: a named or a first-class one) and its alignment; the initializer between them goes.
+_GLOBAL_DEFINITION = re.compile(
+    rb'^(@[\w.$]+) = (?:dso_local )?((?:addrspace\(\d+\) )?(?:externally_initialized )?'
+    rb'(?:constant|global) (?:%[\w.$]+|[a-z]\w*)) .*?((?:, align \d+)?)$')
+
+
+def _declaration(line: bytes) -> bytes:
+    """The external declaration of the global variable defined on ``line``, e.g. the device state
+    for code linked beside a module that defines it (:func:`nvshmem_dsl.outline.objects`)."""
+    m = _GLOBAL_DEFINITION.match(line)
+    if m is None:
+        raise ValueError(f"cannot declare the NVSHMEM global {line[:120]!r}")
+    return m[1] + b" = external " + m[2] + m[3]
+
+
 class _Store:
     """A validated piece store, read lazily from its file (or, for a closure,
     from memory: :meth:`from_part`)."""
@@ -836,9 +853,18 @@ class _Store:
     def _renumber(self, text: bytes, part: int) -> bytes:
         return _renumber(text, part * self._md_stride, part * self._attr_stride)
 
-    def assemble(self, names) -> bytes:
+    def instructions(self, name: str) -> int:
+        """The number of instructions in the body of function ``name`` (its own: not those of
+        the functions it calls), counted in its piece (one instruction a line)."""
+        counts = self.__dict__.setdefault("_instructions", {})
+        n = counts.get(name)
+        if n is None:
+            n = counts[name] = self._read(self.functions[name][1:3]).count(b"\n  ")
+        return n
+
+    def assemble(self, names, declare_exported: bool = False) -> bytes:
         """LLVM assembly for the functions ``names``, everything they refer
-        to, and :data:`EXPORTED_GLOBALS`."""
+        to, and :data:`EXPORTED_GLOBALS` (``declare_exported``: as external declarations)."""
         missing = [n for n in names if n not in self.api]
         if missing:
             raise KeyError(
@@ -873,7 +899,10 @@ class _Store:
             mds.add((s, i))
             md_todo.extend((s, int(x)) for x in _MD_REF.findall(line))
         parts = [self.preamble]
-        parts += [self._renumber(self.globals[g][1], self.globals[g][0]) for g in sorted(globs)]
+        lines = {g: self.globals[g][1] for g in globs}
+        if declare_exported:
+            lines.update((g, _declaration(lines[g])) for g in EXPORTED_GLOBALS if g in lines)
+        parts += [self._renumber(lines[g], self.globals[g][0]) for g in sorted(globs)]
         for f in sorted(funcs):
             s, off, n = self.functions[f][:3]
             parts.append(self._renumber(self._read((off, n)), s))
@@ -884,6 +913,8 @@ class _Store:
 _stores: dict[str, _Store] = {}
 _subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode, unswitch) -> ModuleRef, LRU
 _MAX_SUBSETS = 64
+_closures: dict = {}  # store key -> the last closures extracted while its store is being built
+_MAX_CLOSURES = 4
 _lock = threading.RLock()
 _builders: list = []  # build processes this process started (waited for at exit)
 
@@ -980,16 +1011,26 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     st = _open_store(path, key)
     if st is not None:
         with _lock:
+            _closures.pop(key, None)
             return _stores.setdefault(key, st)
     arch = _arch_number(arch)
     if not _side_builds(bc_path):
         return _store(bc_path, arch)
     _start_builder(bc_path, arch, path, key)
+    with _lock:  # a closure extracted for a kernel serves each subset of it (body_sizes, then api_module)
+        for st in _closures.get(key, ()):
+            if set(names) <= st.api:
+                return st
     try:
         part = _closure(bc_path, sorted(names))
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
-    return _Store.from_part(part, key)
+    st = _Store.from_part(part, key)
+    with _lock:
+        recent = _closures.setdefault(key, [])
+        recent.insert(0, st)
+        del recent[_MAX_CLOSURES:]
+    return st
 
 
 _prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen
@@ -1081,12 +1122,14 @@ def api_names(arch=90, bc_path=None) -> frozenset:
     return _store(bc_path, arch).api
 
 
-def api_module(names, arch=90, bc_path=None, unswitch=False):
+def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=False):
     """A fresh :class:`llvmlite.binding.ModuleRef` holding the NVSHMEM device
     functions ``names``, everything they call, and :data:`EXPORTED_GLOBALS`.
 
     ``unswitch``: NVSHMEM's thread-level helpers are not ``convergent`` (see
     :func:`nvshmem_dsl.bitcode_rewrites.thread_helpers_not_convergent`).
+    ``declare_exported``: :data:`EXPORTED_GLOBALS` are external declarations (for code that is
+    linked beside a module defining them: :mod:`nvshmem_dsl.outline`).
 
     Functions and globals keep the linkage they have in NVSHMEM (the API is
     external); the caller links the module in and internalizes.  The caller
@@ -1107,7 +1150,7 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     how = bitcode_rewrites.mode()  # NVSHMEM's copy loops, rewritten in the text before parsing
-    subset = (key, names, how, bool(unswitch))
+    subset = (key, names, how, bool(unswitch), bool(declare_exported))
     for attempt in (0, 1):
         with _lock:
             mod = _subsets.get(subset)
@@ -1118,7 +1161,7 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            text, _ = bitcode_rewrites.for_inlining(st.assemble(names).decode(), how)
+            text, _ = bitcode_rewrites.for_inlining(st.assemble(names, declare_exported).decode(), how)
             text, _ = bitcode_rewrites.freeze_loops(text)  # clang's unrolling stays as it was
             if unswitch:
                 text, _ = bitcode_rewrites.thread_helpers_not_convergent(text)
@@ -1136,6 +1179,21 @@ def api_module(names, arch=90, bc_path=None, unswitch=False):
                 _subsets.popitem(last=False)
         return mod.clone()
     raise AssertionError("unreachable")
+
+
+def body_sizes(names, arch=90, bc_path=None) -> dict:
+    """``{name: instructions}``: how many instructions the body of each NVSHMEM API function of
+    ``names`` has (its own, not those of the functions it calls: what inlining it copies into the
+    caller); names that are not API functions are left out.  From the store, or with none cached
+    yet from the closure that :func:`api_module` then reuses."""
+    names = frozenset(names)
+    bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
+    key = _cache_key(bc_path)
+    with _lock:
+        st = _stores.get(key)
+    if st is None:
+        st = _first_store(names, bc_path, arch, key)
+    return {n: st.instructions(n) for n in names if n in st.api}
 
 
 def pruned_bitcode(bc_path=None, arch=90, names=None) -> bytes:

@@ -9,7 +9,9 @@
 Every function of the generated API (`nvshmem_dsl._generated.numba_api`, from the spec)
 dispatches on the element dtype of its arrays; `c` holds every device function under its
 C name. Kernels that call NVSHMEM are linked with the NVSHMEM bitcode and get it inlined
-(`_linker`); each loaded module is initialised for NVSHMEM before its first launch by the
+(`_linker`), but for the large routines (collectives, barriers), which they call in objects
+compiled once (`nvshmem_dsl.outline`; `with nv.outline("none"):` around a kernel's compilation
+inlines them too); each loaded module is initialised for NVSHMEM before its first launch by the
 host runtime's hook (installed at `nvshmem_dsl.init()`). Kernels that call no NVSHMEM
 function compile exactly as before.
 """
@@ -27,13 +29,14 @@ from ._linker import (
     set_module_init_hook,
 )
 from ._views import multicast, peer, window
+from ..outline import override as outline
 
 DISPATCH = _table.DISPATCH
 # The generated API: one intrinsic per DSL function of the spec.
 globals().update({_name: make_api(_name, DISPATCH[_name], _api_doc(_name, DISPATCH[_name], "array"))
                   for _name in _table.__all__})
 
-__all__ = [*_table.__all__, "c", "peer", "multicast", "window", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
+__all__ = [*_table.__all__, "c", "peer", "multicast", "window", "outline", "Cmp", "SignalOp", "SmemAmount", "Team", "DISPATCH",
            "declare_device_function", "add_module_init_hook", "add_module_finalize_hook",
            "remove_module_init_hook", "remove_module_finalize_hook", "set_module_init_hook"]
 

@@ -77,7 +77,11 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
-from .. import bitcode
+from .. import bitcode, outline
+from .._llvm import function_shape as _fn_shape
+from .._llvm import internalize as _internalize
+from .._llvm import run as _run
+from .._llvm import target_machine as _target_machine
 
 __all__ = [
     "NvshmemCodeLibrary",
@@ -204,14 +208,6 @@ def prefetch_bitcode(cc) -> None:
     bitcode.prefetch(_sm(tuple(cc)))
 
 
-@functools.lru_cache(maxsize=None)
-def _target_machine(cpu: str, features: str, opt: int):
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    target = llvm.Target.from_triple(_codegen.CUDA_TRIPLE)
-    return target.create_target_machine(cpu=cpu, features=features, opt=opt)
-
-
 _libdevice_lock = threading.Lock()
 _libdevice = None
 
@@ -226,24 +222,18 @@ def _libdevice_module():
         return _libdevice.clone()
 
 
-def _shape(t) -> str:
-    """A type's structure, identified structs spelt out (the IR linker maps
-    identified structs of the same body onto each other)."""
-    if t.is_struct:
-        return "{" + ",".join(_shape(e) for e in t.elements) + "}"
-    return str(t)
+def _check_declarations(main, api, names, outlined=frozenset()) -> None:
+    """The kernel's declarations of the NVSHMEM functions ``names`` against their definitions in
+    ``api``; of those called out of line (``outlined``), against the op table (which their
+    objects' definitions are checked against: :func:`nvshmem_dsl.outline.object_ptx`)."""
+    from .. import _optable
 
-
-def _fn_shape(t) -> str:
-    ret = _shape(t.get_function_return())
-    params = ", ".join(_shape(p) for p in t.get_function_parameters())
-    return f"{ret} ({params}{', ...' if t.is_function_vararg else ''})"
-
-
-def _check_declarations(main, api, names) -> None:
     bad = []
-    for name in sorted(names):
-        want = _fn_shape(api.get_function(name).global_value_type)
+    for name in sorted(names | outlined):
+        if name in outlined:
+            want = _optable.device_ops()[name]["llvm_type"]
+        else:
+            want = _fn_shape(api.get_function(name).global_value_type)
         have = _fn_shape(main.get_function(name).global_value_type)
         if want != have:
             bad.append(f"{name}: declared {have}, NVSHMEM defines {want}")
@@ -306,21 +296,6 @@ def _nontrivial_unswitching():
             llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=false")
 
 
-def _internalize(mod, keep) -> None:
-    for v in (*mod.functions, *mod.global_variables):
-        if v.is_declaration or v.name in keep or v.name.startswith("llvm."):
-            continue
-        if v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private):
-            v.linkage = "internal"
-
-
-def _run(mod, pb, *passes) -> None:
-    mpm = llvm.create_new_module_pass_manager()
-    for p in passes:
-        getattr(mpm, f"add_{p}_pass")()
-    mpm.run(mod, pb)
-
-
 def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`)."""
@@ -371,11 +346,14 @@ def link(llvm_strs, cc, opt: int = 3):
         pb.getModulePassManager().run(main, pb)
 
     if names:
+        # the large ones stay declarations, called in their objects (added at the link: see
+        # NvshmemCodeLibrary._link_all); the module still defines the device state they read
+        inline, outlined = outline.split(names, sm)
         try:
-            api = bitcode.api_module(names, sm, unswitch=unswitch)
+            api = bitcode.api_module(inline, sm, unswitch=unswitch)
         except KeyError as e:
             raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
-        _check_declarations(main, api, names)
+        _check_declarations(main, api, inline, outlined)
         main.link_in(api)
         _internalize(main, keep)
         _run(main, pb, "always_inliner", "global_dead_code_eliminate")
@@ -449,19 +427,28 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
         return super().get_ltoir(cc=cc)
 
     def _link_all(self, linker, cc, ignore_nonlto=False):
-        if not (linker.lto and self.uses_nvshmem):
+        if not self.uses_nvshmem:
             return super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
-        # lto=True: our part can only be PTX; the other inputs still get LTO.
-        for ptx in self.get_asm_strs(cc=cc):
-            linker.add_ptx(ptx.encode())
-        for path in self._linking_files:
-            linker.add_file_guess_ext(path, ignore_nonlto)
-        if self.needs_cudadevrt:
-            from numba.cuda.cudadrv.libs import get_cudalib
+        if not linker.lto:
+            super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
+        else:  # lto=True: our part can only be PTX; the other inputs still get LTO.
+            for ptx in self.get_asm_strs(cc=cc):
+                linker.add_ptx(ptx.encode())
+            for path in self._linking_files:
+                linker.add_file_guess_ext(path, ignore_nonlto)
+            if self.needs_cudadevrt:
+                from numba.cuda.cudadrv.libs import get_cudalib
 
-            linker.add_file_guess_ext(
-                get_cudalib("cudadevrt", static=True), ignore_nonlto
-            )
+                linker.add_file_guess_ext(
+                    get_cudalib("cudadevrt", static=True), ignore_nonlto
+                )
+        # the NVSHMEM functions the PTX calls out of line (read from the PTX, which may come from
+        # Numba's cache): their objects
+        outlined = outline.extern_calls(self.get_asm_strs(cc=cc))
+        if outlined:
+            cpu, features = _target(cc)
+            for path in outline.objects(outlined, _sm(tuple(cc)), cpu, features, self._max_registers):
+                linker.add_file_guess_ext(str(path), ignore_nonlto)
 
     def get_cufunc(self):
         # Attached here rather than at creation so that kernels loaded from
