@@ -11,6 +11,10 @@ rank 0 serves the unique id), a fresh random ``NVSHMEM_DSL_SECRET`` and
 device ``i % device_count``.  Variables of an outer MPI or torchrun launch are
 removed from the ranks' environment.
 
+With ``--as-nvshmem4py`` every rank runs the program through :mod:`nvshmem_dsl.core.alias`, so
+that ``import nvshmem.core`` (NVSHMEM4Py) imports ``nvshmem_dsl.core``; it refuses when a real
+``nvshmem`` package is importable, unless given as ``--as-nvshmem4py=force``.
+
 Output is forwarded line by line with a ``[rank i] `` prefix.  When a rank fails,
 the others get SIGTERM, then SIGKILL after ``--grace`` seconds; the exit status is
 the first failing rank's (128 + N for a rank killed by signal N).  Ctrl-C is
@@ -262,7 +266,8 @@ def _note(err: BinaryIO, lock: threading.Lock, text: str) -> None:
 
 # --------------------------------------------------------------------------- command line
 
-_USAGE = "python -m nvshmem_dsl.run [-n N] [--gpus 0,1] [--timeout S] [--grace S] (script.py | -m module) [args...]"
+_USAGE = ("python -m nvshmem_dsl.run [-n N] [--gpus 0,1] [--timeout S] [--grace S] [--as-nvshmem4py[=force]] "
+          "(script.py | -m module) [args...]")
 _VALUE_OPTIONS = {"-n", "--nproc", "--gpus", "--timeout", "--grace"}
 
 
@@ -272,6 +277,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", help="comma-separated GPU ids; rank i gets CUDA_VISIBLE_DEVICES=<i-th id>")
     parser.add_argument("--timeout", type=float, help=f"seconds init waits for the other ranks ({ENV_TIMEOUT})")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--as-nvshmem4py", nargs="?", const="yes", choices=("yes", "force"), default=None,
+                        help="run the program with `import nvshmem.core` resolving to nvshmem_dsl.core (refused "
+                             "when NVSHMEM4Py is installed, unless =force)")
     return parser
 
 
@@ -314,7 +322,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"-n {nranks} needs {nranks} GPUs but --gpus lists {len(gpus)}")
     if args.timeout is not None and not args.timeout > 0:
         parser.error("--timeout must be positive")
-    return launch([sys.executable, *target], nranks, gpus=gpus, timeout=args.timeout, grace=args.grace)
+    command = [sys.executable, *target]
+    if args.as_nvshmem4py is not None:
+        from .core import alias
+
+        force = args.as_nvshmem4py == "force"
+        found = alias.real_nvshmem()
+        if found is not None and not force:
+            parser.error(f"--as-nvshmem4py: a real 'nvshmem' package (NVSHMEM4Py) is importable from {found}; "
+                         "use --as-nvshmem4py=force to shadow it anyway")
+        command = [sys.executable, "-m", "nvshmem_dsl.core.alias", *(["--force"] if force else []), *target]
+    return launch(command, nranks, gpus=gpus, timeout=args.timeout, grace=args.grace)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,12 @@
+"""Atomics from CuTe DSL kernels (``nvshmem.core.device.cute.amo``): nvshmem_dsl's own functions,
+same names and arguments (``atomic_fetch_add(dst, value, pe)`` returns a CuTe scalar, ...)."""
+
+import nvshmem_dsl.cute as _nv
+
+from .. import AMO
+
+__all__ = list(AMO)
+
+for _name in __all__:
+    globals()[_name] = getattr(_nv, _name)
+del _name

@@ -1,0 +1,96 @@
+"""Stream-ordered host RMA and signals as NVSHMEM4Py has them (``nvshmem.core.rma``).
+
+``put(dst, src, remote_pe=, stream=)`` is :func:`nvshmem_dsl.put` of
+``min(dst bytes, src bytes)`` bytes, destination first; ``dst``/``src`` may be ``cuda.core``
+buffers, CuPy arrays or torch tensors.  As in NVSHMEM4Py there is no ``nelems`` argument and
+``stream`` is required: the tutorial's ``nvshmem.put(dst, src, size, pe, stream=s)`` is rejected
+by NVSHMEM4Py (``stream`` given twice) and here too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _arrays
+from .. import host_ops as _ops
+from . import _tracking
+from ._tracking import CAIView, byte_view, translated
+from .direct import ComparisonType, SignalOp
+from .nvshmem_types import NvshmemInvalid
+
+__all__ = ["put_signal", "signal_op", "signal_wait", "put", "get", "quiet", "SignalOp"]
+
+
+def _transfer(op: str, dst: Any, src: Any, remote_pe: Any, stream: Any):
+    _tracking.require_initialized(op)
+    _tracking.require_stream(stream, op)
+    d = byte_view(dst, op, "dst")
+    s = byte_view(src, op, "src")
+    n = min(d.__cuda_array_interface__["shape"][0], s.__cuda_array_interface__["shape"][0])
+    return d, s, n
+
+
+def _signal(signal_var: Any, function: str) -> CAIView:
+    """The signal word: the first 8 bytes of a Buffer (>= 8 bytes), or of a 64-bit array."""
+    if _tracking.is_core_buffer(signal_var):
+        if int(signal_var.size) < 8:
+            raise NvshmemInvalid(f"{function}(): Signal must be a Buffer >= 8 bytes allocated by nvshmem_dsl.core")
+        return CAIView(int(signal_var.handle), (1,), "<u8", owner=signal_var)
+    try:
+        info = _arrays.describe(signal_var, function=function, argument="signal_var")
+    except Exception:
+        raise NvshmemInvalid(f"{function}(): Signal must be a Buffer >= 8 bytes allocated by nvshmem_dsl.core "
+                             f"(or a uint64/int64 array), not {type(signal_var).__name__}") from None
+    if info.itemsize != 8 or info.dtype not in ("uint64", "int64"):
+        raise NvshmemInvalid(f"{function}(): the signal array must be uint64 or int64, not {info.dtype}")
+    return CAIView(info.ptr, (1,), "<u8", owner=signal_var)
+
+
+@translated
+def put(dst: Any, src: Any, remote_pe: int = -1, stream: Any = None) -> None:
+    """Put ``src`` into symmetric ``dst`` on PE ``remote_pe``, ordered on ``stream``
+    (``min(size)`` bytes; ``nvshmemx_*_put_on_stream``)."""
+    d, s, n = _transfer("put", dst, src, remote_pe, stream)
+    _ops.put(d, s, remote_pe, nelems=n, stream=stream)
+
+
+@translated
+def get(dst: Any, src: Any, remote_pe: int = -1, stream: Any = None) -> None:
+    """Get symmetric ``src`` of PE ``remote_pe`` into ``dst``, ordered on ``stream``."""
+    d, s, n = _transfer("get", dst, src, remote_pe, stream)
+    _ops.get(d, s, remote_pe, nelems=n, stream=stream)
+
+
+@translated
+def put_signal(dst: Any, src: Any, signal_var: Any, signal_val: int, signal_op: Any, remote_pe: int = -1,
+               stream: Any = None) -> None:
+    """Put ``src`` into ``dst`` on ``remote_pe``, then update its ``signal_var`` with ``signal_op``
+    (``SignalOp.SIGNAL_SET`` / ``SIGNAL_ADD``) and ``signal_val``, ordered on ``stream``."""
+    d, s, n = _transfer("put_signal", dst, src, remote_pe, stream)
+    sig = _signal(signal_var, "put_signal")
+    _ops.put_signal(d, s, sig, signal_val, remote_pe, op=signal_op, nelems=n, stream=stream)
+
+
+@translated
+def signal_op(signal_var: Any, signal_val: int, signal_op: Any, remote_pe: int = -1, stream: Any = None) -> None:
+    """Update ``signal_var`` on ``remote_pe`` (``signal_op`` with ``signal_val``), no data, on ``stream``."""
+    _tracking.require_initialized("signal_op")
+    _tracking.require_stream(stream, "signal_op")
+    _ops.signal_op(_signal(signal_var, "signal_op"), signal_val, remote_pe, op=signal_op, stream=stream)
+
+
+@translated
+def signal_wait(signal_var: Any, signal_val: int, signal_op: ComparisonType, stream: Any = None) -> None:
+    """Make ``stream`` wait until this PE's ``signal_var`` compares true (``signal_op``, a
+    ``ComparisonType``) with ``signal_val`` (``nvshmemx_signal_wait_until_on_stream``)."""
+    _tracking.require_initialized("signal_wait")
+    _tracking.require_stream(stream, "signal_wait")
+    _ops.signal_wait_until(_signal(signal_var, "signal_wait"), signal_op, signal_val, stream=stream)
+
+
+@translated
+def quiet(stream: Any = None) -> None:
+    """Complete this PE's outstanding operations, ordered on ``stream``."""
+    _tracking.require_initialized("quiet")
+    _tracking.require_stream(stream, "quiet")
+    _ops.quiet(stream=stream)

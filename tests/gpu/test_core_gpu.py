@@ -1,0 +1,166 @@
+"""The seed programs, ported to nvshmem_dsl.core (examples/nvshmem4py/), run on 2 GPUs.
+
+Each test starts its own 2-PE job (``python -m nvshmem_dsl.run --gpus 0,1 ...``, or torchrun
+for seed 004) and checks what the program printed or, through tests/gpu/nvshmem4py_probe.py,
+what it moved.  Run this file in ONE process (it launches the PEs itself):
+
+    python -m pytest -m gpu tests/gpu/test_core_gpu.py
+
+Under a multi-PE launch of the GPU suite its tests skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+PORTS = ROOT / "examples" / "nvshmem4py"
+PROBE = Path(__file__).resolve().parent / "nvshmem4py_probe.py"
+TIMEOUT = float(os.environ.get("NVSHMEM_DSL_CORE_GPU_TIMEOUT", "400"))
+
+
+def _launched_as_pe() -> bool:
+    for name in ("NVSHMEM_DSL_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if os.environ.get(name, "1") not in ("", "1"):
+            return True
+    return False
+
+
+def _gpus() -> int:
+    try:
+        from cuda.core import system
+
+        return system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
+    except Exception:
+        return 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def two_gpus():
+    if _launched_as_pe():
+        pytest.skip("launches its own 2-PE jobs: run tests/gpu/test_core_gpu.py in one process")
+    if _gpus() < 2:
+        pytest.skip("needs 2 GPUs")
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_INIT_TIMEOUT"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _job(*args: str, launcher: list[str] | None = None) -> dict[int, list[str]]:
+    """Run a 2-PE job; its output lines by rank (rc 0 required)."""
+    cmd = launcher or [sys.executable, "-m", "nvshmem_dsl.run", "--gpus", "0,1"]
+    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, f"{' '.join(cmd + list(args))}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    lines: dict[int, list[str]] = {0: [], 1: []}
+    for line in proc.stdout.splitlines():
+        if line.startswith("[rank "):
+            rank, _, text = line[6:].partition("] ")
+            lines[int(rank)].append(text)
+    return lines
+
+
+def _probes(lines: dict[int, list[str]]) -> dict[int, dict]:
+    found = {}
+    for rank, texts in lines.items():
+        for text in texts:
+            if text.startswith("PROBE "):
+                report = json.loads(text[6:])
+                found[report["pe"]] = report
+    assert sorted(found) == [0, 1], lines
+    return found
+
+
+def _check_ring(reports: dict[int, dict]) -> None:
+    """put(remote_buf, src, next PE) then get(dst, remote_buf, next PE): every PE gets its own src
+    back, and its remote_buf holds the previous PE's src (allocations: src, dst, remote_buf)."""
+    for pe, r in reports.items():
+        left = reports[(pe - 1) % 2]
+        assert r["src"] == 1000 * (pe + 1) + 0, r
+        assert r["dst"] == r["src"], f"PE {pe}: dst {r['dst']} != src {r['src']} (initially {1000 * (pe + 1) + 1})"
+        assert r["remote_buf"] == left["src"], f"PE {pe}: remote_buf {r['remote_buf']} != PE {(pe - 1) % 2}'s src"
+
+
+def _as_nvshmem4py_program(name: str, tmp_path: Path) -> Path:
+    """The ported program with its imports turned back into NVSHMEM4Py's."""
+    text = (PORTS / f"{name}.py").read_text()
+    text = text.replace("import nvshmem_dsl.core as nvshmem\n", "import nvshmem.core as nvshmem\n", 1) \
+        if "import nvshmem.core as nvshmem" in (PORTS / "original" / f"{name}.py.txt").read_text() \
+        else text.replace("import nvshmem_dsl.core as nvshmem\n", "import nvshmem\n", 1)
+    text = text.replace("nvshmem_dsl.core.", "nvshmem.core.")
+    assert "nvshmem_dsl" not in "\n".join(l for l in text.splitlines() if not l.startswith("#"))
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    return path
+
+
+def test_seed000_numba_example():
+    pytest.importorskip("cupy")
+    _check_ring(_probes(_job(str(PROBE), str(PORTS / "seed000_numba_put_get.py"), "src,dst,remote_buf")))
+
+
+def test_seed000_unchanged_through_the_alias(tmp_path):
+    pytest.importorskip("cupy")
+    program = _as_nvshmem4py_program("seed000_numba_put_get", tmp_path)
+    assert "import nvshmem\n" in program.read_text()
+    lines = _job("--as-nvshmem4py", str(PROBE), str(program), "src,dst,remote_buf")
+    _check_ring(_probes(lines))
+
+
+def test_seed001_cute_example():
+    pytest.importorskip("cutlass.cute")
+    pytest.importorskip("cupy")
+    _check_ring(_probes(_job(str(PROBE), str(PORTS / "seed001_cute_put_get.py"), "src,dst,remote_buf")))
+
+
+@pytest.mark.parametrize("alias", [False, True], ids=["ported", "unchanged-imports"])
+def test_seed003_tutorial_every_cell(alias, tmp_path):
+    pytest.importorskip("cupy")
+    pytest.importorskip("mpi4py")
+    if alias:
+        lines = _job("--as-nvshmem4py", str(_as_nvshmem4py_program("seed003_tutorial", tmp_path)))
+    else:
+        lines = _job(str(PORTS / "seed003_tutorial.py"))
+    out = {rank: "\n".join(texts) for rank, texts in lines.items()}
+    for pe in (0, 1):
+        assert "NVSHMEM Library version:" in out[pe] and f"\n{pe}\n2\n" in out[pe]
+        assert " 4096" in out[pe]  # print(buf.handle, buf.size)
+        assert f"[[[[[{pe + 1}. {pe + 1}." in out[pe]  # arr[:] = my_pe + 1
+        assert "Array before reduction:" in out[pe] and "Array after reduction:" in out[pe]
+        assert f"From PE {pe}, array contains [{pe}]" in out[pe]  # simple_shift wrote my_pe
+    assert "Created team with handle" in out[0] and "Created team with handle None" in out[1]
+    assert "From PE 0 sent buf to remote PE 1 and set signal" in out[0]
+    assert "From PE 1 waited for signal" in out[1]
+    # PE 1 printed its dst after the wait on its stream and stream.sync(): PE 0's src (all 1.0)
+    tail = out[1][out[1].index("From PE 1 src="):]
+    dst = tail[tail.index("dst=") + 4:tail.index("signal=")]
+    assert dst.count("1.") == 16 and "0." not in dst.replace("1.", ""), tail
+    assert "signal=[1]" in tail
+
+
+def test_seed004_torch_peer_tensors():
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun")
+    if torchrun is None or importlib.util.find_spec("torch.distributed") is None:
+        pytest.skip("torchrun is not installed")
+    cmd = [torchrun, "--nproc-per-node", "2", str(PORTS / "seed004_torch_peer_tensors.py")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-8000:]
+    for pe, left in ((0, 1), (1, 0)):
+        assert f"PE {pe}: PE {left} stored {float(left + 1)} into my tensor through its peer tensor" in text, text
+        assert f"devices ['cuda:{pe}', 'cuda:{pe}']" in text, text  # peer tensors on this PE's device
+        # multicast only where NVSHMEM has it: a tensor at the multicast address, or NVSHMEM's refusal
+        assert f"PE {pe}: multicast tensor (128, 256) at 0x" in text or f"PE {pe}: no multicast tensor:" in text
