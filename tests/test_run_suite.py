@@ -258,3 +258,11 @@ def test_call_reports_failure_and_hang():
             "print('started', flush=True); time.sleep(60)")
     assert run_suite._call([sys.executable, "-c", hang], dict(os.environ), 1) \
         == ("HANG (killed after 1 s)", "started\ngot SIGTERM\n")
+
+
+def test_mps_cli_runs_one_command_under_its_daemon(fake, tmp_path):
+    out = tmp_path / "env.txt"
+    rc = mps.main(["--pes-per-gpu", "4", "--", sys.executable, "-c",
+                   f"import os; open({str(out)!r}, 'w').write(os.environ['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'])"])
+    assert rc == 0 and out.read_text() == "25"
+    assert [c["argv"] for c in fake()] == [["-d"], []]  # started, then stopped

@@ -16,6 +16,8 @@
 #   pe-counts    host, Numba and CuTe suites at 1, 2, 4 and 8 PEs under our launcher (PES, DSLS,
 #                SUITE_TIMEOUT per run); above one PE per GPU run_suite.py runs its own MPS daemon.
 #                CuTe: carry .dw/base + .dw/cute2 right after cute-part1; DSLS=host,numba needs .dw/base
+#   core         tests/gpu/test_core_gpu.py (the NVSHMEM4Py programs through nvshmem_dsl.core; it starts its
+#                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
@@ -122,6 +124,12 @@ case "$step" in
     timeout ${STEP_TIMEOUT:-580} python3 tests/gpu/run_suite.py --pes "${PES:-1,2,4,8}" --dsl "${DSLS:-host,numba,cute}" \
       --launchers launcher --out "$work" --timeout "${SUITE_TIMEOUT:-240}" "$@" > "$work/suite.txt" 2>&1 || rc=$?
     grep -vE "^ +(PASS|SKIP)  " "$work/suite.txt"
+    ;;
+  core)
+    ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu ))
+    timeout 400 python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m pytest -q -m gpu -p no:cacheprovider \
+      tests/gpu/test_core_gpu.py --junitxml="$work/core.xml" > "$work/core.txt" 2>&1 || rc=$?
+    tail -30 "$work/core.txt"
     ;;
   limited-mpg)
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \

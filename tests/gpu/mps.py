@@ -136,3 +136,22 @@ class MpsDaemon:
             if self._sigterm is not None:
                 signal.signal(signal.SIGTERM, self._sigterm)
                 self._sigterm = None
+
+
+def main(argv=None) -> int:
+    """``python tests/gpu/mps.py --pes-per-gpu N -- command ...``: run one command under a daemon of its own."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--pes-per-gpu", type=int, required=True)
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no command given")
+    with MpsDaemon(args.pes_per_gpu) as mps:
+        return subprocess.run(command, env={**os.environ, **mps.env}).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
