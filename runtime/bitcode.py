@@ -911,7 +911,7 @@ class _Store:
 
 
 _stores: dict[str, _Store] = {}
-_subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode, unswitch) -> ModuleRef, LRU
+_subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode, unswitch, declare_exported) -> ModuleRef, LRU
 _MAX_SUBSETS = 64
 _closures: dict = {}  # store key -> the last closures extracted while its store is being built
 _MAX_CLOSURES = 4

@@ -24,7 +24,11 @@ path to PTX, inside Numba's own code library:
      them reach the second O3 whole; with ``NVSHMEM_DSL_UNSWITCH=0`` only those of warp or
      block scope are, so loops around thread-scope calls unroll as in C++);
    * links in the NVSHMEM functions it calls, taken from a cached, pre-split
-     copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.bitcode`, a few ms);
+     copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.bitcode`, a few ms) -- but for the large
+     ones (collectives, barriers: :func:`nvshmem_dsl.outline.split`), which stay
+     declarations: the kernel calls them in relocatable objects built once and cached
+     (:mod:`nvshmem_dsl.outline`), which :meth:`NvshmemCodeLibrary._link_all` adds to the
+     link (it reads which from the PTX's ``.extern .func`` declarations);
    * internalizes everything that came from NVSHMEM except the device state
      globals the host library looks up (``nvshmemi_device_state_d`` ...),
      inlines NVSHMEM's API (all ``alwaysinline``), runs O3 on the module once more
@@ -39,8 +43,10 @@ path to PTX, inside Numba's own code library:
      capability (``sm_90a`` etc.), PTX ISA 8.5 or the minimum the SM needs
      (8.6 for sm_100); ``$NVSHMEM_DSL_PTX_VERSION`` overrides it.
 
-   The PTX goes to Numba's usual link step (nvJitLink or the driver) to give
-   the cubin; ``kernel.inspect_asm()`` and ``cuda.compile_ptx`` show it.
+   The PTX goes to Numba's usual link step (nvJitLink or the driver), with the objects of
+   the functions it calls out of line, to give the cubin; ``kernel.inspect_asm()`` and
+   ``cuda.compile_ptx`` show it (a PTX that calls functions out of line needs their objects,
+   :func:`nvshmem_dsl.outline.objects`, to be linked).
    Libraries without NVSHMEM declarations go through ``CUDACodeLibrary``
    unchanged (NVVM).
 3. When numba-cuda loads the cubin (a ``CUlibrary``), the library's setup
@@ -306,7 +312,8 @@ def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
 def link(llvm_strs, cc, opt: int = 3):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
-    target machine for ``cc``.
+    target machine for ``cc``.  The functions :func:`nvshmem_dsl.outline.split` says to call
+    out of line stay declarations (the module still defines the device state).
 
     Externally visible definitions of the Numba modules keep their linkage;
     everything else ends up internal, except
@@ -478,3 +485,7 @@ def install() -> None:
 
 
 install()
+
+from . import _launch  # noqa: E402
+
+_launch.install()  # a launch with more threads than the registers allow names the kernel and the remedies

@@ -1,0 +1,309 @@
+"""Hybrid linking: NVSHMEM's large device routines as calls into cached relocatable objects.
+
+Kernels get NVSHMEM's device functions inlined (:mod:`nvshmem_dsl.numba._linker`).  For the small
+ones (p/g, put/get at every scope, atomics, signals, waits, fence/quiet, queries) that is what
+makes them as fast as C++.  NVSHMEM 3.8's collectives are another matter: each one inlined is
+about 1 MiB of PTX, 9-13 s from a kernel to its cubin on a 2-CPU machine, and well over 64
+registers (a 512-thread block reduction no longer launched).  So the large routines are compiled
+once per (NVSHMEM bitcode, target, register cap), each into a relocatable cubin kept in the cache
+directory, and linked into the kernel as out-of-line calls, the way ``nvcc -rdc`` links a device
+library: the kernel's PTX declares them ``.extern .func``, the link adds their objects.
+
+Which functions: :func:`split`, by one criterion, :func:`is_large`: the number of instructions of
+the function's own body in NVSHMEM's bitcode (what inlining copies into the caller; not its
+out-of-line helpers, which are calls either way), at least :data:`MIN_INSTRUCTIONS`.  Measured on
+NVSHMEM 3.8 (bench/results/outline-cpu-2026-11-24.txt): the small operations have at most 477
+(``put_signal_block``), syncs and barriers 811-991, collectives 1668-12581.
+``NVSHMEM_DSL_OUTLINE`` forces it: ``auto`` (the criterion, default), ``none`` (all inlined, as
+before), ``all`` (every NVSHMEM function out of line); per kernel, ``with override("none"):``
+around the kernel's compilation (its first launch or ``compile()``).
+
+An object (:func:`objects`, built by :func:`object_ptx` and ``ptxas -c``): the function, external,
+and everything it calls from the piece store (:mod:`nvshmem_dsl.bitcode`), internal, with the same
+rewrites as inlined code, lightly optimised (interprocedural constant propagation: NVSHMEM's
+helpers are specialised for their constant arguments, as O3 does in a kernel; the rest was
+optimised by clang), emitted by LLVM's NVPTX backend for the kernel's SM and PTX ISA, and
+assembled by ``ptxas -c`` with at most :data:`MAX_REGISTERS` registers (fewer when the kernel asks
+for fewer), so that the kernel, its callees included, can be launched with 1024 threads a block.
+The device-state globals (:data:`nvshmem_dsl.bitcode.EXPORTED_GLOBALS`) are declared, not defined,
+in the objects: the kernel's module defines them, once per loaded module, where
+``nvshmemx_culibrary_init`` finds them.
+
+Linkers use it through :func:`extern_calls` (the outlined functions a kernel's PTX calls) and
+:func:`objects` (their cubins, to add to the link); nothing here depends on Numba, so that the CuTe
+DSL can link the same objects.
+
+Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`,
+:func:`object_ptx`, :func:`extern_calls`, :func:`ptxas`, :func:`cubin_info`; constants
+:data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import _optable, bitcode, bitcode_rewrites
+
+__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
+           "mode", "object_ptx", "objects", "override", "ptxas", "split", "stats"]
+
+ENV = "NVSHMEM_DSL_OUTLINE"
+MODES = ("auto", "none", "all")
+
+#: The criterion's threshold: an NVSHMEM function whose own body has at least this many
+#: instructions is linked out of line (between the largest small operation, 477, and the smallest
+#: sync, 811, of NVSHMEM 3.8).
+MIN_INSTRUCTIONS = 600
+
+#: Most registers the objects' functions may use (``ptxas -maxrregcount``): 64 lets a kernel
+#: calling them launch 1024 threads a block (65536 registers an SM).
+MAX_REGISTERS = 64
+
+#: Bump when objects are built differently (names the cached objects).
+VERSION = 1
+
+#: Counters for tests and diagnostics: objects built, objects found cached (by :func:`objects`).
+stats = {"builds": 0, "hits": 0}
+
+_forced: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_outline", default=None)
+_stats_lock = threading.Lock()
+
+
+def _check_mode(how: str) -> str:
+    how = (how or "auto").strip().lower()
+    if how not in MODES:
+        raise ValueError(f"{ENV}={how!r}: choose one of {', '.join(MODES)}")
+    return how
+
+
+def mode() -> str:
+    """``auto``, ``none`` or ``all``: the :func:`override` in effect, else ``$NVSHMEM_DSL_OUTLINE``
+    (default ``auto``)."""
+    return _check_mode(_forced.get() or os.environ.get(ENV, "auto"))
+
+
+@contextlib.contextmanager
+def override(how: str):
+    """Compile the kernels compiled inside with outlining ``how`` (``auto``, ``none``, ``all``),
+    whatever ``$NVSHMEM_DSL_OUTLINE`` says, e.g. ``with nv.outline("none"): kernel.compile(sig)``."""
+    token = _forced.set(_check_mode(how))
+    try:
+        yield
+    finally:
+        _forced.reset(token)
+
+
+def is_large(instructions: int) -> bool:
+    """The criterion: whether an NVSHMEM function whose own body has ``instructions``
+    instructions is linked out of line (in ``auto`` mode)."""
+    return instructions >= MIN_INSTRUCTIONS
+
+
+_warned_no_ptxas = False
+
+
+def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
+    """``(inline, outlined)``: the NVSHMEM functions ``names`` to inline into a kernel for SM
+    ``arch`` and those to call in their objects, as :func:`mode` says.  Only functions of the op
+    table are outlined (it gives their type); without ptxas none is."""
+    global _warned_no_ptxas
+    names = frozenset(names)
+    how = mode()
+    if how == "none" or not names:
+        return names, frozenset()
+    if ptxas() is None:
+        if not _warned_no_ptxas:
+            _warned_no_ptxas = True
+            warnings.warn("no ptxas found (CUDA's nvidia-cuda-nvcc wheel or CUDA_HOME): NVSHMEM's "
+                          "collectives are inlined into kernels, which is slow to compile",
+                          RuntimeWarning, stacklevel=2)
+        return names, frozenset()
+    known = names & _optable.device_ops().keys()
+    if how == "all":
+        out = known
+    else:
+        out = {n for n, k in bitcode.body_sizes(known, arch, bc_path).items() if is_large(k)}
+    return names - out, frozenset(out)
+
+
+# `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like
+_EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(nvshmem\w*)", re.M)
+
+
+def extern_calls(ptx) -> frozenset:
+    """The NVSHMEM functions that PTX ``ptx`` (text or a list of texts) declares external: the
+    outlined ones its link needs :func:`objects` for."""
+    texts = [ptx] if isinstance(ptx, (str, bytes)) else ptx
+    return frozenset(n for t in texts
+                     for n in _EXTERN.findall(t.decode() if isinstance(t, bytes) else t))
+
+
+# --------------------------------------------------------------------------
+# Objects
+
+
+@functools.lru_cache(maxsize=None)
+def ptxas() -> str | None:
+    """The ptxas that assembles the objects: the one ``cuda.pathfinder`` finds (the
+    nvidia-cuda-nvcc wheel beside nvJitLink, or CUDA_HOME), else the one on ``PATH``."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+
+        path = find_nvidia_binary_utility("ptxas")
+    except Exception:  # noqa: BLE001 - an older cuda.pathfinder, or none found
+        path = None
+    return path or shutil.which("ptxas")
+
+
+@functools.lru_cache(maxsize=None)
+def _ptxas_options() -> tuple:
+    """``--split-compile=0`` where ptxas has it (CUDA 12.3+): it optimises the functions of an
+    object in threads, one per CPU (a broadcast's object: 5.7 -> 3.1 s on 2 CPUs)."""
+    help_text = subprocess.run([ptxas(), "--help"], capture_output=True, text=True).stdout
+    return ("--split-compile=0",) if "--split-compile" in help_text else ()
+
+
+def _objects_dir() -> Path:
+    folder = bitcode.cache_dir() / "outline"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) -> Path:
+    st = os.stat(ptxas())
+    ident = [VERSION, bitcode._cache_key(bc_path), bitcode_rewrites.mode(), bitcode_rewrites.REVISION,
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns]
+    digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
+    return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
+
+
+def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=None) -> list:
+    """The relocatable cubins (paths) that define the NVSHMEM functions ``names`` for a kernel of
+    SM ``arch`` (the bitcode's) compiled for ``cpu`` and ``features`` (e.g. ``sm_90a``,
+    ``+ptx85``), one per function in the order of ``sorted(names)``, built where not cached
+    (several at once); their functions use at most ``max_registers`` (at most
+    :data:`MAX_REGISTERS`) registers."""
+    cap = min(MAX_REGISTERS, max_registers or MAX_REGISTERS)
+    bc_path = Path(bc_path) if bc_path else bitcode._default_bitcode(arch)
+    paths = {n: _object_path(n, bc_path, cpu, features, cap) for n in sorted(names)}
+    todo = [n for n, p in paths.items() if not p.exists()]
+
+    def build(name):
+        return _build(name, arch, bc_path, cpu, features, cap, paths[name])
+
+    built = 0
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), bitcode._cpus())) as ex:
+            built = sum(ex.map(build, todo))
+    with _stats_lock:
+        stats["builds"] += built
+        stats["hits"] += len(paths) - built
+    return list(paths.values())
+
+
+def _build(name, arch, bc_path, cpu, features, cap, path: Path) -> bool:
+    """Build the object ``path`` of function ``name`` unless another process did meanwhile; True
+    if built here."""
+    with bitcode._file_lock(path.with_suffix(".lock")):
+        if path.exists():
+            return False
+        ptx = object_ptx([name], arch, cpu, features, bc_path)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            src, out = Path(tmp, "o.ptx"), Path(tmp, "o.cubin")
+            src.write_text(ptx)
+            cmd = [ptxas(), "-c", f"-arch={cpu}", "-O3", f"-maxrregcount={cap}", *_ptxas_options(),
+                   str(src), "-o", str(out)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
+                                   f"instead):\n{done.stderr[-3000:]}")
+            os.chmod(out, 0o600)
+            os.replace(out, path)
+        return True
+
+
+def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
+    """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
+    they call, for ``cpu``/``features``; the device-state globals are ``.extern``."""
+    import llvmlite.binding as llvm
+
+    from ._llvm import TRIPLE, function_shape, internalize, run, target_machine
+
+    mod = bitcode.api_module(names, arch, bc_path, declare_exported=True)
+    ops = _optable.device_ops()
+    for name in names:  # the kernel's declarations are checked against the op table
+        have = function_shape(mod.get_function(name).global_value_type)
+        if have != ops[name]["llvm_type"]:
+            raise RuntimeError(f"NVSHMEM's {name} is {have}, the op table says {ops[name]['llvm_type']}")
+    tm = target_machine(cpu, features, 3)
+    mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
+    internalize(mod, set(names))
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
+    run(mod, pb, "ipsccp", "global_opt", "dead_arg_elimination")
+    fpm = llvm.create_new_function_pass_manager()
+    for p in ("instruction_combine", "simplify_cfg", "loop_unroll", "simplify_cfg"):
+        getattr(fpm, f"add_{p}_pass")()  # loop_unroll: the copy loops the copy rewrite marks
+    for fn in mod.functions:
+        if not fn.is_declaration:
+            fpm.run(fn, pb)
+    run(mod, pb, "global_dead_code_eliminate")
+    return tm.emit_assembly(mod)
+
+
+# --------------------------------------------------------------------------
+# Reading a cubin (no CUDA tools needed)
+
+_EIATTR_REGCOUNT = 0x2F
+
+
+def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
+    """``(defined, registers)`` of an ELF cubin: how many times each symbol is defined, and the
+    registers of each function (``.nv.info``'s REGCOUNT; a linked kernel's counts its callees)."""
+    cubin = bytes(cubin)
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    # (name, type, offset, size, link) of each section
+    secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize) for i in range(shnum)]
+
+    def data(i):
+        return cubin[secs[i][2]:secs[i][2] + secs[i][3]]
+
+    def cstr(blob, at):
+        return blob[at:blob.index(b"\0", at)].decode()
+
+    names = data(shstrndx)
+    symbols, defined, registers = [], collections.Counter(), {}
+    for i, (_, kind, _, _, link) in enumerate(secs):
+        if kind == 2:  # SHT_SYMTAB
+            strtab, table = data(link), data(i)
+            for at in range(0, len(table), 24):
+                st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, at)
+                symbols.append(cstr(strtab, st_name))
+                if st_shndx != 0:
+                    defined[symbols[-1]] += 1
+    for i, sec in enumerate(secs):
+        if cstr(names, sec[0]) == ".nv.info":
+            blob, at = data(i), 0
+            while at + 4 <= len(blob):
+                fmt, attr, size = struct.unpack_from("<BBH", blob, at)
+                size = size if fmt == 4 else 0  # EIFMT_SVAL carries `size` bytes
+                if attr == _EIATTR_REGCOUNT and size == 8:
+                    sym, count = struct.unpack_from("<II", blob, at + 4)
+                    registers[symbols[sym]] = count
+                at += 4 + size
+    return defined, registers

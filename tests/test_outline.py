@@ -1,0 +1,219 @@
+"""Hybrid linking (nvshmem_dsl.outline), on the CPU: NVSHMEM's large routines called out of line in
+objects built once, the small ones inlined as before.
+
+Uses the default sm_90 piece store (built on first use, as for tests/test_numba_linker.py) and a
+private folder for the objects (each test run builds the few it links: a sync, a reducescatter, p
+and my_pe, a few seconds each).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("numba.cuda")
+from llvmlite import ir  # noqa: E402
+from numba import cuda, types, uint64  # noqa: E402
+from numba.cuda.compiler import _compile_pyfunc_with_fixup  # noqa: E402
+from numba.cuda.extending import intrinsic  # noqa: E402
+
+import nvshmem_dsl.numba as nv  # noqa: E402
+from nvshmem_dsl import _optable, bitcode, outline  # noqa: E402
+from nvshmem_dsl.numba import _linker  # noqa: E402
+from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
+
+try:
+    bitcode._default_bitcode(90)
+    HAVE_BITCODE = True
+except FileNotFoundError:
+    HAVE_BITCODE = False
+pytestmark = pytest.mark.skipif(not HAVE_BITCODE or outline.ptxas() is None,
+                                reason="no NVSHMEM device bitcode or no ptxas")
+
+CC = (9, 0)
+I32 = types.int32[::1]
+W = nv.Team.TEAM_WORLD
+COLLECTIVE = "nvshmem_int32_sum_reducescatter"
+
+
+@pytest.fixture
+def objects_dir(tmp_path, monkeypatch):
+    """Objects built in a folder of this test's (the piece store stays the shared one)."""
+    monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
+    monkeypatch.delenv(outline.ENV, raising=False)
+    return tmp_path
+
+
+def cubin_of(fn, sig=(I32, I32)):
+    """(PTX, cubin) of kernel ``fn``: Numba's link with nvJitLink, as at a kernel's first launch."""
+    lib, _ = _compile_pyfunc_with_fixup(fn, sig, device=False, abi="numba", cc=CC)
+    (ptx,) = lib.get_asm_strs(cc=CC)
+    cubin = lib.get_cubin(cc=CC)
+    return ptx, bytes(getattr(cubin, "code", cubin)), lib._entry_name
+
+
+def k_collective(dst, src):
+    dst[0] = nv.my_pe()
+    nv.p(dst, 1, 7, 0)
+    nv.sum_reducescatter(W, dst, src, 1)
+    nv.sync_all()
+
+
+def k_small(d, s, u64, n, pe):
+    nv.p(d, 0, 1, pe)
+    d[1] = nv.g(s, 2, pe)
+    nv.put_block(d, s, n, pe)
+    nv.get_warp(d, s, n, pe)
+    u64[0] = nv.atomic_fetch_add(u64, 1, uint64(1), pe)
+    nv.put_signal(d, s, n, u64, 3, uint64(1), nv.SignalOp.SIGNAL_SET, pe)
+    nv.signal_wait_until(u64, 2, nv.Cmp.CMP_GE, uint64(1))
+    nv.fence()
+    nv.quiet()
+
+
+SMALL_SIG = (types.float32[::1], types.float32[::1], types.uint64[::1], types.int64, types.int32)
+
+
+def _same_kernel(ptx: str) -> str:
+    """``ptx`` less what differs between two compilations of one kernel in a process: the ABI tag
+    of the kernel's name and LLVM's numbering of call sequences (``// callseq 174, 0``)."""
+    return re.sub(r"// callseq \d+", "// callseq", re.sub(r"B\d+v\d+B", "B", ptx))
+
+
+# ---------------------------------------------------------------- the criterion
+
+
+def test_criterion_inlines_small_ops_and_outlines_collectives():
+    """Every function of NVSHMEM's small-operation groups is below the threshold, every collective,
+    sync and barrier above it (the data the criterion is written against)."""
+    ops = _optable.device_ops()
+    sizes = bitcode.body_sizes(ops, 90)
+    small = {"rma", "amo", "signal", "wait", "qp", "queries"}
+    for name, n in sizes.items():
+        op = ops[name]
+        if op["group"] in small or op["family"] in ("quiet", "fence", "flush"):
+            assert not outline.is_large(n), (name, n)
+        else:  # collectives; barrier, barrier_all, sync_all, team_sync
+            assert outline.is_large(n), (name, n)
+    inline, out = outline.split(["nvshmem_int_p", "nvshmem_float_g", "nvshmemx_float_put_block",
+                                 "nvshmem_int32_atomic_fetch_add", "nvshmemx_putmem_signal_block",
+                                 "nvshmem_quiet", "nvshmem_uint64_wait_until", COLLECTIVE,
+                                 "nvshmemx_float_sum_reduce_block", "nvshmem_int32_broadcast",
+                                 "nvshmemx_barrier_all_block", "nvshmem_no_such_function"], 90)
+    assert out == {COLLECTIVE, "nvshmemx_float_sum_reduce_block", "nvshmem_int32_broadcast",
+                   "nvshmemx_barrier_all_block"}
+    assert "nvshmem_no_such_function" in inline  # reported by the link, as before
+
+
+def test_modes(monkeypatch):
+    names = {"nvshmem_int_p", COLLECTIVE}
+    monkeypatch.setenv(outline.ENV, "none")
+    assert outline.split(names, 90) == (names, frozenset())
+    with outline.override("all"):
+        assert outline.split(names, 90) == (frozenset(), names)
+        with nv.outline("auto"):
+            assert outline.split(names, 90) == ({"nvshmem_int_p"}, {COLLECTIVE})
+    monkeypatch.setenv(outline.ENV, "sometimes")
+    with pytest.raises(ValueError, match=outline.ENV):
+        outline.mode()
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def test_collective_is_called_in_its_object(objects_dir):
+    builds, hits = outline.stats["builds"], outline.stats["hits"]
+    ptx, cubin, entry = cubin_of(k_collective)
+    # the collective and the sync are declared and called, not defined; p and my_pe are inlined
+    assert outline.extern_calls(ptx) == {COLLECTIVE, "nvshmem_sync_all"}
+    assert re.search(rf"^\s*call[^;]*\b{COLLECTIVE},", ptx, re.M)
+    assert not re.search(rf"^\.visible \.func[^\n]*\b{COLLECTIVE}\b", ptx, re.M)
+    assert not re.search(r"^\s*call[^;]*\bnvshmem_(int32_p|my_pe)\b", ptx, re.M)
+    assert re.search(r"^\.visible \.const [^\n]*nvshmemi_device_state_d", ptx, re.M)
+    assert len(ptx) < 100_000  # inlined, the reducescatter alone is ~500 KiB of PTX
+    assert outline.stats["builds"] == builds + 2
+    assert sorted(p.name.split("-")[0] for p in objects_dir.glob("*.cubin")) == [COLLECTIVE, "nvshmem_sync_all"]
+
+    defined, _ = outline.cubin_info(cubin)
+    assert defined[COLLECTIVE] == 1
+    for name in bitcode.EXPORTED_GLOBALS:  # the kernel's, once: the objects only declare them
+        assert defined[name] == 1, name
+
+    def k_again(dst, src):  # another kernel: the object comes from the cache
+        nv.sum_reducescatter(W, dst, src, 2)
+
+    _, cubin, entry = cubin_of(k_again)
+    assert outline.stats["builds"] == builds + 2 and outline.stats["hits"] == hits + 1
+    defined, registers = outline.cubin_info(cubin)
+    assert defined[COLLECTIVE] == 1 and defined["nvshmemi_device_state_d"] == 1
+    # callees included (the inlined p of the first kernel brings NVSHMEM's transport helpers and
+    # their 100-odd registers): 1024 threads a block
+    assert registers[entry] <= outline.MAX_REGISTERS
+
+
+def test_small_ops_ptx_is_unchanged(monkeypatch):
+    monkeypatch.setenv(outline.ENV, "none")
+    before, _ = cuda.compile_ptx(k_small, SMALL_SIG, cc=CC)
+    monkeypatch.setenv(outline.ENV, "auto")
+    after, _ = cuda.compile_ptx(k_small, SMALL_SIG, cc=CC)
+    assert outline.extern_calls(after) == set()
+    assert _same_kernel(after) == _same_kernel(before)
+
+
+def test_forcing(objects_dir):
+    def k(dst, src):
+        dst[0] = nv.my_pe()
+        nv.p(dst, 1, 7, 0)
+
+    with nv.outline("all"):  # every NVSHMEM function in an object: the kernel still defines the state
+        ptx, cubin, _ = cubin_of(k)
+    assert outline.extern_calls(ptx) == {"nvshmem_my_pe", "nvshmem_int32_p"}
+    defined, _ = outline.cubin_info(cubin)
+    assert defined["nvshmemi_device_state_d"] == 1 and defined["nvshmem_int32_p"] == 1
+
+    def k_none(dst, src):
+        nv.sum_reducescatter(W, dst, src, 1)
+
+    with nv.outline("none"):  # the collective inlined, as before hybrid linking
+        ptx, _ = cuda.compile_ptx(k_none, (I32, I32), cc=CC)
+    assert outline.extern_calls(ptx) == set() and not re.search(rf"\b{COLLECTIVE}\b", ptx)
+
+
+@intrinsic
+def sync_all_wrong_type(typingctx):
+    def codegen(context, builder, sig, args):
+        fn = declare_device_function(builder, "nvshmem_sync_all", ir.FunctionType(ir.IntType(32), []))
+        return builder.call(fn, [])
+
+    return types.int32(), codegen
+
+
+def test_wrong_type_of_an_outlined_function_is_reported(objects_dir):
+    def k(a):
+        a[0] = sync_all_wrong_type()
+
+    with pytest.raises(_linker.NvshmemLinkError, match="nvshmem_sync_all"):
+        cuda.compile_ptx(k, (I32,), cc=CC)
+
+
+def test_object_declares_the_device_state():
+    ptx = outline.object_ptx(["nvshmem_sync_all"], 90, "sm_90", "+ptx85")
+    assert re.search(r"^\.visible \.func[^\n]*\bnvshmem_sync_all\b", ptx, re.M)
+    assert re.search(r"^\.extern \.const [^\n]*\bnvshmemi_device_state_d\b", ptx, re.M)
+    assert not re.search(r"^\.(visible|weak) [^\n]*\bnvshmemi_\w+_d\b", ptx, re.M)
+
+
+def test_kernel_register_limit_caps_the_objects(objects_dir):
+    """A kernel compiled with max_registers=32 links objects built with that cap."""
+    (path,) = outline.objects(["nvshmem_sync_all"], 90, "sm_90", "+ptx85", max_registers=32)
+    assert "-r32-" in path.name and path.parent == objects_dir
+    registers = outline.cubin_info(path.read_bytes())[1]
+    assert registers and max(registers.values()) <= 32
+
+
+def test_extern_calls():
+    ptx = (".extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(\n"
+           ".extern .func nvshmem_barrier_all\n()\n.extern .func vprintf(\n"
+           ".visible .func nvshmem_quiet()\n")
+    assert outline.extern_calls([ptx]) == {"nvshmem_int32_broadcast", "nvshmem_barrier_all"}
