@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # The CUDA flavour of the NVSHMEM wheel and numba-cuda to install: cu12 or cu13.
 CUDA   ?= cu12
-EXTRAS ?= $(CUDA),cute,mpi,test,docs
+EXTRAS ?= $(CUDA),cute,triton,mpi,test,docs
 
 .PHONY: demo test test-all generate check-generated docs gpu-test bench bench-check clean
 

@@ -19,6 +19,7 @@ class Dtype:
     numpy: str = ""
     numba: str = ""
     cute: str = ""
+    triton: str = ""
     abi: str = "scalar"   # struct: half/bfloat16 travel as byval pointers / aggregate returns
 
     @property

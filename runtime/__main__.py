@@ -20,7 +20,7 @@ def _versions() -> list[tuple[str, str]]:
                  ("bitcode", f"{inst.layout}: {', '.join(p.name for p in inst.bitcode_files)}")]
     except Exception as exc:  # noqa: BLE001 - report, don't fail
         rows.append(("NVSHMEM", f"not found: {str(exc).splitlines()[0]}"))
-    for dist in ("numba-cuda", "llvmlite", "nvidia-cutlass-dsl", "cuda-core", "mpi4py"):
+    for dist in ("numba-cuda", "llvmlite", "nvidia-cutlass-dsl", "triton", "cuda-core", "mpi4py"):
         rows.append((dist, metadata.version(dist) if _installed(dist) else "not installed"))
     return rows
 
@@ -51,19 +51,20 @@ def _gpus() -> list[str]:
 _MPS_WORDS = {True: "on", False: "off", None: "unknown"}
 
 
-def _coverage() -> list[tuple[str, int, int, int, int]]:
-    """Per family: C device functions, Numba functions, CuTe functions, host functions."""
+def _coverage() -> list[tuple[str, int, int, int, int, int]]:
+    """Per family: C device functions, Numba, CuTe and Triton functions, host functions."""
     from . import _optable
     table = _optable.table()
     dev = collections.Counter(op["family"] for op in table["device"])
     host = collections.Counter(op["family"] for op in table["host"])
     dsl = {}
-    for name in ("numba_api", "cute_api"):  # the generated per-DSL tables (plain data)
+    for name in ("numba_api", "cute_api", "triton_api"):  # the generated per-DSL tables (plain data)
         apis = set(__import__(f"nvshmem_dsl._generated.{name}", fromlist=["__all__"]).__all__)
         dsl[name] = collections.Counter(op["family"] for op in {o["api"]: o for o in table["device"]
                                                                  if o["api"] in apis}.values())
     families = list(dict.fromkeys([op["family"] for op in table["device"]] + [op["family"] for op in table["host"]]))
-    return [(f, dev[f], dsl["numba_api"][f], dsl["cute_api"][f], host[f]) for f in families]
+    return [(f, dev[f], dsl["numba_api"][f], dsl["cute_api"][f], dsl["triton_api"][f], host[f])
+            for f in families]
 
 
 def info() -> int:
@@ -110,17 +111,38 @@ def _sample_cute() -> str:
     return f"CuTe ring put_block -> {len(ptx) // 1024} KiB of PTX for sm_90a in {time.perf_counter() - t0:.1f} s"
 
 
+def _sample_triton() -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import triton as nvt
+    # Triton reads kernel sources against the module's globals: publish the names there.
+    globals().update(triton=triton, nvt=nvt)
+
+    @triton.jit
+    def ring_put(dst, src, n):
+        nvt.put_block(dst, src, n, (nvt.my_pe() + 1) % nvt.n_pes())
+
+    t0 = time.perf_counter()
+    kernel = triton.compile(ASTSource(fn=ring_put, signature={"dst": "*fp32", "src": "*fp32", "n": "i64"},
+                                      constexprs={}), target=GPUTarget("cuda", 90, 32))
+    ptx = kernel.asm["ptx"]
+    return (f"Triton ring put_block -> {len(ptx) // 1024} KiB of PTX and a cubin for sm_90a in "
+            f"{time.perf_counter() - t0:.1f} s")
+
+
 def demo() -> int:
     print("nvshmem-dsl: the NVSHMEM device API for Python GPU DSLs, from one spec\n")
     info()
     rows = _coverage()
-    print(f"\n{'family':<34}{'C device':>9}{'Numba':>7}{'CuTe':>6}{'host':>6}")
-    for fam, c, nb, cu, h in rows:
-        print(f"{fam:<34}{c:>9}{nb:>7}{cu:>6}{h:>6}")
-    tot = [sum(r[i] for r in rows) for i in range(1, 5)]
-    print(f"{'total':<34}{tot[0]:>9}{tot[1]:>7}{tot[2]:>6}{tot[3]:>6}")
-    print("(C device: C functions in the bitcode; Numba/CuTe: DSL functions, each dispatching over dtypes)\n")
-    for sample in (_sample_numba, _sample_cute):
+    print(f"\n{'family':<34}{'C device':>9}{'Numba':>7}{'CuTe':>6}{'Triton':>7}{'host':>6}")
+    for fam, c, nb, cu, tr, h in rows:
+        print(f"{fam:<34}{c:>9}{nb:>7}{cu:>6}{tr:>7}{h:>6}")
+    tot = [sum(r[i] for r in rows) for i in range(1, 6)]
+    print(f"{'total':<34}{tot[0]:>9}{tot[1]:>7}{tot[2]:>6}{tot[3]:>7}{tot[4]:>6}")
+    print("(C device: C functions in the bitcode; Numba/CuTe/Triton: DSL functions, each dispatching over dtypes)\n")
+    for sample in (_sample_numba, _sample_cute, _sample_triton):
         try:
             print(sample())
         except Exception as exc:  # noqa: BLE001 - a demo reports what fails

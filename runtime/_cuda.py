@@ -84,6 +84,20 @@ def library_uses_nvshmem(handle: int) -> bool:
     return True
 
 
+def module_uses_nvshmem(handle: int) -> bool:
+    """Whether the loaded ``CUmodule`` ``handle`` holds NVSHMEM's device state
+    (:data:`nvshmem_dsl.bitcode.DEVICE_STATE`): it then needs ``nvshmemx_cumodule_init`` before
+    its kernels run (Triton loads its kernels as modules)."""
+    from .bitcode import DEVICE_STATE
+
+    drv = driver()
+    err = drv.cuModuleGetGlobal(drv.CUmodule(int(handle)), DEVICE_STATE.encode())[0]
+    if int(err) == int(drv.CUresult.CUDA_ERROR_NOT_FOUND):
+        return False
+    _check((err, None), f"cuModuleGetGlobal({DEVICE_STATE})")
+    return True
+
+
 def device_count() -> int:
     """Number of visible CUDA devices; NvshmemInitError when there is no driver."""
     init_driver()

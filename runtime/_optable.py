@@ -69,11 +69,16 @@ def _device_symbols_by_api() -> dict[str, list[str]]:
     return out
 
 
-def api_doc(api: str, dispatch: dict, container: str) -> str:
+def api_doc(api: str, dispatch: dict, container: str, count_default: bool = True) -> str:
     """The docstring of DSL function `api` for a DSL whose data arguments are `container`s:
-    the shared text of the spec (generated/device_api.py) and this DSL's dtype -> C function."""
+    the shared text of the spec (generated/device_api.py) and this DSL's dtype -> C function.
+    `count_default=False` (Triton: pointers carry no size) drops the call form that leaves the
+    element count out."""
     from ._generated.device_api import DOCS
-    lines = [DOCS[api].replace("{container}", container).rstrip(), "", "C function per element dtype:"]
+    text = DOCS[api].replace("{container}", container).rstrip()
+    if not count_default:
+        text = "\n".join(line for line in text.split("\n") if "# count = min of the" not in line)
+    lines = [text, "", "C function per element dtype:"]
     lines += [f"    {key if key is not None else '(any)'}: {sym}" for key, sym in dispatch.items()]
     others = [sym for sym in _device_symbols_by_api()[api] if sym not in dispatch.values()]
     if others:

@@ -6,7 +6,8 @@ own copy of NVSHMEM's device state, which the host fills in once, after
 reference-counted per handle: a handle initialised twice is finalized once, when
 its count drops to zero.  :func:`install_dsl_hooks` registers them with the
 Numba and CuTe layers of nvshmem_dsl (which call them with ``CUlibrary``
-handles as they load kernels); :func:`nvshmem_dsl.init` does so automatically.
+handles as they load kernels) and the Triton layer (``CUmodule`` handles);
+:func:`nvshmem_dsl.init` does so automatically.
 """
 
 from __future__ import annotations
@@ -140,16 +141,45 @@ def _dsl_library_finalize(handle: Any) -> None:
         library_finalize(h)
 
 
-def install_dsl_hooks(*, import_layers: bool = False) -> dict[str, bool]:
-    """Register :func:`library_init` / finalize with the DSL layers that are loaded.
+def _dsl_module_finalize(handle: Any) -> None:
+    """Finalize hook for the layers that load CUmodules (Triton): as :func:`_dsl_library_finalize`."""
+    try:
+        h = _handle(handle)
+    except (TypeError, ValueError):
+        return
+    with _lock:
+        known = ("cumodule", h) in _refs
+    if known:
+        module_finalize(h)
 
-    By default only layers already imported are wired (importing Numba or the
-    CuTe DSL just for this would make ``init()`` slow); pass ``import_layers=True``
+
+#: The DSL layers: (name, module holding its hooks, init and finalize hook functions). Numba and
+#: CuTe load their kernels as CUlibrary handles, Triton as CUmodule handles.
+_LAYERS = (
+    ("numba", "nvshmem_dsl.numba._linker", "library"),
+    ("cute", "nvshmem_dsl.cute._compile", "library"),
+    ("triton", "nvshmem_dsl.triton._compile", "module"),
+)
+
+
+def _layer_hooks(kind: str):
+    if kind == "module":
+        return module_init, _dsl_module_finalize
+    return library_init, _dsl_library_finalize
+
+
+def install_dsl_hooks(*, import_layers: bool = False) -> dict[str, bool]:
+    """Register :func:`library_init` / finalize (:func:`module_init` for Triton, whose kernels
+    are CUmodules) with the DSL layers that are loaded.
+
+    By default only layers already imported are wired (importing Numba, the CuTe DSL or
+    Triton just for this would make ``init()`` slow); pass ``import_layers=True``
     to import them.  Missing layers or hook functions are skipped.  Returns
     {layer: wired}.
     """
     result = {}
-    for layer, module_name in (("numba", "nvshmem_dsl.numba._linker"), ("cute", "nvshmem_dsl.cute._compile")):
+    for layer, module_name, kind in _LAYERS:
+        init_fn, finalize_fn = _layer_hooks(kind)
         module = sys.modules.get(module_name)
         if module is None and import_layers:
             try:
@@ -165,15 +195,15 @@ def install_dsl_hooks(*, import_layers: bool = False) -> dict[str, bool]:
             add_fin = getattr(module, "add_module_finalize_hook", None)
             set_fin = getattr(module, "set_module_finalize_hook", None)
             if add_init is not None:
-                add_init(library_init)
+                add_init(init_fn)
                 wired = True
             elif set_init is not None:
-                set_init(library_init)
+                set_init(init_fn)
                 wired = True
             if add_fin is not None:
-                add_fin(_dsl_library_finalize)
+                add_fin(finalize_fn)
             elif set_fin is not None:
-                set_fin(_dsl_library_finalize)
+                set_fin(finalize_fn)
         _installed[layer] = wired
         result[layer] = wired
     return result
@@ -193,19 +223,20 @@ def wire_if_running() -> None:
 def uninstall_dsl_hooks() -> None:
     """Take our hooks out of the DSL layers again (done by finalize: modules loaded while
     the runtime is down must not call into it)."""
-    for module_name in ("nvshmem_dsl.numba._linker", "nvshmem_dsl.cute._compile"):
+    for _, module_name, kind in _LAYERS:
+        init_fn, finalize_fn = _layer_hooks(kind)
         module = sys.modules.get(module_name)
         if module is None:
             continue
         remove_init = getattr(module, "remove_module_init_hook", None)
         remove_fin = getattr(module, "remove_module_finalize_hook", None)
         if remove_init is not None:
-            remove_init(library_init)
-        elif getattr(module, "_init_hook", None) is library_init and hasattr(module, "set_module_init_hook"):
+            remove_init(init_fn)
+        elif getattr(module, "_init_hook", None) is init_fn and hasattr(module, "set_module_init_hook"):
             module.set_module_init_hook(None)
         if remove_fin is not None:
-            remove_fin(_dsl_library_finalize)
-        elif getattr(module, "_finalize_hook", None) is _dsl_library_finalize and hasattr(
+            remove_fin(finalize_fn)
+        elif getattr(module, "_finalize_hook", None) is finalize_fn and hasattr(
             module, "set_module_finalize_hook"
         ):
             module.set_module_finalize_hook(None)

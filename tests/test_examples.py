@@ -30,11 +30,21 @@ def test_cute_ring_example_compiles_with_nvshmem_inlined():
 
 @pytest.mark.parametrize("name", ["numba_put_signal_pipeline", "numba_allreduce", "numba_halo_exchange"])
 def test_numba_examples_compile_with_nvshmem_inlined(name):
+    """NVSHMEM's code inlined, but for the large routines (collectives, barriers) that
+    nvshmem_dsl.outline calls in their objects: no NVSHMEM function is defined in the PTX, and
+    the only ones called are those."""
+    import re
+
     pytest.importorskip("numba.cuda")
+    from nvshmem_dsl import outline
+
     example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
     for ptx in example["compile_check"]():
         assert "nvshmemi_device_state_d" in ptx
-        assert ".func nvshmem" not in ptx and "call.uni nvshmem_" not in ptx
+        assert not re.search(r"^(?:\.visible |\.weak )?\.func\s+(?:\([^)]*\)\s*)?nvshmem", ptx, re.M)
+        outlined = outline.extern_calls(ptx)
+        calls = set(re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)", ptx))
+        assert calls <= outlined == outline.split(outlined, 90)[1], (calls, outlined)
 
 
 @pytest.mark.parametrize("name", ["cute_put_signal_pipeline", "cute_allreduce", "cute_halo_exchange"])
@@ -43,3 +53,33 @@ def test_cute_examples_compile_with_nvshmem_inlined(name):
     example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
     for ptx in example["compile_check"]():
         assert "nvshmemi_device_state_d" in ptx and ".func nvshmem" not in ptx
+
+
+@pytest.mark.parametrize("name", ["triton_ring_put_get", "triton_put_signal_pipeline", "triton_allreduce",
+                                  "triton_halo_exchange"])
+def test_triton_examples_compile_with_nvshmem_inlined(name, tmp_path, monkeypatch):
+    """To PTX (Triton's cubin stage left out); the collective of the all-reduce is the one
+    NVSHMEM function left a call (to its object, linked with the cubin)."""
+    import re
+
+    triton = pytest.importorskip("triton")
+    import nvshmem_dsl.triton  # noqa: F401  (installs the compile hooks)
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    ours = triton.knobs.runtime.add_stages_inspection_hook
+
+    def ptx_only(*args):
+        if not args:
+            key, hsh = ours()
+            return key + "-ptx-only", hsh + "-ptx-only"
+        ours(*args)
+        args[1]["cubin"] = lambda src, metadata: b""
+
+    monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", ptx_only)
+    example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
+    for kernel in example["compile_check"]():
+        ptx = kernel.asm["ptx"]
+        assert "nvshmemi_device_state_d" in ptx
+        externs = set(re.findall(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(nvshmem\w*)", ptx, re.M))
+        calls = set(re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)", ptx))
+        assert calls <= externs <= {"nvshmemx_float_sum_reduce_block", "nvshmemx_sync_all_block"}, (calls, externs)

@@ -1098,7 +1098,8 @@ def test_install_dsl_hooks(monkeypatch):
                                       set_module_finalize_hook=lambda fn: got.setdefault("cute_fin", fn))
     monkeypatch.setitem(sys.modules, "nvshmem_dsl.numba._linker", numba_stub)
     monkeypatch.setitem(sys.modules, "nvshmem_dsl.cute._compile", cute_stub)
-    assert nv.install_dsl_hooks() == {"numba": True, "cute": True}
+    monkeypatch.delitem(sys.modules, "nvshmem_dsl.triton._compile", raising=False)
+    assert nv.install_dsl_hooks() == {"numba": True, "cute": True, "triton": False}
     assert got["numba_init"] is module_init.library_init and got["cute_init"] is module_init.library_init
     got["cute_fin"](0x777)  # a handle never initialised: tolerated
     removed = []
@@ -1111,7 +1112,7 @@ def test_install_dsl_hooks(monkeypatch):
     assert removed == [module_init.library_init, module_init._dsl_library_finalize, ("cute", None), ("cute_fin", None)]
     monkeypatch.delitem(sys.modules, "nvshmem_dsl.numba._linker")
     monkeypatch.delitem(sys.modules, "nvshmem_dsl.cute._compile")
-    assert nv.install_dsl_hooks() == {"numba": False, "cute": False}
+    assert nv.install_dsl_hooks() == {"numba": False, "cute": False, "triton": False}
 
 
 # --------------------------------------------------------------------------- public API

@@ -10,6 +10,7 @@ from collections import Counter
 
 from ..model import Op, Spec
 from . import render, with_header
+from .dsl import DSLS, Dsl
 from .views import ApiFunction, api_functions
 
 _TICK = re.compile(r"(?<![`\w])`([^`\n]+)`(?![`\w])")
@@ -28,15 +29,15 @@ def rst(text: str) -> str:
     return "".join(out)
 
 
-def _call_forms(api: ApiFunction) -> list[str]:
+def _call_forms(api: ApiFunction, count_default: bool = True) -> list[str]:
     names = [p.name for p in api.first.params]
     forms = [f"{api.name}({', '.join(names)})"]
-    if api.has_count:
+    if api.has_count and count_default:
         forms.append(f"{api.name}({', '.join(p.name for p in api.first.params if p.role != 'count')})")
     return forms
 
 
-def _families(spec: Spec, apis: list[ApiFunction]) -> list[dict]:
+def _families(spec: Spec, apis: list[ApiFunction], dsl: Dsl) -> list[dict]:
     """Group -> families -> their DSL functions, in spec order."""
     by_family: dict[str, list[ApiFunction]] = {}
     for api in apis:
@@ -49,7 +50,7 @@ def _families(spec: Spec, apis: list[ApiFunction]) -> list[dict]:
         params: dict[str, str] = {}
         for api in fapis:
             for p in api.first.params:
-                params.setdefault(p.name, spec.roles[p.role] + (" (array)" if p.pointer else ""))
+                params.setdefault(p.name, spec.roles[p.role] + (f" ({dsl.container})" if p.pointer else ""))
         groups.setdefault(fam.group, []).append({
             "name": fam.name,
             "summary": rst(fapis[0].first.summary),
@@ -59,7 +60,7 @@ def _families(spec: Spec, apis: list[ApiFunction]) -> list[dict]:
             "params": list(params.items()),
             "apis": [{
                 "name": a.name,
-                "forms": _call_forms(a),
+                "forms": _call_forms(a, dsl.count_default),
                 "scope": a.scope,
                 "nbi": a.nbi,
                 "dtypes": list(a.dtypes),
@@ -89,20 +90,23 @@ def _host(spec: Spec) -> list[dict]:
     return [{"name": g, "doc": rst(spec.groups.get(g, "")), "families": f} for g, f in groups.items()]
 
 
-def _coverage(spec: Spec, numba: list[ApiFunction], cute: list[ApiFunction]) -> dict:
+def _coverage(spec: Spec, apis: dict[str, list[ApiFunction]]) -> dict:
+    """Family x scope cells: the DSLs that have functions there (their DSLS letters), how many DSL
+    functions (the same in every DSL) over how many device C functions; host C functions."""
     scopes = list(spec.scopes)
     count = Counter((o.side, o.family, o.scope) for side in ("device", "host") for o in spec.ops_for(side))
-    fns = {name: Counter((a.family, a.scope) for a in apis) for name, apis in (("N", numba), ("C", cute))}
+    fns = {DSLS[dsl].letter: Counter((a.family, a.scope) for a in fapis) for dsl, fapis in apis.items()}
     rows = []
     totals = {"device": 0, "host": 0}
     for fam in spec.families:
         cells = []
         for sc in scopes:
             dev, host = count[("device", fam.name, sc)], count[("host", fam.name, sc)]
-            n, c = fns["N"][(fam.name, sc)], fns["C"][(fam.name, sc)]
+            have = {letter: c[(fam.name, sc)] for letter, c in fns.items()}
+            n = max(have.values(), default=0)
             parts = []
-            if n or c:
-                parts.append(" ".join(x for x, k in (("N", n), ("C", c)) if k) + f" {n}fn/{dev}")
+            if n:
+                parts.append(" ".join(x for x, k in have.items() if k) + f" {n}fn/{dev}")
             elif dev:
                 parts.append(f"raw {dev}")
             if host:
@@ -112,25 +116,27 @@ def _coverage(spec: Spec, numba: list[ApiFunction], cute: list[ApiFunction]) -> 
             totals["host"] += host
         rows.append({"name": fam.name, "group": fam.group, "cells": cells})
     return {"scopes": scopes, "rows": rows, "totals": totals,
-            "n_numba": len(numba), "n_cute": len(cute)}
+            "dsls": [{"letter": DSLS[d].letter, "title": DSLS[d].title, "module": f"nvshmem_dsl.{d}",
+                      "n": len(fapis)} for d, fapis in apis.items()]}
 
 
 def emit(spec: Spec) -> dict[str, str]:
-    numba = api_functions(spec, "numba")
-    cute = api_functions(spec, "cute")
+    apis = {dsl: api_functions(spec, row.column) for dsl, row in DSLS.items()}
     pages = {
-        "numba_api.rst": render("docs_dsl_api.rst.j2", spec=spec, dsl="numba", module="nvshmem_dsl.numba",
-                                title="Numba-CUDA device API", n_apis=len(numba),
-                                groups=_families(spec, numba), array="array"),
-        "cute_api.rst": render("docs_dsl_api.rst.j2", spec=spec, dsl="cute", module="nvshmem_dsl.cute",
-                               title="CuTe DSL device API", n_apis=len(cute),
-                               groups=_families(spec, cute), array="tensor"),
+        f"{dsl}_api.rst": render("docs_dsl_api.rst.j2", spec=spec, dsl=dsl, module=f"nvshmem_dsl.{dsl}",
+                                 title=row.title, n_apis=len(apis[dsl]),
+                                 groups=_families(spec, apis[dsl], row), array=row.container,
+                                 count_default=row.count_default,
+                                 others=[DSLS[d].title.split(" device")[0] for d in DSLS])
+        for dsl, row in DSLS.items()
+    }
+    pages.update({
         "host_api.rst": render("docs_host_api.rst.j2", spec=spec, groups=_host(spec),
                                n_host=len(spec.ops_for("host"))),
         "constants.rst": render("docs_constants.rst.j2", spec=spec,
                                 groups=[{"name": g.name, "doc": rst(g.doc), "c_type": g.c_type,
                                          "members": [(v.name, v.c, v.value, rst(v.doc)) for v in g.values]}
                                         for g in spec.constants.values()]),
-        "coverage.rst": render("docs_coverage.rst.j2", spec=spec, cov=_coverage(spec, numba, cute)),
-    }
+        "coverage.rst": render("docs_coverage.rst.j2", spec=spec, cov=_coverage(spec, apis)),
+    })
     return {f"docs/{name}": with_header(body, spec.digest, "..") for name, body in pages.items()}

@@ -2,8 +2,8 @@
 from the source file (no import: the docs build needs neither Numba nor a GPU), so that a page
 says what the code's own documentation says instead of restating it.
 
-The signature drops the parameters Numba's ``@intrinsic`` typers take first (``typingctx``);
-the docstring is reStructuredText.
+The signature drops the parameters Numba's ``@intrinsic`` typers take first (``typingctx``)
+and the one Triton passes its builtins (``_semantic``); the docstring is reStructuredText.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
-HIDDEN_PARAMS = ("typingctx",)
+HIDDEN_PARAMS = ("typingctx", "_semantic")
 
 
 def signature_and_doc(path: Path, name: str) -> tuple[str, str]:

@@ -29,6 +29,7 @@ SUITES = {  # DSL -> test files
     "host": ["tests/test_host_gpu.py"],
     "numba": ["tests/gpu/test_numba_gpu.py"],
     "cute": ["tests/gpu/test_cute_gpu.py"],
+    "triton": ["tests/gpu/test_triton_gpu.py"],
     "limited": ["tests/gpu/test_limited_mpg.py"],  # run with --no-mps and several PEs per GPU
 }
 LAUNCHERS = ("launcher", "mpirun", "torchrun")

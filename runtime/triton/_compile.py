@@ -1,0 +1,744 @@
+"""NVSHMEM device code in Triton kernels: linked, inlined, and initialised at load.
+
+The route
+=========
+
+Triton lowers a kernel to LLVM IR with its own LLVM (stage ``llir``), then to PTX (``ptx``) and
+a cubin (``cubin``, ptxas).  Triton's LLVM cannot be given NVSHMEM's bitcode (written by clang
+22; Triton 3.6's LLVM may not read it, and linking the whole 54 MB library into every kernel is
+what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
+
+1. In the kernel, :mod:`nvshmem_dsl.triton._calls` calls an extern ``__nvshmem_dsl_tt_<C
+   symbol>`` through ``core.extern_elementwise`` (no library: ``lib_path`` empty), with
+   addresses as int64 and every other argument of the C parameter's type.  Triton's ``llir``
+   stage leaves it a declaration.
+2. :func:`install` hooks Triton's pipeline (``knobs.runtime.add_stages_inspection_hook``, in
+   Triton 3.6 and 3.9).  For a kernel whose LLVM IR declares such externs, the ``ptx`` stage is
+   ours (:func:`compile_ptx`): the IR is parsed with llvmlite (LLVM 22), each extern is defined
+   as a small ``alwaysinline`` function around the C function (:func:`shim_module`: the address
+   back to a pointer, half/bfloat16 by value; who calls, see below), the NVSHMEM functions they
+   call are linked from the cached piece store (:mod:`nvshmem_dsl.bitcode`, the one the Numba
+   path builds), everything from NVSHMEM is internalized but the device-state globals, NVSHMEM's
+   API is inlined, and the module optimised once more at O3 (with the same non-trivial loop
+   unswitching as Numba kernels, ``NVSHMEM_DSL_UNSWITCH``).  LLVM's NVPTX backend then emits the
+   PTX, for the kernel's SM and Triton's PTX ISA, with NVSHMEM's (LLVM's default) data layout,
+   or with Triton's 32-bit shared pointers where its inline assembly needs them
+   (:func:`_needs_short_pointers`); Triton's own post-processing of PTX is repeated (kernel name
+   into the metadata, ``.version``, ``.target``).  Kernels without NVSHMEM externs take Triton's
+   stages unchanged.
+3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.outline.split`) stay
+   calls into relocatable objects compiled once (:mod:`nvshmem_dsl.outline`, the Numba path's
+   cache); when the PTX calls one, the ``cubin`` stage is ours too: nvJitLink links the PTX with
+   those objects (:func:`link_cubin`).  Without nvJitLink they are inlined instead.
+4. When Triton loads a kernel's cubin (``knobs.runtime.kernel_load_end_hook``), a module that
+   holds NVSHMEM's device state gets ``nvshmemx_cumodule_init`` (through the hooks
+   :func:`nvshmem_dsl.module_init.install_dsl_hooks` registers, at :func:`nvshmem_dsl.init`)
+   before its first launch; ``kernel_unload_hook`` (Triton 3.9) finalizes it.  This covers
+   ``triton.jit`` launches, autotuning and kernels from Triton's cache alike.
+
+Who calls (the shims): Triton runs a program's scalar code in every thread of its CTA.  Block
+scope functions are called by all of them.  Thread-, warp- and warpgroup-scope functions by
+thread 0, warp 0 or the first 128 threads only (a warpgroup-scope call needs ``num_warps >= 4``,
+checked here); then the CTA synchronises (``barrier.sync 0``) and a result is broadcast through
+8 bytes of shared memory.  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`)
+are made by every thread.  NVSHMEM calls must therefore be reached by all threads of a program
+together (not in warp-specialised partitions), as Triton's own ``tl.debug_barrier`` must.
+
+Triton's cache: the compile key of each kernel includes :func:`identity` (this package's
+linker sources, the op table, llvmlite, the NVSHMEM bitcode files and the environment variables
+that change the code): with Triton 3.9 through the inspection hook's key (``(key, hash)`` when
+the hook is called without arguments); Triton 3.6 has no such key, so there the NVIDIA backend's
+``hash()`` is extended with it.  Either way every kernel's key, NVSHMEM or not, differs from
+what it is without nvshmem_dsl.triton imported (a kernel compiled before is compiled once more).
+
+Limits: FP contraction follows LLVM's defaults in NVSHMEM kernels (Triton's
+``enable_fp_fusion`` is not passed to llvmlite's target machine); kernels with ``num_ctas > 1``
+(a cluster per program) are refused; the broadcast slot is 8 bytes of static shared memory
+beside Triton's dynamic shared memory.
+
+Public: :func:`install`, :func:`uninstall`, :func:`compile_ptx`, :func:`shim_module`,
+:func:`link_cubin`, :func:`identity`, :func:`nvshmem_externs`, the module hooks
+(:func:`add_module_init_hook` ...), :class:`NvshmemLinkError`; counters :data:`stats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import threading
+import warnings
+from pathlib import Path
+
+from .. import _optable
+from ._calls import SHIM_PREFIX, form
+
+__all__ = [
+    "NvshmemLinkError",
+    "add_module_finalize_hook",
+    "add_module_init_hook",
+    "compile_ptx",
+    "identity",
+    "install",
+    "link_cubin",
+    "nvshmem_externs",
+    "remove_module_finalize_hook",
+    "remove_module_init_hook",
+    "set_module_init_hook",
+    "shim_module",
+    "stats",
+    "uninstall",
+]
+
+#: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
+SHIM_VERSION = 1
+
+TRIPLE = "nvptx64-nvidia-cuda"
+
+#: A declaration of one of our externs in Triton's LLVM IR; group 1: the C symbol.
+_DECLARATION = re.compile(r'^declare [^\n]*?@"?' + SHIM_PREFIX + r'(nvshmem\w*)"?\(([^)\n]*)\)', re.M)
+_DATA_LAYOUT = re.compile(r'^target datalayout = "([^"]*)"', re.M)
+
+#: LLVM type of each Triton dtype at the extern boundary.
+_LLVM = {"int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32",
+         "uint32": "i32", "int64": "i64", "uint64": "i64", "fp16": "half", "bf16": "bfloat",
+         "fp32": "float", "fp64": "double"}
+#: Threads of a program that make a call of each scope (block: all of them).
+_LEADERS = {"thread": 1, "warp": 32, "warpgroup": 128}
+
+#: Counters for tests and diagnostics.
+stats = {"kernels": 0, "cubins_linked": 0, "modules_initialised": 0}
+
+
+class NvshmemLinkError(RuntimeError):
+    """Linking NVSHMEM device code into a Triton kernel failed."""
+
+
+# --------------------------------------------------------------------------
+# Module hooks (as nvshmem_dsl.numba._linker's, with CUmodule handles)
+
+_init_hooks: list = []
+_finalize_hooks: list = []
+_warned_no_hook = False
+
+
+def add_module_init_hook(fn):
+    """Call ``fn(cumodule: int)`` for every loaded Triton module that contains NVSHMEM device
+    code, before its first launch.  Returns ``fn``."""
+    if fn not in _init_hooks:
+        _init_hooks.append(fn)
+    return fn
+
+
+def remove_module_init_hook(fn) -> None:
+    if fn in _init_hooks:
+        _init_hooks.remove(fn)
+
+
+def set_module_init_hook(fn) -> None:
+    """Make ``fn`` the only init hook (``None``: no hook)."""
+    _init_hooks.clear()
+    if fn is not None:
+        _init_hooks.append(fn)
+
+
+def add_module_finalize_hook(fn):
+    """Call ``fn(cumodule: int)`` when Triton unloads such a module (Triton >= 3.7)."""
+    if fn not in _finalize_hooks:
+        _finalize_hooks.append(fn)
+    return fn
+
+
+def remove_module_finalize_hook(fn) -> None:
+    if fn in _finalize_hooks:
+        _finalize_hooks.remove(fn)
+
+
+_nvshmem_modules: set = set()
+
+
+def _uses_nvshmem(module, metadata_group) -> bool:
+    """Whether the loaded module holds NVSHMEM's device state: asked of the driver, else read
+    from the kernel's PTX in Triton's cache."""
+    from .. import _cuda
+
+    try:
+        return _cuda.module_uses_nvshmem(int(module))
+    except Exception:  # noqa: BLE001 - no driver binding: the PTX says it too
+        from ..bitcode import DEVICE_STATE
+
+        for name, path in (metadata_group or {}).items():
+            if str(name).endswith(".ptx"):
+                try:
+                    return DEVICE_STATE in Path(path).read_text(errors="replace")
+                except OSError:
+                    return False
+        return False
+
+
+def _on_load(module, function, name, metadata_group, hash) -> None:
+    """``kernel_load_end_hook``: NVSHMEM init of a freshly loaded module that needs it."""
+    global _warned_no_hook
+    if module is None or not _uses_nvshmem(module, metadata_group):
+        return
+    handle = int(module)
+    if not _init_hooks and not _warned_no_hook:
+        _warned_no_hook = True
+        warnings.warn(
+            f"the Triton kernel {name} uses NVSHMEM and was loaded, but no module init hook is "
+            "registered, so its NVSHMEM device state is not initialised; call "
+            "nvshmem_dsl.init() before launching kernels",
+            RuntimeWarning, stacklevel=2)
+    _nvshmem_modules.add(handle)
+    for fn in list(_init_hooks):
+        fn(handle)
+    stats["modules_initialised"] += 1
+
+
+def _on_unload(module, function, name, metadata_group, hash) -> None:
+    if module is None:
+        return
+    handle = int(module)
+    if handle not in _nvshmem_modules:
+        return
+    _nvshmem_modules.discard(handle)
+    for fn in list(_finalize_hooks):
+        fn(handle)
+
+
+# --------------------------------------------------------------------------
+# Shims
+
+
+def nvshmem_externs(llir: str) -> dict:
+    """``{C symbol: LLVM parameter types as declared}`` of the NVSHMEM externs in Triton IR."""
+    return {m.group(1): m.group(2) for m in _DECLARATION.finditer(llir)}
+
+
+def _decl_params(op: dict) -> str:
+    return ", ".join(f"ptr byval({p['byval']}) align 2" if p.get("byval") else p["llvm"]
+                     for p in op["params"])
+
+
+def _shim(symbol: str) -> tuple[str, str]:
+    """(definition of ``__nvshmem_dsl_tt_<symbol>``, declaration of ``symbol``)."""
+    f = form(symbol)
+    op = f.op
+    tparams = [_LLVM[t] for t in f.arg_types]
+    tret = _LLVM[f.ret_type]
+    cret = op["ret"]["llvm"]
+    pre, args = [], []
+    for k, p in enumerate(f.params):
+        if p.get("byval"):
+            pre.append(f"  %v{k} = alloca {p['byval']}, align 2")
+            pre.append(f"  store {tparams[k]} %a{k}, ptr %v{k}, align 2")
+            args.append(f"ptr byval({p['byval']}) align 2 %v{k}")
+        elif p["llvm"] == "ptr":
+            pre.append(f"  %v{k} = inttoptr i64 %a{k} to ptr")
+            args.append(f"ptr %v{k}")
+        else:
+            args.append(f"{p['llvm']} %a{k}")
+    call = f"call {cret} @{symbol}({', '.join(args)})"
+    sig = ", ".join(f"{t} %a{k}" for k, t in enumerate(tparams))
+    out = [f"define {tret} @{SHIM_PREFIX}{symbol}({sig}) #0 {{", "entry:", *pre]
+
+    def convert(value: str) -> list:
+        """The C result ``value`` as the extern's result (in %res)."""
+        if cret == "void":
+            return ["  %res = add i32 0, 0"]
+        if cret == "ptr":
+            return [f"  %res = ptrtoint ptr {value} to i64"]
+        if cret.startswith("%struct."):
+            return [f"  %bits = extractvalue {cret} {value}, 0",
+                    f"  %res = bitcast i16 %bits to {tret}"]
+        return [f"  %res = add {tret} {value}, 0" if tret.startswith("i")
+                else f"  %res = fadd {tret} {value}, 0.0"]
+
+    leaders = None if f.pure else _LEADERS.get(op["scope"])
+    if leaders is None:  # every thread calls
+        out.append(f"  %r = {call}" if cret != "void" else f"  {call}")
+        out += convert("%r")
+        out += [f"  ret {tret} %res", "}"]
+    else:
+        out += ["  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
+                f"  %lead = icmp ult i32 %tid, {leaders}",
+                "  br i1 %lead, label %do, label %join",
+                "do:"]
+        if cret == "void":
+            out += [f"  {call}", "  br label %join",
+                    "join:", "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
+            out += ["  ret i32 0", "}"]
+        else:
+            out += [f"  %r = {call}",
+                    "  %first = icmp eq i32 %tid, 0",
+                    "  br i1 %first, label %store, label %join",
+                    "store:",
+                    f"  store {cret} %r, ptr addrspace(3) @{SHIM_PREFIX}slot, align 8",
+                    "  br label %join",
+                    "join:",
+                    "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)",
+                    f"  %b = load {cret}, ptr addrspace(3) @{SHIM_PREFIX}slot, align 8",
+                    "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
+            out += convert("%b")
+            out += [f"  ret {tret} %res", "}"]
+    return "\n".join(out) + "\n", f"declare {cret} @{symbol}({_decl_params(op)})\n"
+
+
+def shim_module(symbols) -> str:
+    """LLVM IR defining the externs ``__nvshmem_dsl_tt_<symbol>`` for ``symbols``."""
+    defs, decls = [], set()
+    for sym in sorted(symbols):
+        d, decl = _shim(sym)
+        defs.append(d)
+        decls.add(decl)
+    head = [
+        f'target triple = "{TRIPLE}"',
+        "%struct.__half = type { i16 }",
+        "%struct.__nv_bfloat16 = type { i16 }",
+        "%struct.double2 = type { double, double }",
+        f"@{SHIM_PREFIX}slot = internal addrspace(3) global [8 x i8] undef, align 8",
+        "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
+        "declare void @llvm.nvvm.barrier.cta.sync.all(i32)",
+        'attributes #0 = { alwaysinline nounwind }',
+    ]
+    return "\n".join(head) + "\n" + "".join(sorted(decls)) + "\n".join(defs)
+
+
+def _check_externs(externs: dict) -> None:
+    """Triton declared each extern with the types the op table gives (the same code made both)."""
+    bad = []
+    for sym, printed in externs.items():
+        if sym not in _optable.device_ops():
+            bad.append(f"{sym}: not an NVSHMEM device function of the op table")
+            continue
+        want = [_LLVM[t] for t in form(sym).arg_types]
+        have = [t.split()[0] for t in printed.split(",") if t.strip()]
+        if have != want:
+            bad.append(f"{sym}: declared ({', '.join(have)}), expected ({', '.join(want)})")
+    if bad:
+        raise NvshmemLinkError("NVSHMEM externs declared with the wrong types:\n  " + "\n  ".join(bad))
+
+
+# --------------------------------------------------------------------------
+# Linking and PTX
+
+
+def _llvm():
+    import llvmlite.binding as llvm
+
+    return llvm
+
+
+@contextlib.contextmanager
+def _llvm_lock():
+    llvm = _llvm()
+    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
+        yield
+
+
+@functools.lru_cache(maxsize=None)
+def _target_machine(cpu: str, features: str, short_ptr: bool):
+    """An NVPTX target machine; ``short_ptr``: 32-bit shared/local pointers, as Triton's
+    ``nvptx-short-ptr`` (LLVM reads that option when the machine is made; it is set for the
+    moment, under llvmlite's lock, so nothing else in the process sees it)."""
+    llvm = _llvm()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(TRIPLE)
+    if not short_ptr:
+        return target.create_target_machine(cpu=cpu, features=features, opt=3)
+    with _llvm_lock():
+        llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=true")
+        try:
+            return target.create_target_machine(cpu=cpu, features=features, opt=3)
+        finally:
+            llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=false")
+
+
+def _nvjitlink_ptx() -> int | None:
+    """The highest PTX ISA (x10) nvJitLink reads, None without nvJitLink."""
+    try:
+        from cuda.bindings import nvjitlink
+
+        major, minor = nvjitlink.version()
+    except Exception:  # noqa: BLE001 - no cuda.bindings, no libnvJitLink
+        return None
+    from triton.backends.nvidia.compiler import ptx_get_version
+
+    return ptx_get_version(f"{major}.{minor}")
+
+
+def _triton_target(options, capability: int) -> tuple[str, str, int]:
+    """(cpu, LLVM features, PTX ISA x10) Triton uses for ``capability``."""
+    from triton.backends.nvidia import compiler as nvc
+
+    cap_llvm = 100 if capability == 107 else capability
+    cpu = nvc.sm_arch_from_capability(cap_llvm)
+    ptx = nvc.get_ptx_version_from_options(options, capability)
+    try:
+        features = nvc.get_features(options, cap_llvm)
+    except TypeError:  # older signature
+        features = f"+ptx{min(ptx, 90)}"
+    return cpu, features, ptx
+
+
+#: Inline assembly that takes a shared- or local-memory pointer as an operand.
+_ASM_SHORT_POINTER = re.compile(r"\basm\b[^\n]*\(.*\bptr addrspace\([35]\)")
+
+
+def _needs_short_pointers(llir: str) -> bool:
+    """Whether Triton's IR must keep 32-bit shared/local pointers (``nvptx-short-ptr``): when
+    inline assembly takes such a pointer as a 32-bit register operand.  Otherwise the kernel is
+    linked with LLVM's default NVPTX layout (64-bit pointers), NVSHMEM's own: Triton's IR reads
+    the same under it (a shared address fits either), and LLVM 22's NVPTX backend fails on
+    NVSHMEM's by-value half/bfloat16 parameters with 32-bit local pointers."""
+    if "p3:32" not in (_DATA_LAYOUT.search(llir) or [None, ""])[1]:
+        return False
+    return any(_ASM_SHORT_POINTER.search(line) for line in llir.splitlines() if " asm " in line)
+
+
+def _sm(capability: int) -> int:
+    """The SM whose NVSHMEM bitcode a kernel for ``capability`` links."""
+    return 100 if capability == 107 else capability
+
+
+def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | None = None,
+         outline_objects: bool = True):
+    """Triton's LLVM IR ``llir`` with NVSHMEM linked in and inlined: ``(module, target machine,
+    outlined)``, the llvmlite module ready for the NVPTX backend and the NVSHMEM functions it
+    calls out of line (whose objects the cubin needs)."""
+    from .. import bitcode, outline
+    from .._llvm import internalize, run
+    # the Numba linker's helpers (see the report on moving them to a DSL-neutral module)
+    from ..numba import _linker
+
+    llvm = _llvm()
+    externs = nvshmem_externs(llir)
+    _check_externs(externs)
+    if num_warps is not None and num_warps < 4:
+        wg = sorted(s for s in externs if form(s).op["scope"] == "warpgroup")
+        if wg:
+            raise NvshmemLinkError(
+                f"{wg[0]} (warpgroup scope) needs 4 warps a program; the kernel has num_warps="
+                f"{num_warps}")
+    short_ptr = _needs_short_pointers(llir)
+    tm = _target_machine(cpu, features, short_ptr)
+    sm = _sm(capability)
+
+    main = llvm.parse_assembly(llir)
+    main.triple = TRIPLE
+    main.data_layout = str(tm.target_data)
+    kernel_fns = {f.name for f in main.functions if not f.is_declaration}
+    keep = {v.name for v in (*main.functions, *main.global_variables)
+            if not v.is_declaration and v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private)}
+    keep.update(bitcode.EXPORTED_GLOBALS)
+    keep -= {SHIM_PREFIX + s for s in externs}
+
+    unswitch = _linker.unswitching()
+    mark = functools.partial(_linker._mark_declaration, all_convergent=unswitch)
+    shims = llvm.parse_assembly(_linker._DECLARATION.sub(mark, shim_module(externs)))
+    shims.data_layout = main.data_layout
+    main.link_in(shims)
+    names = frozenset(externs)
+    if outline_objects:
+        inline, outlined = outline.split(names, sm)
+    else:
+        inline, outlined = names, frozenset()
+    try:
+        api = bitcode.api_module(inline, sm, unswitch=unswitch)
+    except KeyError as e:
+        raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
+    _linker._check_declarations(main, api, inline, outlined)
+    main.link_in(api)
+    internalize(main, keep)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
+    run(main, pb, "always_inliner", "global_dead_code_eliminate")
+    if unswitch:
+        with _linker._nontrivial_unswitching():
+            pb.getModulePassManager().run(main, pb)
+    else:
+        if short_ptr:  # by-value parameters of NVSHMEM's helpers: see _needs_short_pointers
+            run(main, pb, "argument_promotion")
+        fpm = pb.getFunctionPassManager()
+        unroll = llvm.create_new_function_pass_manager()
+        unroll.add_loop_unroll_pass()
+        unroll.add_simplify_cfg_pass()
+        for fn in main.functions:
+            if fn.name in kernel_fns and not fn.is_declaration:
+                fpm.run(fn, pb)
+                unroll.run(fn, pb)
+    run(main, pb, "global_dead_code_eliminate")
+    return main, tm, outlined
+
+
+def _postprocess(ptx: str, metadata: dict, ptx_version: int | None, capability: int) -> str:
+    """What Triton's ``make_ptx`` does to the PTX it emits."""
+    from triton import knobs
+
+    names = re.findall(r"\.visible \.entry ([a-zA-Z_][a-zA-Z0-9_]*)", ptx)
+    if len(names) != 1:
+        raise NvshmemLinkError(f"expected one kernel in the PTX, found {names}")
+    metadata["name"] = names[0]
+    if ptx_version is not None:
+        ptx = re.sub(r"\.version \d+\.\d+", f".version {ptx_version // 10}.{ptx_version % 10}", ptx,
+                     flags=re.M)
+    ptx = re.sub(r"\.target sm_\d+", f".target sm_{capability}", ptx, flags=re.M)
+    if not getattr(knobs.compilation, "dump_ir_extract_di_local_variables", False):
+        ptx = re.sub(r",\s*debug|debug,\s*", "", ptx)
+    if getattr(knobs.nvidia, "dump_nvptx", False):
+        print("// -----// NVPTX Dump (nvshmem_dsl) //----- //")
+        print(ptx)
+    return ptx
+
+
+def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
+    """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring)."""
+    from .. import outline
+
+    if getattr(options, "num_ctas", 1) > 1:
+        raise NvshmemLinkError(
+            f"kernel {metadata.get('name') or ''}: NVSHMEM calls in a kernel with num_ctas="
+            f"{options.num_ctas} (a cluster per program) are not supported; use num_ctas=1")
+    cpu, features, ptx_version = _triton_target(options, capability)
+    objects = outline.mode() != "none" and outline.ptxas() is not None
+    link_ptx = _nvjitlink_ptx() if objects else None
+    if objects and link_ptx is None:
+        objects = False  # no nvJitLink to link the objects: everything inlined
+    if objects:
+        # the PTX may be linked with objects by nvJitLink: a PTX ISA both it and the objects'
+        # ptxas read
+        ptx_version = min(ptx_version, link_ptx)
+        features = f"+ptx{ptx_version}"
+    module, tm, outlined = link(llir, capability, cpu, features,
+                                getattr(options, "num_warps", None), objects)
+    ptx = tm.emit_assembly(module)
+    stats["kernels"] += 1
+    return _postprocess(ptx, metadata, ptx_version, capability)
+
+
+def link_cubin(ptx: str, capability: int, options=None) -> bytes:
+    """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
+    out of line (:func:`nvshmem_dsl.outline.objects`)."""
+    from cuda.bindings import nvjitlink
+
+    from .. import outline
+
+    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
+    version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    features = f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
+    names = outline.extern_calls(ptx)
+    paths = outline.objects(names, _sm(capability), cpu, features)
+    opts = [f"-arch={cpu}", "-O3"]
+    from triton import knobs
+
+    if not getattr(knobs.compilation, "disable_line_info", False):
+        opts.append("-lineinfo")
+    if options is not None and not getattr(options, "enable_fp_fusion", True):
+        opts.append("-Xptxas=--fmad=false")
+    handle = nvjitlink.create(len(opts), opts)
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        for path in paths:
+            nvjitlink.add_file(handle, nvjitlink.InputType.CUBIN, str(path))
+        try:
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            size = nvjitlink.get_error_log_size(handle)
+            log = bytearray(size)
+            nvjitlink.get_error_log(handle, log)
+            raise NvshmemLinkError(f"nvJitLink failed ({exc}):\n"
+                                   f"{bytes(log).decode(errors='replace').rstrip(chr(0))}") from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+    finally:
+        nvjitlink.destroy(handle)
+    stats["cubins_linked"] += 1
+    return bytes(cubin)
+
+
+# --------------------------------------------------------------------------
+# Identity (Triton's cache key)
+
+#: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
+#: the generated op table.
+_SOURCES = ("triton/_compile.py", "triton/_calls.py", "numba/_linker.py", "bitcode.py",
+            "bitcode_rewrites.py", "outline.py", "_llvm.py")
+_ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE")
+
+
+@functools.lru_cache(maxsize=None)
+def _static_identity() -> str:
+    """Read from files, importing nothing (a warm Triton cache must stay fast: no Numba)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(str(SHIM_VERSION).encode())
+    for rel in _SOURCES:
+        try:
+            h.update((root / rel).read_bytes())
+        except OSError:  # a module that is not there changes nothing
+            h.update(rel.encode())
+    try:
+        from .. import _generated
+
+        h.update((Path(_generated.__file__).resolve().parent / "ops.json").read_bytes())
+    except OSError:
+        pass
+    try:
+        from importlib.metadata import version
+
+        h.update(version("llvmlite").encode())
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from .._libs import installation
+
+        for path in installation().bitcode_files:
+            st = Path(path).stat()
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode())
+    except Exception:  # noqa: BLE001 - no NVSHMEM: nothing can be compiled either
+        h.update(b"no-nvshmem")
+    return h.hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=16)
+def _identity(env: tuple) -> str:
+    return hashlib.sha256(json.dumps([_static_identity(), env]).encode()).hexdigest()[:24]
+
+
+def identity() -> str:
+    """What the code of an NVSHMEM kernel depends on besides Triton's own key: this package's
+    linker sources and generated op table, llvmlite, the NVSHMEM bitcode files and the
+    environment variables that change the linked code."""
+    return _identity(tuple(os.environ.get(v, "") for v in _ENV))
+
+
+# --------------------------------------------------------------------------
+# Installing the hooks
+
+_lock = threading.Lock()
+_previous_hook = None
+_installed = False
+_patched_hash = None
+
+
+def _wrap_stages(backend, stages, options, language, capability) -> None:
+    if "ptx" not in stages or "llir" not in stages:
+        return
+    triton_ptx = stages["ptx"]
+    triton_cubin = stages.get("cubin")
+    cap = capability if capability is not None else getattr(getattr(backend, "target", None), "arch", 90)
+
+    def ptx_stage(src, metadata):
+        if isinstance(src, str) and SHIM_PREFIX in src and _DECLARATION.search(src):
+            return compile_ptx(src, metadata, options, cap)
+        return triton_ptx(src, metadata)
+
+    stages["ptx"] = ptx_stage
+    if triton_cubin is not None:
+        from .. import outline
+
+        def cubin_stage(src, metadata):
+            if isinstance(src, str) and outline.extern_calls(src):
+                return link_cubin(src, cap, options)
+            return triton_cubin(src, metadata)
+
+        stages["cubin"] = cubin_stage
+
+
+def _stages_hook(*args, **kwargs):
+    """``knobs.runtime.add_stages_inspection_hook``: with no arguments, (key, hash) for Triton's
+    cache; with (backend, stages, options, language, capability), our stages for NVIDIA."""
+    prev = _previous_hook
+    if not args and not kwargs:
+        ours = identity()
+        key, hsh = f"-nvshmem_dsl-{ours}", ours
+        if prev is not None:
+            pkey, phash = prev()
+            key, hsh = pkey + key, f"{phash}-{hsh}"
+        return key, hsh
+    if prev is not None:
+        prev(*args, **kwargs)
+    backend = args[0] if args else kwargs.get("backend")
+    stages = args[1] if len(args) > 1 else kwargs["stages"]
+    options = args[2] if len(args) > 2 else kwargs["options"]
+    language = args[3] if len(args) > 3 else kwargs.get("language")
+    capability = args[4] if len(args) > 4 else kwargs.get("capability")
+    if type(backend).__module__.startswith("triton.backends.nvidia"):
+        _wrap_stages(backend, stages, options, language, capability)
+
+
+def _hook_keys_cache() -> bool:
+    """Whether this Triton puts the inspection hook's key in its compile cache key (3.7+)."""
+    try:
+        from triton.compiler import compiler
+
+        return "add_stages_inspection_hook()" in inspect.getsource(compiler.compile)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _patch_backend_hash() -> None:
+    """Triton without the hook's cache key: the NVIDIA backend's hash() carries our identity."""
+    global _patched_hash
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    if _patched_hash is not None:
+        return
+    original = CUDABackend.hash
+
+    def hash(self):
+        return f"{original(self)}-nvshmem_dsl-{identity()}"
+
+    hash.__wrapped__ = original
+    CUDABackend.hash = hash
+    _patched_hash = original
+
+
+def install() -> None:
+    """Hook Triton's NVIDIA pipeline, loader and cache key (idempotent; done on import of
+    nvshmem_dsl.triton).  Another inspection hook already set is kept and called first."""
+    global _previous_hook, _installed
+    from triton import knobs
+
+    with _lock:
+        if _installed:
+            return
+        current = knobs.runtime.add_stages_inspection_hook
+        if current is not _stages_hook:
+            _previous_hook = current
+        knobs.runtime.add_stages_inspection_hook = _stages_hook
+        knobs.runtime.kernel_load_end_hook.add(_on_load)
+        unload = getattr(knobs.runtime, "kernel_unload_hook", None)
+        if unload is not None:
+            unload.add(_on_unload)
+        if not _hook_keys_cache():
+            _patch_backend_hash()
+        _installed = True
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (restores a previous inspection hook)."""
+    global _previous_hook, _installed, _patched_hash
+    from triton import knobs
+
+    with _lock:
+        if not _installed:
+            return
+        if knobs.runtime.add_stages_inspection_hook is _stages_hook:
+            knobs.runtime.add_stages_inspection_hook = _previous_hook
+        _previous_hook = None
+        knobs.runtime.kernel_load_end_hook.remove(_on_load)
+        unload = getattr(knobs.runtime, "kernel_unload_hook", None)
+        if unload is not None:
+            unload.remove(_on_unload)
+        if _patched_hash is not None:
+            from triton.backends.nvidia.compiler import CUDABackend
+
+            CUDABackend.hash = _patched_hash
+            _patched_hash = None
+        _installed = False
