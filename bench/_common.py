@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -41,7 +42,23 @@ SCOPES = ("thread", "warp", "block")
 # u64 scratch layout (as in bench.cu): [0] counter, [1] out, [8] data, [9] src, [16] signal
 U64_COUNTER, U64_OUT, U64_DATA, U64_SRC, U64_SIGNAL, U64_LEN = 0, 1, 8, 9, 16, 32
 
-BENCHES = ("put_bw", "get_bw", "p_lat", "g_lat", "amo_lat", "pingpong", "barrier", "launch", "host")
+# Device-side collectives over TEAM_WORLD (bench.cu's coll.cuh): one block calls `iters` of them in a
+# loop, every thread of it taking part: one thread at thread scope, a warp, or COLL_BLOCK threads.
+COLL_FAMILIES = ("broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "barrier")
+COLL_BLOCK = 256         # threads of the block-scope collective kernels, in every implementation (C++'s
+                         # block-scope reduce and fcollect take 196 registers a thread: 1024 would not launch)
+COLL_LAT_BYTES = 8       # coll_lat: 8 bytes (2 floats) per PE
+COLL_BW_BYTES = 1 << 20  # coll_bw: 1 MiB per PE
+COLL_ROOT = 0            # broadcast root
+#: The NVSHMEM device function of each family at thread scope (``<name>_warp``, ``<name>_block``
+#: at the others), called with the team first: (team, dst, src, nelems[, root]) or (team).
+COLL_API = {"broadcast": "broadcast", "fcollect": "fcollect", "alltoall": "alltoall",
+            "reduce": "sum_reduce", "reducescatter": "sum_reducescatter", "barrier": "barrier"}
+#: NVSHMEM's default NVSHMEM_REDUCE_SCRATCH_SIZE: reducescatter needs 2 * bytes * npes of it.
+DEFAULT_REDUCE_SCRATCH = 512 << 10
+
+BENCHES = ("put_bw", "get_bw", "p_lat", "g_lat", "amo_lat", "pingpong", "barrier", "coll_lat", "coll_bw", "launch",
+           "host")
 
 
 @dataclass
@@ -59,6 +76,8 @@ class Params:
     launches: int
     host_calls: int
     alloc_reps: int
+    coll_lat_iters: int = 0   # collectives a coll_lat launch calls (8 bytes)
+    coll_bw_iters: int = 0    # collectives a coll_bw launch calls (1 MiB)
     only: set[str] = field(default_factory=set)
 
     def enabled(self, name: str) -> bool:
@@ -68,10 +87,10 @@ class Params:
 def make_params(quick: bool, reps: int = 0, only: Sequence[str] = ()) -> Params:
     if quick:
         p = Params(True, [8, 4096, 1 << 20, 16 << 20, 256 << 20], 1 << 30, 2, 100, 3,
-                   10_000, 5_000, 2_000, 2_000, 500, 100_000, 20)
+                   10_000, 5_000, 2_000, 2_000, 500, 100_000, 20, coll_lat_iters=200, coll_bw_iters=2)
     else:
         p = Params(False, [8] + [1 << (2 * k) for k in range(2, 15)], 4 << 30, 4, 1000, 10,
-                   100_000, 20_000, 10_000, 10_000, 1000, 1_000_000, 100)
+                   100_000, 20_000, 10_000, 10_000, 1000, 1_000_000, 100, coll_lat_iters=2000, coll_bw_iters=10)
     if reps > 0:
         p.reps = reps
     p.only = set(only)
@@ -92,6 +111,145 @@ def bw_windows(p: Params, op: str, nelems: int) -> int:
     if op != "get":
         return 1
     return max(1, (max(p.sizes) // 4) // nelems)
+
+
+# ------------------------------------------------------------------ collectives (= bench.cu, coll.cuh)
+
+
+def coll_api(family: str, scope: str) -> str:
+    """The DSL name of the NVSHMEM collective of ``family`` at ``scope`` (``sum_reduce_block``)."""
+    base = COLL_API[family]
+    return base if scope == "thread" else f"{base}_{scope}"
+
+
+def coll_shape(family: str) -> str:
+    """How the kernels call the collective: ``root`` (team, dst, src, nelems, root), ``data``
+    (team, dst, src, nelems) or ``team`` (team)."""
+    return {"broadcast": "root", "barrier": "team"}.get(family, "data")
+
+
+def coll_threads(scope: str) -> int:
+    """Threads of the one block of a collective kernel: all of them take part."""
+    return {"thread": THREAD_SCOPE_BLOCK, "warp": 32, "block": COLL_BLOCK}[scope]
+
+
+def coll_buffer_elems(npes: int) -> int:
+    """Floats of each of the two symmetric buffers of the collectives: fcollect's destination,
+    alltoall's and reducescatter's source (and alltoall's destination) hold nelems * npes."""
+    return COLL_BW_BYTES // 4 * npes
+
+
+@dataclass(frozen=True)
+class CollPoint:
+    """One collective result: ``bench`` coll_lat or coll_bw, the collective, bytes per PE (the
+    count argument x 4; 0 for barrier) and the collectives one launch calls."""
+    bench: str
+    family: str
+    scope: str
+    nbytes: int
+    iters: int
+
+    @property
+    def name(self) -> str:
+        """The result's scope and the kernel's name (``coll_<name>``): ``reduce_block``."""
+        return f"{self.family}_{self.scope}"
+
+    @property
+    def nelems(self) -> int:
+        return self.nbytes // 4
+
+    @property
+    def threads(self) -> int:
+        return coll_threads(self.scope)
+
+
+def reduce_scratch_bytes(env: dict | None = None) -> int:
+    """NVSHMEM_REDUCE_SCRATCH_SIZE (bytes; k/m/g/t suffixes as NVSHMEM reads them), else NVSHMEM's default."""
+    text = (os.environ if env is None else env).get("NVSHMEM_REDUCE_SCRATCH_SIZE", "").strip().lower()
+    m = re.match(r"(\d+(?:\.\d*)?|\.\d+)([kmgt]?)", text)
+    if not m:
+        return DEFAULT_REDUCE_SCRATCH
+    return int(float(m[1]) * (1 << (10 * " kmgt".index(m[2] or " "))))
+
+
+def coll_scratch_needed(nbytes: int, npes: int) -> int:
+    """The NVSHMEM_REDUCE_SCRATCH_SIZE a reducescatter of ``nbytes`` per PE needs (NVSHMEM asserts
+    nbytes * npes <= scratch / 2; bench/run.py sets it for COLL_BW_BYTES)."""
+    return 2 * nbytes * npes
+
+
+def coll_points(p: Params, npes: int, impl: str = "") -> list[CollPoint]:
+    """The enabled collective results, in the order every implementation runs them (a
+    reducescatter that NVSHMEM's reduce scratch cannot hold is left out, with a note)."""
+    out = []
+    for family in COLL_FAMILIES:
+        for scope in SCOPES:
+            for bench, nbytes, iters in (("coll_lat", COLL_LAT_BYTES, p.coll_lat_iters),
+                                         ("coll_bw", COLL_BW_BYTES, p.coll_bw_iters)):
+                if not p.enabled(bench) or (family == "barrier" and bench == "coll_bw"):
+                    continue
+                if family == "barrier":
+                    nbytes = 0
+                if family == "reducescatter" and coll_scratch_needed(nbytes, npes) > reduce_scratch_bytes():
+                    print(f"{impl}: {bench} {family}_{scope} skipped: needs NVSHMEM_REDUCE_SCRATCH_SIZE >= "
+                          f"{coll_scratch_needed(nbytes, npes)}", file=sys.stderr)
+                    continue
+                out.append(CollPoint(bench, family, scope, nbytes, iters))
+    return out
+
+
+def coll_src_values(pe: int, n: int):
+    """What PE ``pe``'s source holds (float32): pe * 1024 + i % 1021, integers whose sums over up
+    to 64 PEs stay exact, so that every collective's result is known exactly."""
+    import numpy as np
+
+    return (pe * 1024 + np.arange(n) % 1021).astype(np.float32)
+
+
+def coll_expected(pt: CollPoint, me: int, npes: int):
+    """What collective ``pt`` leaves at the start of PE ``me``'s destination (numpy), every PE's
+    source holding coll_src_values; None for barrier."""
+    import numpy as np
+
+    n = pt.nelems
+    if pt.family == "barrier" or n == 0:
+        return None
+    src = [coll_src_values(pe, n * npes) for pe in range(npes)]
+    mine = slice(me * n, (me + 1) * n)
+    if pt.family == "broadcast":  # the root's destination too (NVSHMEM copies it there)
+        return src[COLL_ROOT][:n]
+    if pt.family == "fcollect":
+        return np.concatenate([s[:n] for s in src])
+    if pt.family == "alltoall":
+        return np.concatenate([s[mine] for s in src])
+    if pt.family == "reduce":
+        return np.sum([s[:n] for s in src], axis=0, dtype=np.float32)
+    if pt.family == "reducescatter":
+        return np.sum([s[mine] for s in src], axis=0, dtype=np.float32)
+    raise ValueError(pt.family)
+
+
+def coll_check(pt: CollPoint, me: int, npes: int, dst: Any) -> dict:
+    """``{"checked": ok}`` for the result line: whether this PE's destination (cupy or numpy, filled
+    with -1 before the timed launches) holds what the collective leaves there.  Call after the
+    timer's closing barrier.  ``{}`` for barrier."""
+    import numpy as np
+
+    want = coll_expected(pt, me, npes)
+    if want is None:
+        return {}
+    got = dst[:want.size]
+    got = got.get() if hasattr(got, "get") else np.asarray(got)
+    return {"checked": bool(np.array_equal(got, want))}
+
+
+def emit_coll(out: "Output", pt: CollPoint, secs: Sequence[float], **extra: Any) -> None:
+    """coll_lat: microseconds per collective; coll_bw: bytes per PE / time per collective."""
+    if pt.bench == "coll_lat":
+        out.emit(pt.bench, pt.name, pt.nbytes, per_op(secs, pt.iters, 1e6), "us", False, pt.iters, **extra)
+    else:
+        out.emit(pt.bench, pt.name, pt.nbytes, [pt.nbytes * pt.iters / s / 1e9 for s in secs], "GB/s", True,
+                 pt.iters, **extra)
 
 
 def parse_args(impl: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -145,6 +303,13 @@ def numba_api():
     import nvshmem_dsl.numba as nv
 
     return nv
+
+
+def team_world() -> int:
+    """NVSHMEM_TEAM_WORLD as a plain int (the team of the collective benchmarks)."""
+    from nvshmem_dsl._generated.constants import Team
+
+    return int(Team.TEAM_WORLD)
 
 
 def signal_constants() -> tuple[int, int]:

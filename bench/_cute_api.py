@@ -17,8 +17,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from _common import COLL_FAMILIES, SCOPES, coll_api  # bench/ is on sys.path (cute_bench.py, the tests)
+
 NAMES = ("put", "put_warp", "put_block", "get", "get_warp", "get_block", "p", "g", "atomic_fetch_add",
-         "put_signal", "signal_wait_until", "quiet", "barrier_all_block", "my_pe", "n_pes")
+         "put_signal", "signal_wait_until", "quiet", "barrier_all_block", "my_pe", "n_pes",
+         *(coll_api(f, s) for f in COLL_FAMILIES for s in SCOPES))
 
 SOURCE = "unresolved"
 

@@ -10,12 +10,15 @@ block-scope put kernel of the bandwidth benchmark (bench/numba_bench.py, bench/c
 what is timed is everything from the first compile request to a cubin:
 
 * numba: ``cuda.jit(signature)`` (typing, lowering) + NVSHMEM link + PTX + cubin; without a GPU
-  (no driver) only up to PTX (``stage`` says which);
+  (no driver) the same compile for ``--arch``, linked to a cubin by nvJitLink (which needs no
+  driver), or where that fails only up to PTX (``stage`` says which);
 * cute: ``nvshmem_dsl.cute.compile`` (tracing, MLIR pipeline, NVSHMEM bitcode link, cubin), for
   ``--arch`` (default sm_90a), with fake tensors (no GPU needed).
 
 Then, in the same process, a second and different kernel (the ``p`` latency kernel) is
 compiled the same way: scope ``<label>-later``, the cost of any later kernel (target 0.3 s).
+``--kernel NAME`` times that kernel of the benchmark alone instead (bench/compile_families.py:
+``coll_reduce_block`` and the like).
 
 No NVSHMEM initialisation (unless ``--init``), one process, two JSON lines (impl, bench "compile_time", scope = the
 label, value in seconds, plus import_s: the time to import the DSL and the benchmark module).
@@ -35,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 KERNELS = ("put_block", "p_lat")  # the first kernel timed, then a later one
 
 
-def _numba(arch: str, marks: dict | None, init: dict | None) -> tuple[float, list[float], str]:
+def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
     t0 = time.perf_counter()
     from numba import cuda
 
@@ -54,7 +57,7 @@ def _numba(arch: str, marks: dict | None, init: dict | None) -> tuple[float, lis
         nvshmem_dsl.init()
         init["init_s"] = round(time.perf_counter() - t0, 3)
     times = []
-    for name in KERNELS:
+    for name in kernels:
         t0 = time.perf_counter()
         if marks is not None:
             marks.setdefault("compile", (t0, None))
@@ -64,12 +67,34 @@ def _numba(arch: str, marks: dict | None, init: dict | None) -> tuple[float, lis
             cc = cuda.get_current_device().compute_capability
             kernel._codelibrary.get_cubin(cc=cc)
             stage = f"cubin sm_{cc[0]}{cc[1]}"
-        else:  # no driver / no GPU: PTX is as far as a CPU-only machine goes
-            cc = _cc(arch)
-            cuda.compile_ptx(nb.KERNELS[name], nb.SIGNATURES[name], cc=cc)
-            stage = f"ptx sm_{cc[0]}{cc[1]} (no GPU)"
-        times.append(time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0)
+        else:
+            secs, stage = _numba_no_gpu(nb.KERNELS[name], nb.SIGNATURES[name], _cc(arch), t0)
+            times.append(secs)
     return t_import, times, stage
+
+
+def _numba_no_gpu(fn, sig, cc, t0: float) -> tuple[float, str]:
+    """Without a driver: the kernel compiled as ``cuda.jit`` would for ``cc`` (numba-cuda's compile
+    of a kernel, the NVSHMEM link, PTX), then linked to a cubin by nvJitLink, which needs no GPU;
+    where that is not possible, up to PTX.  (seconds since ``t0``, stage)."""
+    from numba import cuda
+
+    try:
+        from numba.cuda.compiler import _compile_pyfunc_with_fixup
+    except ImportError:  # another numba-cuda: PTX only
+        cuda.compile_ptx(fn, sig, cc=cc)
+        return time.perf_counter() - t0, f"ptx sm_{cc[0]}{cc[1]} (no GPU)"
+    lib, _ = _compile_pyfunc_with_fixup(fn, sig, device=False, abi="numba", cc=cc)
+    lib.get_asm_strs(cc=cc)
+    t_ptx = time.perf_counter() - t0
+    try:
+        lib.get_cubin(cc=cc)
+    except Exception as exc:  # noqa: BLE001 - no nvJitLink: PTX is as far as this machine goes
+        print(f"compile_time: no cubin without a GPU ({type(exc).__name__}: {str(exc)[:200]}); PTX only",
+              file=sys.stderr)
+        return t_ptx, f"ptx sm_{cc[0]}{cc[1]} (no GPU)"
+    return time.perf_counter() - t0, f"cubin sm_{cc[0]}{cc[1]} (no GPU: nvJitLink)"
 
 
 def _trace_phases(marks: dict) -> None:
@@ -104,7 +129,7 @@ def _cc(arch: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
-def _cute(arch: str, marks: dict | None, init: dict | None) -> tuple[float, list[float], str]:
+def _cute(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
     if init is not None:
         raise SystemExit("--init: numba only")
     t0 = time.perf_counter()
@@ -113,11 +138,21 @@ def _cute(arch: str, marks: dict | None, init: dict | None) -> tuple[float, list
     t_import = time.perf_counter() - t0
     tensors = cb.fake_tensors(1 << 20)
     times = []
-    for name in KERNELS:
+    for name in kernels:
         t0 = time.perf_counter()
         compiled = cb.compile_all(tensors, arch=arch, names=[name])[name]
         times.append(time.perf_counter() - t0)
     return t_import, times, f"cubin {compiled.arch}"
+
+
+def _outline_mode() -> str:
+    """How NVSHMEM's large routines were linked: nvshmem_dsl.outline's mode (NVSHMEM_DSL_OUTLINE), or
+    "n/a" where nvshmem_dsl has no outlining (every routine inlined)."""
+    try:
+        from nvshmem_dsl import outline
+    except ImportError:
+        return "n/a"
+    return outline.mode()
 
 
 def main(argv=None) -> int:
@@ -131,14 +166,18 @@ def main(argv=None) -> int:
     ap.add_argument("--init", action="store_true",
                     help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
+    ap.add_argument("--kernel", default=None,
+                    help="time this kernel of the benchmark (its name in numba_bench.KERNELS / cute_bench.LAUNCHERS) "
+                         "alone instead of put_block, then p_lat")
     args = ap.parse_args(argv)
     marks = {} if args.phases and args.impl == "numba" else None
     init = {} if args.init else None
-    t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch, marks, init)
-    for scope, secs in zip((args.label, f"{args.label}-later"), times):
+    kernels = (args.kernel,) if args.kernel else KERNELS
+    t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch, marks, init, kernels)
+    for scope, secs, kernel in zip((args.label, f"{args.label}-later"), times, kernels):
         rec = {"impl": args.impl, "bench": "compile_time", "scope": scope, "bytes": 0, "value": round(secs, 4),
                "best": round(secs, 4), "unit": "s", "iters": 1, "reps": 1, "pe": 0, "npes": 1,
-               "import_s": round(t_import, 3), "stage": stage,
+               "import_s": round(t_import, 3), "stage": stage, "kernel": kernel, "outline": _outline_mode(),
                "cache": os.environ.get("NVSHMEM_DSL_CACHE", "(default)")}
         rec.update(init or {})
         if marks and scope == args.label:

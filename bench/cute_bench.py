@@ -39,6 +39,7 @@ SLOT_MASK = C.LAT_SLOTS - 1
 BW_GRID, BW_BLOCK, BARRIER_BLOCK = C.BW_GRID, C.BW_BLOCK, C.BARRIER_BLOCK
 U64_COUNTER, U64_DATA, U64_SRC, U64_SIGNAL = C.U64_COUNTER, C.U64_DATA, C.U64_SRC, C.U64_SIGNAL
 U64_OUT = C.U64_OUT
+TEAM_WORLD, COLL_ROOT = C.team_world(), C.COLL_ROOT
 
 
 # ------------------------------------------------------------------ kernels (= bench.cu)
@@ -206,6 +207,27 @@ def barrier_lat_k(iters: Int32):
         nvc.barrier_all_block()
 
 
+def _coll_kernel(op, shape):
+    """bench.cu's coll<FAMILY, SCOPE>: ``iters`` calls of collective ``op`` over TEAM_WORLD by every
+    thread of the (one) block; ``shape``: its arguments (_common.coll_shape)."""
+    if shape == "root":
+        @cute.kernel
+        def coll_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32):
+            for _ in range(iters):
+                op(TEAM_WORLD, dst, src, nelems, COLL_ROOT)
+    elif shape == "data":
+        @cute.kernel
+        def coll_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32):
+            for _ in range(iters):
+                op(TEAM_WORLD, dst, src, nelems)
+    else:
+        @cute.kernel
+        def coll_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32):
+            for _ in range(iters):
+                op(TEAM_WORLD)
+    return coll_k
+
+
 @cute.kernel
 def empty_k(flag: cute.Tensor, v: Int32):
     if v < 0:
@@ -292,6 +314,18 @@ def launch_barrier_lat(iters: Int32, stream: cudrv.CUstream):
     barrier_lat_k(iters).launch(grid=[1, 1, 1], block=[BARRIER_BLOCK, 1, 1], stream=stream)
 
 
+def _launch_coll(family: str, scope: str):
+    """The launcher of collective ``family`` at ``scope``: one block of ``block`` threads (given at
+    launch, as C++ and Numba do: no ``.reqntid``)."""
+    kernel = _coll_kernel(getattr(nvc, C.coll_api(family, scope)), C.coll_shape(family))
+
+    @cute.jit
+    def launch_coll(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, block: Int32,
+                    stream: cudrv.CUstream):
+        kernel(dst, src, nelems, iters).launch(grid=[1, 1, 1], block=[block, 1, 1], stream=stream)
+    return launch_coll
+
+
 @cute.jit
 def launch_empty(flag: cute.Tensor, v: Int32, stream: cudrv.CUstream):
     empty_k(flag, v).launch(grid=[1, 1, 1], block=[1, 1, 1], stream=stream)
@@ -307,6 +341,7 @@ LAUNCHERS = {
     "get_thread": launch_get_thread, "get_warp": launch_get_warp, "get_block": launch_get_block,
     "p_lat": launch_p_lat, "g_lat": launch_g_lat, "amo_lat": launch_amo_lat, "pingpong": launch_pingpong,
     "barrier_lat": launch_barrier_lat, "empty_kernel": launch_empty, "spin": launch_spin,
+    **{f"coll_{f}_{s}": _launch_coll(f, s) for f in C.COLL_FAMILIES for s in C.SCOPES},
 }
 
 
@@ -316,10 +351,13 @@ def block_of(name: str) -> int:
 
 
 def example_args(name: str, t: dict, stream) -> tuple:
-    """Arguments of launcher ``name`` given tensors t["a"], t["b"], t["lat"], t["res"], t["u64"], t["flag"]."""
+    """Arguments of launcher ``name`` given tensors t["a"], t["b"], t["lat"], t["res"], t["u64"], t["flag"],
+    t["csrc"], t["cdst"]."""
     i32, i64 = Int32(1), Int64(1)
     if name.startswith(("put_", "get_")):
         return (t["a"], t["b"], i64, i32, i32, i32, Int32(block_of(name)), stream)
+    if name.startswith("coll_"):
+        return (t["cdst"], t["csrc"], i64, i32, Int32(C.coll_threads(name.rsplit("_", 1)[1])), stream)
     return {
         "p_lat": (t["lat"], i32, i32, stream),
         "g_lat": (t["lat"], t["res"], i32, i32, stream),
@@ -331,12 +369,27 @@ def example_args(name: str, t: dict, stream) -> tuple:
     }[name]
 
 
-def fake_tensors(max_bytes: int) -> dict:
+def fake_tensors(max_bytes: int, npes: int = 2) -> dict:
     """Tensors with no memory behind them, for compiling without a GPU."""
     T = cute.runtime.make_fake_compact_tensor
+    coll = C.coll_buffer_elems(npes)
     return {"a": T(Float32, (max_bytes // 4,), assumed_align=16), "b": T(Float32, (max_bytes // 4,), assumed_align=16),
             "lat": T(Float32, (C.LAT_SLOTS,), assumed_align=16), "res": T(Float32, (16,), assumed_align=16),
-            "u64": T(Uint64, (C.U64_LEN,), assumed_align=16), "flag": T(Int32, (16,), assumed_align=16)}
+            "u64": T(Uint64, (C.U64_LEN,), assumed_align=16), "flag": T(Int32, (16,), assumed_align=16),
+            "csrc": T(Float32, (coll,), assumed_align=16), "cdst": T(Float32, (coll,), assumed_align=16)}
+
+
+#: The launchers each benchmark of --only needs (spin: always)
+NEEDS = {"put_bw": [f"put_{s}" for s in C.SCOPES], "get_bw": [f"get_{s}" for s in C.SCOPES],
+         "p_lat": ["p_lat"], "g_lat": ["g_lat"], "amo_lat": ["amo_lat"], "pingpong": ["pingpong"],
+         "barrier": ["barrier_lat"], "launch": ["empty_kernel"]}
+
+
+def needed(p: C.Params, coll: list) -> list:
+    """The launchers a run of ``p`` uses (the collectives': those of the points ``coll``); each
+    collective costs CuTe 5-80 s to compile (NVSHMEM's routine inlined), so only those are compiled."""
+    names = ["spin"] + [n for bench, ns in NEEDS.items() if p.enabled(bench) for n in ns]
+    return names + sorted({f"coll_{pt.name}" for pt in coll})
 
 
 def compile_all(tensors: dict, arch=None, names=None, keep_ptx: bool = False) -> dict:
@@ -372,13 +425,16 @@ def main(argv=None) -> int:
         "a": host.array(max_bytes // 4, "float32"), "b": host.array(max_bytes // 4, "float32"),
         "lat": host.array(C.LAT_SLOTS, "float32"), "res": host.array(16, "float32"),
         "u64": host.array(C.U64_LEN, "uint64"), "flag": host.array(16, "int32"),
+        "csrc": host.array(C.coll_buffer_elems(npes), "float32"), "cdst": host.array(C.coll_buffer_elems(npes), "float32"),
     }
+    arrays["csrc"].set(C.coll_src_values(me, arrays["csrc"].size))
+    coll = C.coll_points(p, npes, "cute")
     t = {k: from_dlpack(v, assumed_align=16) for k, v in arrays.items()}
     host.sync()
     host.barrier_all()
 
     t0 = time.perf_counter()
-    K = compile_all(t, arch=args.arch)
+    K = compile_all(t, arch=args.arch, names=needed(p, coll))
     compile_s = time.perf_counter() - t0
     arch = next(iter(K.values())).arch
     out.line(bench="meta", quick=p.quick, init_s=round(host.init_s, 3), api=_cute_api.SOURCE, arch=arch,
@@ -433,6 +489,11 @@ def main(argv=None) -> int:
         it = p.barrier_iters
         secs = timer.run(p.reps, lambda: K["barrier_lat"](it, stream))
         out.emit("barrier_all_block_lat", "block", 0, C.per_op(secs, it, 1e6), "us", False, it)
+    for pt in coll:
+        kern = K[f"coll_{pt.name}"]
+        arrays["cdst"].fill(-1)
+        secs = timer.run(p.reps, lambda: kern(t["cdst"], t["csrc"], pt.nelems, pt.iters, pt.threads, stream))
+        C.emit_coll(out, pt, secs, **C.coll_check(pt, me, npes, arrays["cdst"]))
     if p.enabled("launch"):
         kern, flag = K["empty_kernel"], t["flag"]
         kern(flag, 1, stream)

@@ -29,6 +29,7 @@ SIG_SET, CMP_GE = C.signal_constants()
 ALIGN = C.ALIGN_ELEMS
 SLOT_MASK = C.LAT_SLOTS - 1
 U64_COUNTER, U64_OUT, U64_DATA, U64_SRC, U64_SIGNAL = C.U64_COUNTER, C.U64_OUT, C.U64_DATA, C.U64_SRC, C.U64_SIGNAL
+TEAM_WORLD, COLL_ROOT = C.team_world(), C.COLL_ROOT
 
 
 # ------------------------------------------------------------------ kernels (= bench.cu)
@@ -148,6 +149,29 @@ def barrier_lat(iters):
         nv.barrier_all_block()
 
 
+def coll(name, op, shape):
+    """Kernel ``name``, bench.cu's coll<FAMILY, SCOPE>: ``iters`` calls of collective ``op`` over
+    TEAM_WORLD by every thread of the (one) block; ``shape``: its arguments (_common.coll_shape)."""
+    if shape == "root":
+        def kernel(dst, src, nelems, iters):
+            for _ in range(iters):
+                op(TEAM_WORLD, dst, src, nelems, COLL_ROOT)
+    elif shape == "data":
+        def kernel(dst, src, nelems, iters):
+            for _ in range(iters):
+                op(TEAM_WORLD, dst, src, nelems)
+    else:
+        def kernel(dst, src, nelems, iters):
+            for _ in range(iters):
+                op(TEAM_WORLD)
+    kernel.__name__ = kernel.__qualname__ = name
+    return kernel
+
+
+COLL_KERNELS = {f"coll_{f}_{s}": coll(f"coll_{f}_{s}", getattr(nv, C.coll_api(f, s)), C.coll_shape(f))
+                for f in C.COLL_FAMILIES for s in C.SCOPES}
+
+
 def empty_kernel(flag, v):
     if v < 0:
         flag[0] = nv.my_pe()
@@ -174,13 +198,14 @@ SIGNATURES = {
     "amo_lat": f"void({_U64}, {_I32}, {_I32})",
     "pingpong": f"void({_U64}, {_I32}, {_I32}, {_I32})",
     "barrier_lat": f"void({_I32})",
+    **{name: f"void({_F32}, {_F32}, int64, {_I32})" for name in COLL_KERNELS},
     "empty_kernel": f"void(int32[::1], {_I32})",
     "spin": f"void({_I32})",
 }
 KERNELS = {
     **{f"{op}_{scope}": fn for (op, scope), fn in BW_KERNELS.items()},
     "p_lat": p_lat, "g_lat": g_lat, "p_lat_peer_ptr": p_lat_peer_ptr, "g_lat_peer_ptr": g_lat_peer_ptr, "amo_lat": amo_lat, "pingpong": pingpong,
-    "barrier_lat": barrier_lat, "empty_kernel": empty_kernel, "spin": spin,
+    "barrier_lat": barrier_lat, **COLL_KERNELS, "empty_kernel": empty_kernel, "spin": spin,
 }
 
 
@@ -229,7 +254,11 @@ def main(argv=None) -> int:
     res_cp = host.array(16, "float32")
     u64_cp = host.array(C.U64_LEN, "uint64")
     flag_cp = host.array(16, "int32")
-    a, b, lat, res, u64, flag = (cuda.as_cuda_array(x) for x in (a_cp, b_cp, lat_cp, res_cp, u64_cp, flag_cp))
+    csrc_cp = host.array(C.coll_buffer_elems(npes), "float32")
+    cdst_cp = host.array(C.coll_buffer_elems(npes), "float32")
+    csrc_cp.set(C.coll_src_values(me, csrc_cp.size))
+    a, b, lat, res, u64, flag, csrc, cdst = (cuda.as_cuda_array(x) for x in (
+        a_cp, b_cp, lat_cp, res_cp, u64_cp, flag_cp, csrc_cp, cdst_cp))
     host.sync()
     host.barrier_all()
 
@@ -287,6 +316,11 @@ def main(argv=None) -> int:
         it = p.barrier_iters
         secs = timer.run(p.reps, lambda: K["barrier_lat"][1, C.BARRIER_BLOCK, stream](it))
         out.emit("barrier_all_block_lat", "block", 0, C.per_op(secs, it, 1e6), "us", False, it)
+    for pt in C.coll_points(p, npes, "numba"):
+        kern = K[f"coll_{pt.name}"]
+        cdst_cp.fill(-1)
+        secs = timer.run(p.reps, lambda: kern[1, pt.threads, stream](cdst, csrc, pt.nelems, pt.iters))
+        C.emit_coll(out, pt, secs, **C.coll_check(pt, me, npes, cdst_cp))
     if p.enabled("launch"):
         kern = K["empty_kernel"]
         kern[1, 1, stream](flag, 1)  # compile
@@ -299,7 +333,7 @@ def main(argv=None) -> int:
     if p.enabled("host"):
         C.host_benchmarks(out, host, p)
 
-    del a, b, lat, res, u64, flag
+    del a, b, lat, res, u64, flag, csrc, cdst
     host.finalize()
     return 0
 

@@ -1,6 +1,7 @@
 """`make bench`: NVSHMEM benchmarks in CUDA C++, Numba and CuTe, side by side, in one run.
 
     python bench/run.py [--quick] [--impls cpp,numba,cute] [--only put_bw,p_lat] [--nproc 2]
+    python bench/run.py --compile-families [--families reduce,...] [--scopes ...] [--outline auto,none]
 
 Steps (each in its own processes, each with a timeout):
 
@@ -19,6 +20,15 @@ over the PEs, writes bench/results/latest.json, prints a table of absolute numbe
 to C++ (bandwidth: dsl / cpp, times: dsl / cpp) and plots bench/results/bandwidth.png when
 matplotlib is importable.  NVSHMEM_DISABLE_NVLS=1 is forced for every process (no multicast).
 Exit status: 0 when every step succeeded, 1 otherwise (the results of the others are kept).
+
+The collectives (coll_lat, coll_bw: bench/cpp/coll.cuh and the coll_* kernels of the DSLs) are
+rows ``coll_lat | <family>_<scope> | 8 B`` (microseconds per collective) and ``coll_bw |
+<family>_<scope> | 1 MiB`` (bytes per PE / time per collective).
+
+``--compile-families`` runs nothing else and needs no GPU: bench/compile_families.py, the
+compile time of one collective kernel per family and scope by Numba and CuTe (cold and warm
+cache) beside nvcc's; its records go to the results file (default
+bench/results/compile-families.json), its table and the ratios to nvcc are printed.
 """
 
 from __future__ import annotations
@@ -40,6 +50,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import _common as C  # noqa: E402
+
 RESULTS = HERE / "results"
 CPP_BINARY = HERE / "cpp" / "build" / "bench_cpp"
 IMPLS = ("cpp", "numba", "cute")
@@ -52,6 +66,18 @@ DEFAULT_ENV = {
     "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",  # every PE is on this host
     "PYTHONUNBUFFERED": "1",
 }
+
+#: Seconds a benchmark step may take beyond --timeout when it runs the collectives, per collective
+#: kernel it compiles: NVSHMEM's collectives cost CuTe 5-80 s each (2 CPUs, NVSHMEM 3.8), Numba
+#: up to 20 s where they are inlined (NVSHMEM_DSL_OUTLINE=none) or their objects not cached yet.
+COLL_COMPILE_ALLOWANCE = {"cpp": 0.0, "numba": 20.0, "cute": 60.0}
+
+
+def nproc_env(nproc: int) -> dict:
+    """Defaults that depend on the number of PEs: NVSHMEM's reduce scratch, which a reducescatter
+    of COLL_BW_BYTES per PE needs 2 x COLL_BW_BYTES x PEs of (NVSHMEM asserts otherwise)."""
+    scratch = max(C.DEFAULT_REDUCE_SCRATCH, C.coll_scratch_needed(C.COLL_BW_BYTES, nproc))
+    return {"NVSHMEM_REDUCE_SCRATCH_SIZE": str(scratch)}
 
 
 # ------------------------------------------------------------------ processes
@@ -232,8 +258,20 @@ def _num(x) -> str:
     return f"{x:.3g}"
 
 
+def sort_key(key: tuple) -> tuple:
+    """Rows by bench, then collective family (in COLL_FAMILIES order), scope (thread, warp, block),
+    size; other scopes by name."""
+    bench, scope, nbytes = key
+    family, _, sc = scope.rpartition("_")
+    if sc not in C.SCOPES:
+        family, sc = scope, ""
+    frank = C.COLL_FAMILIES.index(family) if family in C.COLL_FAMILIES else len(C.COLL_FAMILIES)
+    srank = C.SCOPES.index(sc) if sc in C.SCOPES else len(C.SCOPES)
+    return (bench, frank, family, srank, nbytes)
+
+
 def table(agg: dict) -> str:
-    keys = sorted({k for impl in agg.values() for k in impl}, key=lambda k: (k[0], k[1], k[2]))
+    keys = sorted({k for impl in agg.values() for k in impl}, key=sort_key)
     head = ["bench", "scope", "size", "unit", "cpp", "numba", "cute", "numba/cpp", "cute/cpp"]
     rows = [head]
     for key in keys:
@@ -302,9 +340,9 @@ def plot(agg: dict, path: Path) -> str:
 # ------------------------------------------------------------------ steps
 
 
-def bench_env(cache_dir: str | None) -> dict:
+def bench_env(cache_dir: str | None, nproc: int = 2) -> dict:
     env = dict(os.environ)
-    for k, v in DEFAULT_ENV.items():
+    for k, v in {**DEFAULT_ENV, **nproc_env(nproc)}.items():
         env.setdefault(k, v)
     env.update(FORCED_ENV)
     if cache_dir:
@@ -330,8 +368,8 @@ def mpirun_cmd(nproc: int) -> list[str]:
         cmd += ["--bind-to", "none"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
-        for var in (*FORCED_ENV, *DEFAULT_ENV, "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"):
-            if var in os.environ or var in FORCED_ENV or var in DEFAULT_ENV:
+        for var in (*FORCED_ENV, *DEFAULT_ENV, *nproc_env(nproc), "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"):
+            if var in os.environ or var in FORCED_ENV or var in DEFAULT_ENV or var in nproc_env(nproc):
                 cmd += ["-x", var]
     return cmd
 
@@ -353,6 +391,14 @@ def main(argv=None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for the DSL benchmarks")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     ap.add_argument("--quiet", action="store_true", help="do not echo the steps' output")
+    cf = ap.add_argument_group("compile time of the collectives (no GPU needed)")
+    cf.add_argument("--compile-families", action="store_true",
+                    help="only bench/compile_families.py: one collective kernel per family and scope compiled by "
+                         "Numba and CuTe (cold, warm) and nvcc (--impls cpp)")
+    cf.add_argument("--families", default="", help="comma-separated collective families (default all)")
+    cf.add_argument("--scopes", default="", help="comma-separated scopes (default thread,warp,block)")
+    cf.add_argument("--outline", default="", help="NVSHMEM_DSL_OUTLINE modes to compile the DSLs under, e.g. "
+                                                  "auto,none (default: the environment's)")
     args = ap.parse_args(argv)
 
     impls = [i for i in args.impls.split(",") if i]
@@ -360,6 +406,12 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown implementation(s): {', '.join(sorted(bad))}")
     timeout = args.timeout or (300.0 if args.quick else 900.0)
+    only = [x for x in args.only.split(",") if x]
+    ncoll = len(C.COLL_FAMILIES) * len(C.SCOPES) if not only or {"coll_lat", "coll_bw"} & set(only) else 0
+    if args.compile_families:
+        timeout = args.timeout or 4 * 3600.0
+        if args.out == str(RESULTS / "latest.json"):
+            args.out = str(RESULTS / "compile-families.json")
     out_path = Path(args.out)
     log_dir = out_path.parent / "logs"
     common = (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else []) + \
@@ -374,7 +426,8 @@ def main(argv=None) -> int:
     cache_dir: str | None = None
 
     def step(name: str, argv: list[str], env: dict, t: float | None = None) -> list[dict]:
-        status, lines, secs = run_step(name, argv, env, t or timeout, log_dir, echo=echo)
+        t = (t or timeout) + ncoll * COLL_COMPILE_ALLOWANCE.get(name, 0.0)
+        status, lines, secs = run_step(name, argv, env, t, log_dir, echo=echo)
         recs = parse_records(lines)
         steps[name] = {"status": status, "seconds": round(secs, 1), "records": len(recs),
                        "command": " ".join(argv)}
@@ -384,8 +437,16 @@ def main(argv=None) -> int:
         return recs
 
     try:
+        # the compile time of the collectives, and nothing else
+        if args.compile_families:
+            cf_args = ["--impls", ",".join(impls), "--arch", args.arch, "--python", args.python]
+            for opt in ("families", "scopes", "outline"):
+                if getattr(args, opt):
+                    cf_args += [f"--{opt}", getattr(args, opt)]
+            step("compile_families", [args.python, str(HERE / "compile_families.py"), *cf_args], bench_env(None))
+        benchmarks = not args.compile_families
         # 1. C++ build
-        if "cpp" in impls and not args.no_build:
+        if benchmarks and "cpp" in impls and not args.no_build:
             env = dict(os.environ, PYTHON=args.python)
             t0 = time.monotonic()
             step("cpp_build", ["bash", str(HERE / "cpp" / "build.sh")], env)
@@ -396,7 +457,7 @@ def main(argv=None) -> int:
 
         # 2. compile time, cold then warm, in fresh processes; each DSL gets its own, initially
         #    missing cache directories, reused by its warm run
-        if not args.no_compile_time and any(i in impls for i in DSLS):
+        if benchmarks and not args.no_compile_time and any(i in impls for i in DSLS):
             cache_root = work / "cache"
             for impl in (i for i in DSLS if i in impls):
                 for label in ("cold", "warm"):
@@ -409,7 +470,7 @@ def main(argv=None) -> int:
                 cache_dir = str(cache_root / "numba-nvshmem_dsl")
 
         # 3. C++
-        if "cpp" in impls:
+        if benchmarks and "cpp" in impls:
             if not CPP_BINARY.exists():
                 _log(f"cpp: {CPP_BINARY} does not exist (build failed or --no-build); skipping")
                 steps["cpp"] = {"status": 127, "seconds": 0, "records": 0, "command": "(no binary)"}
@@ -421,15 +482,15 @@ def main(argv=None) -> int:
                 else:
                     argv_cpp = launcher_cmd(args.python, args.nproc, args.init_timeout) + \
                         [str(HERE / "cpp" / "exec.py"), *cpp_args]
-                env = bench_env(None)
+                env = bench_env(None, args.nproc)
                 env["NVSHMEM_DSL_INIT_TIMEOUT"] = str(args.init_timeout)
                 step("cpp", argv_cpp, env)
 
         # 4. DSLs
-        for impl in (i for i in DSLS if i in impls):
+        for impl in (i for i in DSLS if benchmarks and i in impls):
             script = HERE / f"{impl}_bench.py"
             argv_dsl = launcher_cmd(args.python, args.nproc, args.init_timeout) + [str(script), *common]
-            step(impl, argv_dsl, bench_env(cache_dir))
+            step(impl, argv_dsl, bench_env(cache_dir, args.nproc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -443,7 +504,7 @@ def main(argv=None) -> int:
         "command": " ".join([Path(sys.argv[0]).name if argv is None else "run.py", *(sys.argv[1:] if argv is None
                                                                                       else argv)]),
         "quick": args.quick, "nproc": args.nproc, "cpp_launcher": args.cpp_launcher,
-        "env": {k: bench_env(None).get(k) for k in (*FORCED_ENV, *DEFAULT_ENV)},
+        "env": {k: bench_env(None, args.nproc).get(k) for k in (*FORCED_ENV, *DEFAULT_ENV, *nproc_env(args.nproc))},
         "impl_meta": {r["impl"]: r for r in records if r["bench"] == "meta" and r.get("pe", 0) == 0},
         "steps": steps,
         "seconds": round(time.time() - started, 1),
@@ -459,7 +520,12 @@ def main(argv=None) -> int:
     out_path.write_text(json.dumps(doc, indent=1) + "\n")
 
     print(table(agg))
-    print(plot(agg, out_path.parent / "bandwidth.png"))
+    if args.compile_families:
+        import compile_families
+
+        print(compile_families.table(records))
+    else:
+        print(plot(agg, out_path.parent / "bandwidth.png"))
     print(f"results: {out_path} ({len(records)} records, {meta['seconds']} s)")
     if mismatched:
         print(f"WARNING: iteration counts differ from C++ for: {', '.join(mismatched)}")

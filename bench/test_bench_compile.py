@@ -5,10 +5,14 @@
 
 * the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc);
 * every Python file of bench/ byte-compiles;
-* every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined;
+* every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
+  or called in their objects, nvshmem_dsl.outline);
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
+  of the 18 collective ones (5-80 s each on 2 CPUs) the barriers and fcollect at thread scope,
+  all of them with BENCH_TEST_CUTE_COLL=all;
 * the parameters of bench/_common.py are those of bench/cpp/bench.cu;
-* bench/run.py's parsing, averaging and ratios, and bench/check.py's verdicts, on made-up results.
+* bench/run.py's parsing, averaging and ratios, and bench/check.py's verdicts, on made-up results;
+* the collectives' expected results, points and rows; bench/compile_families.py on one kernel.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ import _common as C  # noqa: E402
 CALL = re.compile(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?([\w$.]+)")
 
 
-def _check_inlined(ptx: str, name: str) -> None:
-    public = [c for c in CALL.findall(ptx) if re.match(r"nvshmemx?_", c)]
+def _check_inlined(ptx: str, name: str, outlined=frozenset()) -> None:
+    """No call of an NVSHMEM API function but those of ``outlined`` (linked as objects)."""
+    public = [c for c in CALL.findall(ptx) if re.match(r"nvshmemx?_", c) and c not in outlined]
     assert not public, f"{name}: NVSHMEM API calls not inlined: {public}"
     assert not re.search(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?%rd\d+", ptx), f"{name}: indirect call"
 
@@ -99,20 +104,52 @@ def test_numba_kernel_table(numba_bench):
     assert {f"{op}_{s}" for op in ("put", "get") for s in C.SCOPES} <= set(numba_bench.KERNELS)
 
 
+COLL_NAMES = [f"coll_{f}_{s}" for f in C.COLL_FAMILIES for s in C.SCOPES]
+
+
+def _coll_symbol(name: str) -> str:
+    """The C function kernel ``coll_<family>_<scope>`` calls (its float32 form)."""
+    from nvshmem_dsl._generated.numba_api import DISPATCH
+
+    family, scope = name[len("coll_"):].rsplit("_", 1)
+    table = DISPATCH[C.coll_api(family, scope)]
+    return table.get("float32") or table[None]
+
+
+def _large_outlined(ptx: str, name: str) -> frozenset:
+    """The NVSHMEM functions kernel ``name``'s PTX calls in their objects (nvshmem_dsl.outline links
+    NVSHMEM's large routines so): at most the kernel's own collective or barrier, the rest is inlined."""
+    try:
+        from nvshmem_dsl import outline
+    except ImportError:
+        return frozenset()
+    outlined = outline.extern_calls(ptx)
+    large = {_coll_symbol(name)} if name.startswith("coll_") else {"nvshmemx_barrier_all_block"}
+    assert outlined <= large, (name, sorted(outlined))
+    return outlined
+
+
 @pytest.mark.parametrize("name", ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", "get_block",
-                                  "p_lat", "g_lat", "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin"])
+                                  "p_lat", "g_lat", "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin",
+                                  *COLL_NAMES])
 def test_numba_kernel_compiles(numba_bench, name):
     from numba import cuda
 
     ptx, _ = cuda.compile_ptx(numba_bench.KERNELS[name], numba_bench.SIGNATURES[name], cc=(9, 0))
     assert re.search(r"^\.target sm_90\b", ptx, re.M)
     assert re.search(r"\.entry\s", ptx), f"{name}: no kernel entry"
-    _check_inlined(ptx, name)
+    _check_inlined(ptx, name, _large_outlined(ptx, name))
     if name not in ("spin",):
         assert "nvshmemi_device_state_d" in ptx, f"{name}: no NVSHMEM device state referenced"
 
 
 # ------------------------------------------------------------------ CuTe
+
+
+#: The CuTe collective launchers compiled by default: NVSHMEM's collectives inlined cost CuTe 5-80 s
+#: each on 2 CPUs (broadcast_block 80 s), the barriers 3 s; BENCH_TEST_CUTE_COLL=all compiles the 18.
+CUTE_COLL_DEFAULT = ["coll_barrier_thread", "coll_barrier_warp", "coll_barrier_block", "coll_fcollect_thread"]
+CUTE_COLL = COLL_NAMES if os.environ.get("BENCH_TEST_CUTE_COLL") == "all" else CUTE_COLL_DEFAULT
 
 
 @pytest.fixture(scope="module")
@@ -126,24 +163,35 @@ def cute_compiled():
         pytest.skip(f"no NVSHMEM device bitcode: {exc}")
     import cute_bench as cb
 
-    return cb.compile_all(cb.fake_tensors(256 << 20), arch="sm_90a", keep_ptx=True)
+    names = [n for n in cb.LAUNCHERS if not n.startswith("coll_")] + CUTE_COLL
+    return cb.compile_all(cb.fake_tensors(256 << 20), arch="sm_90a", names=names, keep_ptx=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", "get_block",
-                                  "p_lat", "g_lat", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin"])
+                                  "p_lat", "g_lat", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin",
+                                  *COLL_NAMES])
 def test_cute_kernel_compiles(cute_compiled, name):
+    if name not in cute_compiled:
+        pytest.skip("a CuTe collective beyond the default set: BENCH_TEST_CUTE_COLL=all compiles it (5-80 s)")
     ck = cute_compiled[name]
     assert ck.arch == "sm_90a"
     ptx = ck.__ptx__
     assert re.search(r"^\.target sm_90a\b", ptx, re.M)
-    _check_inlined(ptx, name)
+    _check_inlined(ptx, name, _large_outlined(ptx, name))
     if name not in ("spin",):
         assert "nvshmemi_device_state_d" in ptx
-    if name.startswith(("put_", "get_")):  # block size given at launch, as in C++ and Numba
+    if name.startswith(("put_", "get_", "coll_")):  # block size given at launch, as in C++ and Numba
         assert ".reqntid" not in ptx and ".maxntid" not in ptx
     elif name in ("p_lat", "g_lat", "amo_lat", "pingpong"):  # one thread, as C++ and Numba declare
         assert re.search(r"^\.reqntid 1, 1, 1$", ptx, re.M)
+
+
+@pytest.mark.slow
+def test_cute_coll_kernels_differ(cute_compiled):
+    """The launchers made by one factory compile to their own kernels in one process (CuTe caches by IR)."""
+    ptx = {n: cute_compiled[n].__ptx__ for n in CUTE_COLL}
+    assert len(set(ptx.values())) == len(ptx)
 
 
 def test_cute_api_resolves():
@@ -154,6 +202,18 @@ def test_cute_api_resolves():
     for n in _cute_api.NAMES:
         assert callable(getattr(api, n))
     assert _cute_api.SOURCE != "unresolved"
+    assert {"broadcast", "sum_reduce_warp", "sum_reducescatter_block", "barrier_block"} <= set(_cute_api.NAMES)
+
+
+def test_cute_launcher_table():
+    pytest.importorskip("cutlass.cute")
+    import cute_bench as cb
+
+    assert {n for n in cb.LAUNCHERS if n.startswith("coll_")} == set(COLL_NAMES)
+    p = C.make_params(True, only=["coll_lat", "p_lat"])
+    names = cb.needed(p, C.coll_points(p, 2))
+    assert names[:2] == ["spin", "p_lat"] and set(names[2:]) == set(COLL_NAMES)
+    assert cb.needed(C.make_params(True, only=["put_bw"]), []) == ["spin", "put_thread", "put_warp", "put_block"]
 
 
 # ------------------------------------------------------------------ parameters = bench.cu
@@ -166,11 +226,27 @@ def _cpp_source() -> str:
 def test_constants_match_cpp():
     src = _cpp_source()
     for name in ("BW_GRID", "BW_BLOCK", "THREAD_SCOPE_BLOCK", "ALIGN_ELEMS", "LAT_SLOTS", "BARRIER_BLOCK",
-                 "SPIN_US_BEFORE_TIMED", "SPIN_US_BEFORE_LAUNCHES"):
+                 "SPIN_US_BEFORE_TIMED", "SPIN_US_BEFORE_LAUNCHES", "COLL_BLOCK", "COLL_LAT_BYTES"):
         m = re.search(rf"static const int {name} = (\d+);", src)
         assert m, name
         assert int(m.group(1)) == getattr(C, name), name
     assert re.search(r"ALLOC_BYTES = 1 << 20;", src) and C.ALLOC_BYTES == 1 << 20
+    assert re.search(r"COLL_BW_BYTES = 1 << 20;", src) and C.COLL_BW_BYTES == 1 << 20
+    assert re.search(r"DEFAULT_REDUCE_SCRATCH = 512 << 10;", src) and C.DEFAULT_REDUCE_SCRATCH == 512 << 10
+    coll = (HERE / "cpp" / "coll.cuh").read_text()
+    assert f"static const int COLL_ROOT = {C.COLL_ROOT};" in coll
+    names = re.search(r"COLL_FAMILY_NAMES\[N_COLL_FAMILIES\] = \{([^}]*)\}", coll).group(1)
+    assert tuple(re.findall(r'"(\w+)"', names)) == C.COLL_FAMILIES
+    # the C function of each family and scope is the one the DSLs call (their names in the op table)
+    from nvshmem_dsl._generated.numba_api import DISPATCH
+
+    for family, name, _ in re.findall(r"COLL_OPS\(COLL_(\w+), (\w+), (\([^)]*\))\)", coll):
+        family = family.lower()
+        for scope, sym in (("thread", f"nvshmem_{name}"), ("warp", f"nvshmemx_{name}_warp"),
+                           ("block", f"nvshmemx_{name}_block")):
+            assert sym in DISPATCH[C.coll_api(family, scope)].values(), (family, scope, sym)
+        names = names.replace(f'"{family}"', "")
+    assert not re.findall(r'"(\w+)"', names), "a family without COLL_OPS"
     for name in ("U64_COUNTER", "U64_OUT", "U64_DATA", "U64_SRC", "U64_SIGNAL"):
         assert f"[{getattr(C, name)}]" in src.split("uint64_t* u64;")[1].splitlines()[0], name
 
@@ -350,3 +426,186 @@ def test_lands_on_peer():
         ok = C.lands_on_peer(FakeHost(), me, lambda: None, lambda: launched.append(me), lambda: seen)
         assert ok is want, (me, seen)
     assert launched == [0, 0]
+
+
+# ------------------------------------------------------------------ collectives
+
+
+def test_coll_points():
+    """18 latency points (barrier: 0 bytes), 15 bandwidth ones; the reducescatter at 1 MiB only with
+    the reduce scratch it needs (bench/run.py sets it)."""
+    import run
+
+    p = C.make_params(True)
+    env = dict(os.environ)
+    try:
+        os.environ.update(run.nproc_env(2))
+        pts = C.coll_points(p, 2)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    lat = [pt for pt in pts if pt.bench == "coll_lat"]
+    bw = [pt for pt in pts if pt.bench == "coll_bw"]
+    assert len(lat) == 18 and len(bw) == 15 and len(set(pts)) == len(pts)
+    assert {pt.nbytes for pt in lat if pt.family != "barrier"} == {8} and {pt.nbytes for pt in bw} == {1 << 20}
+    assert all(pt.nbytes == 0 for pt in lat if pt.family == "barrier")
+    assert {pt.iters for pt in lat} == {p.coll_lat_iters} and {pt.iters for pt in bw} == {p.coll_bw_iters}
+    assert [pt.threads for pt in lat[:3]] == [1, 32, C.COLL_BLOCK]
+    assert lat[0].name == "broadcast_thread"
+    assert int(run.nproc_env(8)["NVSHMEM_REDUCE_SCRATCH_SIZE"]) == 2 * (1 << 20) * 8
+    assert C.reduce_scratch_bytes({"NVSHMEM_REDUCE_SCRATCH_SIZE": "4M"}) == 4 << 20
+    assert C.reduce_scratch_bytes({}) == C.DEFAULT_REDUCE_SCRATCH
+    # NVSHMEM's default scratch: no 1 MiB reducescatter (NVSHMEM would assert in the kernel)
+    os.environ.pop("NVSHMEM_REDUCE_SCRATCH_SIZE", None)
+    try:
+        pts = C.coll_points(C.make_params(True, only=["coll_bw"]), 2)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    assert len(pts) == 12 and not any(pt.family == "reducescatter" for pt in pts)
+    assert C.coll_points(C.make_params(True, only=["put_bw"]), 2) == []
+
+
+def _simulate(family: str, npes: int, n: int) -> list:
+    """Every PE's destination after collective ``family`` of ``n`` elements, element by element."""
+    src = [[pe * 1024 + i % 1021 for i in range(n * npes)] for pe in range(npes)]
+    out = []
+    for me in range(npes):
+        if family == "broadcast":
+            out.append(src[C.COLL_ROOT][:n])
+        elif family == "fcollect":
+            out.append([src[pe][i] for pe in range(npes) for i in range(n)])
+        elif family == "alltoall":
+            out.append([src[pe][me * n + i] for pe in range(npes) for i in range(n)])
+        elif family == "reduce":
+            out.append([sum(src[pe][i] for pe in range(npes)) for i in range(n)])
+        else:
+            out.append([sum(src[pe][me * n + i] for pe in range(npes)) for i in range(n)])
+    return out
+
+
+@pytest.mark.parametrize("family", [f for f in C.COLL_FAMILIES if f != "barrier"])
+def test_coll_expected(family):
+    """What each collective leaves on each PE, and the check of a destination against it."""
+    import numpy as np
+
+    for npes in (1, 2, 3):
+        pt = C.CollPoint("coll_lat", family, "warp", 8, 1)
+        want = _simulate(family, npes, pt.nelems)
+        for me in range(npes):
+            assert C.coll_expected(pt, me, npes).tolist() == want[me]
+            dst = np.full(C.coll_buffer_elems(npes), -1, np.float32)
+            assert C.coll_check(pt, me, npes, dst) == {"checked": False}
+            dst[:len(want[me])] = want[me]
+            assert C.coll_check(pt, me, npes, dst) == {"checked": True}
+    big = C.CollPoint("coll_bw", family, "block", C.COLL_BW_BYTES, 1)
+    assert C.coll_expected(big, 1, 8).dtype == np.float32  # sums of 8 PEs stay exact
+    assert C.coll_check(C.CollPoint("coll_lat", "barrier", "block", 0, 1), 0, 2, None) == {}
+
+
+def test_run_tables_coll_rows():
+    """bench/run.py collects collective rows of the three implementations: ratios, table order."""
+    import run
+
+    lines = []
+    for impl, scale in (("cpp", 1.0), ("numba", 1.1), ("cute", 1.3)):
+        for pe in (0, 1):
+            for fam in ("reduce", "barrier"):
+                for sc, us in (("block", 12.0), ("thread", 10.0), ("warp", 11.0)):
+                    nbytes = 0 if fam == "barrier" else 8
+                    lines.append(f"[rank {pe}] " + json.dumps(_rec(impl, "coll_lat", f"{fam}_{sc}", nbytes, us * scale,
+                                                                   "us", pe, iters=200)))
+            lines.append(json.dumps(_rec(impl, "coll_bw", "reduce_block", 1 << 20, 50.0 / scale, "GB/s", pe, iters=2)))
+    agg = run.aggregate(run.parse_records(lines))
+    assert agg["numba"][("coll_lat", "reduce_warp", 8)]["value"] == pytest.approx(12.1)
+    rats = {(r["impl"], r["key"]): r for r in run.ratios(agg)}
+    assert rats[("cute", "coll_lat|barrier_thread|0")]["ratio"] == pytest.approx(1.3)
+    assert not rats[("cute", "coll_lat|barrier_thread|0")]["higher_is_better"]
+    assert rats[("numba", "coll_bw|reduce_block|1048576")]["ratio"] == pytest.approx(1 / 1.1)
+    assert rats[("numba", "coll_bw|reduce_block|1048576")]["higher_is_better"]
+    assert all(r["iters_match"] for r in rats.values())
+    text = run.table(agg)
+    rows = [line.split() for line in text.splitlines() if line.startswith("coll_")]
+    assert [(r[0], r[1]) for r in rows] == [("coll_bw", "reduce_block"),
+                                            ("coll_lat", "reduce_thread"), ("coll_lat", "reduce_warp"),
+                                            ("coll_lat", "reduce_block"), ("coll_lat", "barrier_thread"),
+                                            ("coll_lat", "barrier_warp"), ("coll_lat", "barrier_block")]
+    lat = next(r for r in rows if r[1] == "reduce_warp")
+    assert lat[2:5] == ["8", "B", "us"] and lat[-2:] == ["1.10", "1.30"]
+    assert run.implausible(agg) == []
+
+
+def test_compile_families_table_and_run_wiring(tmp_path, monkeypatch, capsys):
+    """bench/run.py --compile-families: runs bench/compile_families.py only, keeps its records, prints
+    both tables (the step itself is faked here; test_compile_families_runs runs it)."""
+    import compile_families
+    import run
+
+    recs = [compile_families._record(i, compile_families.bench_name(lab, mode), "reduce_block", v, label=lab)
+            for mode in ("", "none") for i, lab, v in (("numba", "cold", 9.0), ("numba", "warm", 0.9),
+                                                     ("cute", "cold", 60.0), ("cute", "warm", 1.0))]
+    recs += [compile_families._record("cpp", compile_families.bench_name(lab, mode), "reduce_block", 25.0,
+                                      label="nvcc") for mode in ("", "none") for lab in ("cold", "warm")]
+    text = compile_families.table(recs)
+    row = next(line.split() for line in text.splitlines() if line.startswith("reduce") and "(env)" in line)
+    assert row == ["reduce", "block", "(env)", "9.00", "0.90", "60.00", "1.00", "25.00"]
+    assert any(line.split()[2] == "none" for line in text.splitlines() if line.startswith("reduce"))
+    calls = []
+
+    def fake_step(name, argv, env, timeout, log_dir, echo=True):
+        calls.append((name, argv))
+        return 0, [json.dumps(r) for r in recs], 1.0
+
+    monkeypatch.setattr(run, "run_step", fake_step)
+    out = tmp_path / "cf.json"
+    assert run.main(["--compile-families", "--families", "reduce", "--scopes", "block", "--outline", "auto,none",
+                     "--impls", "cpp,numba", "--out", str(out), "--quiet"]) == 0
+    assert [c[0] for c in calls] == ["compile_families"]
+    argv = calls[0][1]
+    assert argv[1].endswith("compile_families.py") and "--families" in argv and "--outline" in argv
+    assert argv[argv.index("--impls") + 1] == "cpp,numba"
+    doc = json.loads(out.read_text())
+    keys = {(r["impl"], r["key"]): r for r in doc["ratios"]}
+    assert keys[("numba", "coll_compile_cold|reduce_block|0")]["ratio"] == pytest.approx(9.0 / 25.0)
+    printed = capsys.readouterr().out
+    assert "coll_compile_warm_outline_none" in printed and "numba cold" in printed
+
+
+@pytest.mark.slow
+def test_compile_families_runs(tmp_path):
+    """bench/compile_families.py on one kernel, on this CPU: Numba cold and warm (to a cubin where
+    nvJitLink links without a GPU), nvcc's object of the same kernel (where nvcc is)."""
+    pytest.importorskip("numba.cuda")
+    impls = "numba,cpp" if _nvcc() else "numba"
+    proc = subprocess.run([sys.executable, str(HERE / "compile_families.py"), "--families", "barrier", "--scopes",
+                           "thread", "--impls", impls], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, NVCC=_nvcc() or ""))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import run
+
+    recs = [r for r in run.parse_records(proc.stdout.splitlines()) if r["bench"] != "meta"]
+    got = {(r["impl"], r["bench"]) for r in recs}
+    assert {("numba", "coll_compile_cold"), ("numba", "coll_compile_warm")} <= got
+    assert all(r["scope"] == "barrier_thread" and r["value"] > 0 and r["unit"] == "s" for r in recs)
+    numba = {r["bench"]: r for r in recs if r["impl"] == "numba"}
+    assert numba["coll_compile_cold"]["stage"].startswith(("cubin", "ptx"))
+    assert numba["coll_compile_cold"]["process_s"] >= numba["coll_compile_cold"]["value"]
+    if "cpp" in impls:
+        assert {("cpp", "coll_compile_cold"), ("cpp", "coll_compile_warm")} <= got
+    assert re.search(r"^barrier\s+thread\s", proc.stdout, re.M)
+
+
+def test_build_prints_its_flags():
+    """bench/compile_families.py compiles its single-kernel objects with build.sh's flags."""
+    if _nvcc() is None:
+        pytest.skip("no nvcc")
+    import compile_families
+
+    try:
+        cmd = compile_families.nvcc_command()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    assert cmd[1:5] == ["-O3", "-std=c++17", "-rdc=true", "-arch=sm_90"]
+    single = compile_families.nvcc_single(cmd, "reducescatter", "warp", Path("x.o"))
+    assert "-DCOLL_FAMILY=COLL_REDUCESCATTER" in single and "-DCOLL_SCOPE=WARP" in single
+    assert single[-4:] == ["-c", str(HERE / "cpp" / "coll.cu"), "-o", "x.o"]

@@ -14,6 +14,8 @@
 //
 // Usage: bench_cpp --uid-file PATH [--quick] [--only put_bw,get_bw,...] [--reps N]
 //
+// The collective kernels (coll_lat, coll_bw) are in coll.cuh / coll.cu, compiled apart (build.sh).
+//
 // Keep the measurement parameters (sizes, iteration counts, grids, partitioning) in sync
 // with bench/_common.py: bench/run.py checks that the "iters" fields agree.
 
@@ -22,6 +24,7 @@
 #include <nvshmemx.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -35,6 +38,8 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include "coll.cuh"
 
 #define CUDA_CHECK(x)                                                                        \
     do {                                                                                     \
@@ -57,6 +62,10 @@ static const int BARRIER_BLOCK = 128;     // barrier_all_block: one block of 128
 static const int SPIN_US_BEFORE_TIMED = 200;
 static const int SPIN_US_BEFORE_LAUNCHES = 100000;
 static const size_t ALLOC_BYTES = 1 << 20;
+static const int COLL_BLOCK = 256;             // threads of the block-scope collective kernels
+static const int COLL_LAT_BYTES = 8;           // coll_lat: bytes per PE
+static const size_t COLL_BW_BYTES = 1 << 20;   // coll_bw: bytes per PE
+static const size_t DEFAULT_REDUCE_SCRATCH = 512 << 10;  // NVSHMEM's NVSHMEM_REDUCE_SCRATCH_SIZE
 
 struct Params {
     bool quick = false;
@@ -66,6 +75,7 @@ struct Params {
     int reps;
     int lat_iters, amo_iters, pingpong_iters, barrier_iters;
     int launches, host_calls, alloc_reps;
+    int coll_lat_iters, coll_bw_iters;  // collectives per coll_lat / coll_bw launch
 };
 
 static Params make_params(bool quick, int reps_override) {
@@ -84,6 +94,8 @@ static Params make_params(bool quick, int reps_override) {
         p.launches = 500;
         p.host_calls = 100000;
         p.alloc_reps = 20;
+        p.coll_lat_iters = 200;
+        p.coll_bw_iters = 2;
     } else {
         p.sizes = {8};
         for (int k = 2; k <= 14; k++) p.sizes.push_back(size_t(1) << (2 * k));  // 16 B .. 256 MiB
@@ -98,6 +110,8 @@ static Params make_params(bool quick, int reps_override) {
         p.launches = 1000;
         p.host_calls = 1000000;
         p.alloc_reps = 100;
+        p.coll_lat_iters = 2000;
+        p.coll_bw_iters = 10;
     }
     if (reps_override > 0) p.reps = reps_override;
     return p;
@@ -109,9 +123,6 @@ static int bw_iters(const Params& p, size_t bytes) {
 }
 
 // ------------------------------------------------------------------ kernels
-
-enum Scope { THREAD = 0, WARP = 1, BLOCK = 2 };
-static const char* scope_name(int s) { return s == THREAD ? "thread" : s == WARP ? "warp" : "block"; }
 
 // This worker's [start, start + n) of nelems: workers are the blocks (thread and block scope)
 // or the warps (warp scope) of the grid; chunks are ceil(nelems / workers) rounded up to
@@ -402,6 +413,8 @@ struct Buffers {
     float* out;
     uint64_t* u64;  // [0] counter, [1] out, [8] data, [9] src, [16] signal
     int* flag;
+    float* coll_src;  // COLL_BW_BYTES * npes each
+    float* coll_dst;
     size_t max_bytes;
 };
 
@@ -429,6 +442,71 @@ static std::vector<double> per_op(const std::vector<double>& secs, double ops, d
     std::vector<double> v;
     for (double x : secs) v.push_back(x / ops * scale);
     return v;
+}
+
+// ------------------------------------------------------------------ collectives (coll.cuh)
+
+static CollKernel coll_kernel_of(int family, int scope) {
+    switch (family) {
+        case COLL_BROADCAST: return coll_kernel<COLL_BROADCAST>(scope);
+        case COLL_FCOLLECT: return coll_kernel<COLL_FCOLLECT>(scope);
+        case COLL_ALLTOALL: return coll_kernel<COLL_ALLTOALL>(scope);
+        case COLL_REDUCE: return coll_kernel<COLL_REDUCE>(scope);
+        case COLL_REDUCESCATTER: return coll_kernel<COLL_REDUCESCATTER>(scope);
+        default: return coll_kernel<COLL_BARRIER>(scope);
+    }
+}
+
+static int coll_threads(int scope) { return scope == THREAD ? THREAD_SCOPE_BLOCK : scope == WARP ? 32 : COLL_BLOCK; }
+
+// NVSHMEM_REDUCE_SCRATCH_SIZE as NVSHMEM reads it (k/m/g/t suffixes), else its default: a
+// reducescatter of `bytes` per PE needs 2 * bytes * npes of it (NVSHMEM asserts so).
+static size_t reduce_scratch_bytes() {
+    const char* v = getenv("NVSHMEM_REDUCE_SCRATCH_SIZE");
+    if (!v || !*v) return DEFAULT_REDUCE_SCRATCH;
+    char* end = nullptr;
+    double x = strtod(v, &end);
+    if (end == v) return DEFAULT_REDUCE_SCRATCH;
+    const char* units = "kmgt";
+    const char* u = *end ? strchr(units, tolower((unsigned char)*end)) : nullptr;
+    for (const char* k = units; u && k <= u; k++) x *= 1024.0;
+    return (size_t)x;
+}
+
+// Every collective x scope, latency at COLL_LAT_BYTES and bandwidth at COLL_BW_BYTES per PE (barrier:
+// latency only, 0 bytes), in the order of _common.coll_points: one block calls `iters` of them.
+static void coll_benchmarks(Timer& t, const Params& p, float* dst, float* src, int npes, bool lat, bool bw) {
+    for (int f = 0; f < N_COLL_FAMILIES; f++) {
+        for (int sc = 0; sc < N_SCOPES; sc++) {
+            std::string name = std::string(COLL_FAMILY_NAMES[f]) + "_" + scope_name(sc);
+            CollKernel k = coll_kernel_of(f, sc);
+            dim3 threads(coll_threads(sc));
+            for (int is_bw = 0; is_bw < 2; is_bw++) {
+                if (is_bw ? !bw : !lat) continue;
+                if (f == COLL_BARRIER && is_bw) continue;
+                size_t bytes = f == COLL_BARRIER ? 0 : is_bw ? COLL_BW_BYTES : (size_t)COLL_LAT_BYTES;
+                const char* bench = is_bw ? "coll_bw" : "coll_lat";
+                if (f == COLL_REDUCESCATTER && 2 * bytes * npes > reduce_scratch_bytes()) {
+                    fprintf(stderr, "cpp: %s %s skipped: needs NVSHMEM_REDUCE_SCRATCH_SIZE >= %zu\n", bench,
+                            name.c_str(), 2 * bytes * npes);
+                    continue;
+                }
+                size_t nelems = bytes / sizeof(float);
+                int iters = is_bw ? p.coll_bw_iters : p.coll_lat_iters;
+                void* args[] = {&dst, &src, &nelems, &iters};
+                auto secs = t.run(p.reps, [&](cudaStream_t s) {
+                    CUDA_CHECK(cudaLaunchKernel((const void*)k, dim3(1), threads, args, 0, s));
+                });
+                if (is_bw) {
+                    std::vector<double> gbs;
+                    for (double x : secs) gbs.push_back((double)bytes * iters / x / 1e9);
+                    emit(bench, name.c_str(), (long long)bytes, gbs, "GB/s", true, iters);
+                } else {
+                    emit(bench, name.c_str(), (long long)bytes, per_op(secs, iters, 1e6), "us", false, iters);
+                }
+            }
+        }
+    }
 }
 
 static Buffers* g_buf;
@@ -491,7 +569,10 @@ int main(int argc, char** argv) {
     buf.out = (float*)nvshmem_malloc(64);
     buf.u64 = (uint64_t*)nvshmem_malloc(32 * sizeof(uint64_t));
     buf.flag = (int*)nvshmem_malloc(64);
-    if (!buf.a || !buf.b || !buf.lat || !buf.out || !buf.u64 || !buf.flag) {
+    const size_t coll_bytes = COLL_BW_BYTES * npes;
+    buf.coll_src = (float*)nvshmem_malloc(coll_bytes);
+    buf.coll_dst = (float*)nvshmem_malloc(coll_bytes);
+    if (!buf.a || !buf.b || !buf.lat || !buf.out || !buf.u64 || !buf.flag || !buf.coll_src || !buf.coll_dst) {
         fprintf(stderr, "bench_cpp: nvshmem_malloc failed (raise NVSHMEM_SYMMETRIC_SIZE)\n");
         return 2;
     }
@@ -499,6 +580,8 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaMemset(buf.b, 0, buf.max_bytes));
     CUDA_CHECK(cudaMemset(buf.lat, 0, LAT_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(buf.u64, 0, 32 * sizeof(uint64_t)));
+    CUDA_CHECK(cudaMemset(buf.coll_src, 0, coll_bytes));
+    CUDA_CHECK(cudaMemset(buf.coll_dst, 0, coll_bytes));
     CUDA_CHECK(cudaDeviceSynchronize());
     nvshmem_barrier_all();
     g_buf = &buf;
@@ -548,6 +631,8 @@ int main(int argc, char** argv) {
         auto s = t.run(p.reps, [&](cudaStream_t st) { barrier_lat<<<1, BARRIER_BLOCK, 0, st>>>(it); });
         emit("barrier_all_block_lat", "block", 0, per_op(s, it, 1e6), "us", false, it);
     }
+    if (enabled("coll_lat") || enabled("coll_bw"))
+        coll_benchmarks(t, p, buf.coll_dst, buf.coll_src, npes, enabled("coll_lat"), enabled("coll_bw"));
     if (enabled("launch")) {
         std::vector<double> v;
         for (int r = -1; r < p.reps; r++) {
@@ -587,6 +672,8 @@ int main(int argc, char** argv) {
 
     CUDA_CHECK(cudaDeviceSynchronize());
     nvshmem_barrier_all();
+    nvshmem_free(buf.coll_dst);
+    nvshmem_free(buf.coll_src);
     nvshmem_free(buf.flag);
     nvshmem_free(buf.u64);
     nvshmem_free(buf.out);

@@ -7,7 +7,14 @@
 # Variables: PYTHON (the interpreter with nvshmem_dsl installed; default: .venv/bin/python if
 # present, else python3), NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc),
 # ARCH (default sm_90), NVSHMEM_INC / NVSHMEM_LIB (override the discovered directories),
-# BENCH_CPP_OUT (default bench/cpp/build/bench_cpp), NVCC_FLAGS (extra flags).
+# BENCH_CPP_OUT (default bench/cpp/build/bench_cpp), NVCC_FLAGS (extra flags),
+# BENCH_CPP_JOBS (nvcc processes at once; default: the CPUs).
+# BENCH_CPP_PRINT_FLAGS=1: print nvcc and its compile flags, one a line, and build nothing
+# (bench/compile_families.py compiles its single-collective objects with them).
+#
+# Separate compilation (-rdc): bench.cu and the collectives' coll.cu (once per family with 4 or more
+# jobs: each family costs nvcc 10-30 s of one CPU), compiled in parallel, then linked with
+# libnvshmem_device.
 #
 # NVSHMEM's headers include <infiniband/mlx5dv.h> (IBGDA / GPUNetIO support) without a guard
 # in some releases (3.4.x); when the system has no rdma-core headers, bench/stub_include
@@ -54,28 +61,71 @@ done
 host_lib="$NVSHMEM_LIB/libnvshmem_host.so"
 [[ -f "$host_lib" ]] || host_lib="$NVSHMEM_LIB/libnvshmem_host.so.3"
 
+# NVSHMEM's headers include <infiniband/mlx5dv.h> (see above): without it, the stand-in
+probe_dir="$(mktemp -d)"
+trap 'rm -rf "$probe_dir"' EXIT
+printf '#include <nvshmem.h>\n#include <nvshmemx.h>\n' >"$probe_dir/probe.cu"
+stub=()
+if ! "$NVCC" -E -std=c++17 "-arch=$ARCH" -I"$NVSHMEM_INC" "$probe_dir/probe.cu" -o /dev/null 2>"$probe_dir/log"; then
+  if grep -q "mlx5dv.h" "$probe_dir/log"; then
+    echo "build.sh: no <infiniband/mlx5dv.h>: using bench/stub_include (IBGDA is not used by this benchmark)" >&2
+    stub=(-I"$root/bench/stub_include")
+  else
+    cat "$probe_dir/log" >&2
+    exit 1
+  fi
+fi
+# shellcheck disable=SC2206
+cflags=(-O3 -std=c++17 -rdc=true "-arch=$ARCH" -I"$NVSHMEM_INC" ${stub[@]+"${stub[@]}"} ${NVCC_FLAGS:-})
+if [[ -n "${BENCH_CPP_PRINT_FLAGS:-}" ]]; then
+  printf '%s\n' "$NVCC" "${cflags[@]}"
+  exit 0
+fi
+
 mkdir -p "$(dirname "$OUT")"
-cmd=("$NVCC" -O3 -std=c++17 -rdc=true "-arch=$ARCH"
-     -I"$NVSHMEM_INC"
-     "$here/bench.cu" -o "$OUT"
+objdir="$(dirname "$OUT")/obj"
+mkdir -p "$objdir"
+njobs="${BENCH_CPP_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+# name|source|extra flags: the collectives in one object per family with 4 or more jobs at a time
+# (each object parses NVSHMEM's headers again: more CPU in all, less time with the CPUs for it)
+units=("bench|$here/bench.cu|")
+if (( njobs >= 4 )); then
+  for family in BROADCAST FCOLLECT ALLTOALL REDUCE REDUCESCATTER BARRIER; do
+    units+=("coll_${family,,}|$here/coll.cu|-DCOLL_FAMILY=COLL_$family")
+  done
+else
+  units+=("coll|$here/coll.cu|")
+fi
+echo "build.sh: ${#units[@]} objects, $njobs at a time: $NVCC ${cflags[*]} -c ..." >&2
+start=$(date +%s.%N)
+objs=()
+for unit in "${units[@]}"; do
+  IFS='|' read -r name src extra <<<"$unit"
+  objs+=("$objdir/$name.o")
+  while (( $(jobs -rp | wc -l) >= njobs )); do wait -n || true; done
+  # shellcheck disable=SC2086
+  ( if "$NVCC" "${cflags[@]}" $extra -c "$src" -o "$objdir/$name.o" >"$objdir/$name.log" 2>&1; then
+      echo 0 >"$objdir/$name.status"
+    else
+      echo 1 >"$objdir/$name.status"
+    fi ) &
+done
+wait
+failed=0
+for unit in "${units[@]}"; do
+  IFS='|' read -r name _ _ <<<"$unit"
+  cat "$objdir/$name.log" >&2
+  if [[ "$(cat "$objdir/$name.status" 2>/dev/null)" != 0 ]]; then
+    echo "build.sh: compiling $name failed" >&2
+    failed=1
+  fi
+done
+(( failed == 0 )) || exit 1
+cmd=("$NVCC" -rdc=true "-arch=$ARCH" "${objs[@]}" -o "$OUT"
      -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
      -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
      ${NVCC_FLAGS:-})
 echo "${cmd[*]}" >&2
-start=$(date +%s.%N)
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-if ! "${cmd[@]}" 2>"$log"; then
-  cat "$log" >&2
-  if grep -q "mlx5dv.h" "$log"; then
-    # no rdma-core headers: retry with the stand-in (IBGDA is not used by this benchmark)
-    echo "build.sh: retrying with bench/stub_include for <infiniband/mlx5dv.h>" >&2
-    "${cmd[@]}" -I"$root/bench/stub_include"
-  else
-    exit 1
-  fi
-else
-  cat "$log" >&2
-fi
+"${cmd[@]}"
 end=$(date +%s.%N)
 echo "build.sh: built $OUT in $(awk "BEGIN{printf \"%.1f\", $end - $start}") s" >&2
