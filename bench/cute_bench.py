@@ -247,8 +247,8 @@ def spin_k(us: Int32):
 # The bandwidth launchers take the block size as an argument (block_of): with a static one
 # CuTe declares `.reqntid` on the kernel, which C++'s and Numba's bandwidth kernels do not
 # declare, and with `.reqntid 1024` libNVVM recomputes loop-invariant values inside NVSHMEM's
-# copy loops (tests/gpu/records/2026-11-22/session5-cute-warp-loop-ptx.txt; the copy loop 15 SASS
-# instructions with it, 10 without: session4-loop-sass.txt, session5-loop-sass.txt).
+# copy loops (tests/gpu/records/2026-11-22/cute-warp-loop-ptx.txt; the copy loop 15 SASS
+# instructions with it, 10 without: loop-sass.txt, earlier-loop-sass.txt).
 # The one-thread latency launchers keep their static shape: `.reqntid 1`, as C++'s and
 # Numba's declare it.
 

@@ -432,7 +432,7 @@ def _closure(bc_path: Path, names) -> dict:
     it needs only (:mod:`nvshmem_dsl.bitcode_bodies`): ``names`` and every function that is not
     an API function, then the API functions those call, until nothing is missing.  Almost all of
     NVSHMEM's bitcode is API bodies: this parse is a few percent of the whole file's
-    (tests/gpu/records/2026-11-22/session6-closure-parse.txt).  A file laid out in a way
+    (tests/gpu/records/2026-11-22/closure-parse.txt).  A file laid out in a way
     :mod:`~nvshmem_dsl.bitcode_bodies` does not read is parsed whole."""
     bitcode_bodies = _bodies_module()
     data = bc_path.read_bytes()
@@ -1059,7 +1059,7 @@ def prefetch(arch=90, bc_path=None) -> None:
 
 def _release_heap() -> None:
     """Give the C heap's free memory back to the system (glibc keeps what a
-    parse of the whole bitcode freed: session5-cold-compile.txt); after a closure
+    parse of the whole bitcode freed: cold-compile.txt); after a closure
     parsed from the whole file only (a closure's own parse is small)."""
     try:
         import ctypes

@@ -7,7 +7,7 @@ block is skipped unread.  That flag (``isproto``) is a field of the record that 
 same number of bits, so it can be set in place: no offset in the file changes.  NVSHMEM's
 device bitcode is almost all bodies of its ~2200 API functions (each carries its whole
 implementation inlined; all other functions together are 0.2% of it in 3.4.5, 4% in 3.8:
-tests/gpu/records/2026-11-22/session6-closure-parse.txt), so a first kernel that
+tests/gpu/records/2026-11-22/closure-parse.txt), so a first kernel that
 keeps just the API functions it calls lets LLVM parse a small part of the file.
 
 One exception: the reader ties the first function block it meets to the first function record

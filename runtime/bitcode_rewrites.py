@@ -185,7 +185,7 @@ def peer_base_before_sync(text: str) -> tuple[str, int]:
     first store sooner after the barrier."""
     edits = []
     for sync in _GROUP_SYNCS:  # candidates found with str.find: over a whole library (264 MB
-        at = text.find(sync)   # of IR) 0.9-2.1 s, a regex scan 2.0-2.1 s (session6-peer-base-scan.txt)
+        at = text.find(sync)   # of IR) 0.9-2.1 s, a regex scan 2.0-2.1 s (peer-base-scan.txt)
         while at >= 0:
             m = _SYNC_THEN_PEER_BASE.match(text, text.rfind("\n", 0, at) + 1)
             if m is not None:

@@ -2,7 +2,7 @@
 
 After the session-5 rewrites (peer base above the entry sync, lane id as the intrinsic) Numba's
 block puts are 1.04-1.09x C++ but warp puts of 4-64 KiB 0.93x (records/2026-11-22/
-session5-group-rma.txt).  This times one put kernel (132 blocks x 1024 threads, 1000 puts in
+group-rma.txt).  This times one put kernel (132 blocks x 1024 threads, 1000 puts in
 the kernel, both PEs at once, device events, median of 5) at 4, 16 and 64 KiB, written as:
   bench      bench/numba_bench.py's kernel (nv.window of both arrays every iteration)
   hoisted    no window arithmetic: the windows taken once before the loop (puts use one window)
@@ -12,7 +12,7 @@ the kernel, both PEs at once, device events, median of 5) at 4, 16 and 64 KiB, w
              nvcc's header path does (ST.E.128), instead of a global one (STG.E.128)
 The C++ kernel is timed in the same device call by bench/run.py (device step put-shapes).
 Earlier version (commit a1532f1, before nv.window): records/2026-11-22/put_shapes.txt; this
-one: records/2026-11-22/session5-put-shapes.txt.
+one: records/2026-11-22/put-shapes.txt.
 
 Run on 2 GPUs:  python -m nvshmem_dsl.run -n 2 bench/experiments/put_shapes.py
 On the CPU:     python bench/experiments/put_shapes.py --ptx   (what each variant's PTX holds)
