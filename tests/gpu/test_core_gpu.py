@@ -49,19 +49,27 @@ def _gpus() -> int:
 def two_gpus():
     if _launched_as_pe():
         pytest.skip("launches its own 2-PE jobs: run tests/gpu/test_core_gpu.py in one process")
-    if _gpus() < 2:
-        pytest.skip("needs 2 GPUs")
+    mps = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control").exists()
+    if _gpus() < 2 and not (_gpus() == 1 and mps):
+        pytest.skip("needs 2 GPUs, or one shared by 2 PEs under MPS (python tests/gpu/mps.py --pes-per-gpu 2 -- ...)")
 
 
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_INIT_TIMEOUT"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # the MPI seeds call MPI_Init as singletons under our launcher; Open MPI wants an rsh agent
+    # path even for its local daemon, and root needs its consent
+    env.setdefault("OMPI_MCA_ess_singleton_isolated", "1")  # Open MPI 4.1: no local daemon for a singleton
+    env.setdefault("OMPI_MCA_plm_rsh_agent", "/bin/false")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env
 
 
 def _job(*args: str, launcher: list[str] | None = None) -> dict[int, list[str]]:
     """Run a 2-PE job; its output lines by rank (rc 0 required)."""
-    cmd = launcher or [sys.executable, "-m", "nvshmem_dsl.run", "--gpus", "0,1"]
+    gpus = ["--gpus", "0,1"] if _gpus() >= 2 else []  # one GPU: both PEs on it (under MPS)
+    cmd = launcher or [sys.executable, "-m", "nvshmem_dsl.run", "-n", "2", *gpus]
     proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
     assert proc.returncode == 0, f"{' '.join(cmd + list(args))}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
     lines: dict[int, list[str]] = {0: [], 1: []}
@@ -155,6 +163,8 @@ def test_seed004_torch_peer_tensors():
     torchrun = shutil.which("torchrun")
     if torchrun is None or importlib.util.find_spec("torch.distributed") is None:
         pytest.skip("torchrun is not installed")
+    if _gpus() < 2:
+        pytest.skip("seed 004 sets device LOCAL_RANK (torch.cuda.set_device): needs 2 GPUs")
     cmd = [torchrun, "--nproc-per-node", "2", str(PORTS / "seed004_torch_peer_tensors.py")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
     text = proc.stdout + proc.stderr
