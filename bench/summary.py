@@ -1,12 +1,15 @@
 """The front tables of BENCHMARKS.md, printed from a results file of bench/run.py.
 
     python bench/summary.py bench/results/<run>.json [--sizes 8,4096,1048576,16777216,268435456]
+    python bench/summary.py bench/results/<run>.json --impl numba [--sizes ...]
 
 A headline row per DSL (latency ratios, the range of bandwidth ratios, compile times), then one
 Markdown table of every latency and time row and the bandwidth rows at a few sizes, with C++'s
 figure, each DSL's and their ratio (bandwidth dsl/cpp: above 1 is better; times
-dsl/cpp: below 1 is better), then one line naming the run (device, date, NVSHMEM, command). The
-numbers in BENCHMARKS.md are pasted from this output, never typed.
+dsl/cpp: below 1 is better), then one line naming the run (device, date, NVSHMEM, command).  With
+``--impl DSL``: that DSL's table only, every latency/time row (C++, DSL, ratio), then its bandwidth
+ratios as one row per operation and scope, a column per size.  The numbers in BENCHMARKS.md are
+pasted from this output, never typed.
 """
 
 from __future__ import annotations
@@ -80,6 +83,29 @@ def headline(run: dict, dsl: str) -> dict[str, str]:
     return out
 
 
+def impl_tables(run: dict, dsl: str, sizes=DEFAULT_SIZES) -> str:
+    """One DSL: its latency/time rows beside C++'s, then its bandwidth ratios (operation x scope by size);
+    ``cpp``: C++'s absolute bandwidth instead of ratios."""
+    rows = _rows(run["results"], set(sizes))
+    cpp = dsl == "cpp"
+    lines = ["| benchmark | scope | size | unit | C++ |" + ("" if cpp else f" {dsl} | {dsl}/C++ |"),
+             "| --- | --- | --- | --- | ---: |" + ("" if cpp else " ---: | ---: |")]
+    for (bench, scope, nbytes), row in sorted(rows.items()):
+        if row["unit"] != "GB/s" and dsl in row:
+            lines.append(f"| {bench} | {scope} | {_size(nbytes)} | {row['unit']} | {_fmt(row.get('cpp'))} |"
+                         + ("" if cpp else f" {_fmt(row.get(dsl))} | {_ratio(row, dsl)} |"))
+    title = "C++ bandwidth, GB/s" if cpp else f"{dsl}/C++ bandwidth"
+    lines += ["", f"| {title} | " + " | ".join(_size(n) for n in sizes) + " |",
+              "| --- |" + " ---: |" * len(sizes)]
+    for bench in ("put_bw", "get_bw"):
+        for scope in ("thread", "warp", "block"):
+            cells = [_fmt(rows.get((bench, scope, n), {}).get("cpp")) if cpp
+                     else _ratio(rows.get((bench, scope, n), {}), dsl) for n in sizes]
+            if any(c != "-" for c in cells):
+                lines.append(f"| {bench} {scope} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def describe(run: dict, path: str) -> str:
     meta = run["meta"]
     cpp = meta.get("impl_meta", {}).get("cpp", {})
@@ -92,9 +118,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
+    ap.add_argument("--impl", help="one DSL's tables only (latency/time rows, then bandwidth ratios by size)")
     args = ap.parse_args(argv)
     run = json.loads(args.results.read_text())
     sizes = tuple(int(s) for s in args.sizes.split(","))
+    if args.impl:
+        print(describe(run, str(args.results)))
+        print()
+        print(impl_tables(run, args.impl, sizes))
+        return 0
     dsls = sorted({r["impl"] for r in run["results"]} - {"cpp"})
     print(describe(run, str(args.results)))
     cols = list(headline(run, dsls[0]))
