@@ -248,7 +248,7 @@ def spin_k(us: Int32):
 # CuTe declares `.reqntid` on the kernel, which C++'s and Numba's bandwidth kernels do not
 # declare, and with `.reqntid 1024` libNVVM recomputes loop-invariant values inside NVSHMEM's
 # copy loops (tests/gpu/records/2026-11-22/cute-warp-loop-ptx.txt; the copy loop 15 SASS
-# instructions with it, 10 without: loop-sass.txt, earlier-loop-sass.txt).
+# instructions with it, 10 without: loop-sass-cute-reqntid.txt, loop-sass.txt).
 # The one-thread latency launchers keep their static shape: `.reqntid 1`, as C++'s and
 # Numba's declare it.
 
