@@ -1,6 +1,6 @@
 """All-reduce written with device collectives (Triton): every PE sums its vector with every other
 PE's, in one kernel, with sum_reduce_block (made by all 512 threads of the one program; the
-collective is linked out of line, see nvshmem_dsl.outline).
+collective is linked out of line, see nvshmem_dsl.linker.outline).
 
 Run: python -m nvshmem_dsl.run -n 2 examples/triton_allreduce.py
 """

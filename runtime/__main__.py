@@ -38,7 +38,7 @@ def _gpus() -> list[str]:
     try:
         from cuda.core import Device, system
 
-        from . import _cuda
+        from .host import _cuda
         n = system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
         lines = [f"GPU {i}: {Device(i).name} (sm_{''.join(map(str, Device(i).compute_capability))}), "
                  f"MPS {_MPS_WORDS[_cuda.mps_enabled(i)]}" for i in range(n)]

@@ -1,6 +1,6 @@
 """A fake world for running NVSHMEM4Py-style programs on a CPU (tests/test_core.py).
 
-* the NVSHMEM host library's calls are intercepted (``_host._interceptor``, as in
+* the NVSHMEM host library's calls are intercepted (``_lib._interceptor``, as in
   tests/test_host_cpu.py) and recorded; allocations get made-up addresses backed by host memory
   (:class:`FakeMemory`), so that ``arr[:] = 1; print(arr)`` shows real values;
 * ``cupy`` is a small fake (arrays over that memory) and ``torch`` too, enough for the arrays and
@@ -175,7 +175,7 @@ def make_cupy(world: "World") -> types.ModuleType:
         if hasattr(obj, "handle") and hasattr(obj, "size"):  # a cuda.core Buffer: 1-D int8
             n = int(obj.size)
             return ndarray((n,), np.int8, MemoryPointer(UnownedMemory(int(obj.handle), n, obj), 0))
-        from nvshmem_dsl import _arrays
+        from nvshmem_dsl.host import _arrays
 
         info = _arrays.describe(obj)
         return ndarray(info.shape, info.dtype, MemoryPointer(UnownedMemory(info.ptr, info.nbytes, obj), 0))
@@ -263,7 +263,7 @@ def make_torch(world: "World") -> types.ModuleType:
         return Tensor(cai["data"][0], cai["shape"], _dtype(np_dtype), strides, world.device_of(cai["data"][0]), obj)
 
     def from_dlpack(obj):
-        from nvshmem_dsl import _arrays
+        from nvshmem_dsl.host import _arrays
 
         device = obj.__dlpack_device__()[1]
         info = _arrays.describe(obj)
@@ -313,7 +313,7 @@ class FakeDevice:
 
 class World:
     def __init__(self, monkeypatch, *, my_pe: int = 0, n_pes: int = 2, multicast: bool = False) -> None:
-        from nvshmem_dsl import _bootstrap, _cuda, _host
+        from nvshmem_dsl.host import _bootstrap, _cuda, _lib
 
         self.my_pe, self.n_pes, self.multicast = my_pe, n_pes, multicast
         self.memory = FakeMemory()
@@ -326,8 +326,8 @@ class World:
         self._teams = itertools.count(7)
         self.responses: dict[str, Any] = {}
 
-        _host.lib()
-        monkeypatch.setattr(_host, "_interceptor", self._intercept)
+        _lib.lib()
+        monkeypatch.setattr(_lib, "_interceptor", self._intercept)
         monkeypatch.setattr(_cuda, "device_count", lambda: 2)
         monkeypatch.setattr(_cuda, "set_device", lambda i: FakeDevice(i))
         monkeypatch.setattr(_cuda, "synchronize", lambda: None)
@@ -347,7 +347,7 @@ class World:
             return real_bootstrap(make_uid, **kwargs)
 
         monkeypatch.setattr(_bootstrap, "bootstrap", bootstrap)
-        from nvshmem_dsl import _init
+        from nvshmem_dsl.host import _init
 
         monkeypatch.setattr(_init, "_prefetch_device_code", lambda device_id: None)
         self.cupy = make_cupy(self)
@@ -466,7 +466,7 @@ class World:
                 return nbtypes.int64
             if isinstance(x, float):
                 return nbtypes.float64
-            info = __import__("nvshmem_dsl")._arrays.describe(x)
+            info = __import__("nvshmem_dsl.host._arrays", fromlist=["describe"]).describe(x)
             return nbtypes.Array(getattr(nbtypes, info.dtype), len(info.shape), "C" if info.contiguous else "A")
 
         class Launch:
@@ -512,7 +512,7 @@ def compile_cute_launches(world: World, monkeypatch) -> None:
 
 def close(world: World) -> None:
     """Leave no initialised runtime behind (while the C calls are still intercepted)."""
-    from nvshmem_dsl import _init, _state, memory
+    from nvshmem_dsl.host import _init, _state, memory
     from nvshmem_dsl.core import _tracking
     from nvshmem_dsl.core.nvshmem_types import _PREDEFINED_TEAMS, Teams
 

@@ -1,4 +1,4 @@
-"""The NVSHMEM bitcode piece store (nvshmem_dsl.bitcode) on a small NVSHMEM-like module:
+"""The NVSHMEM bitcode piece store (nvshmem_dsl.linker.store) on a small NVSHMEM-like module:
 stores built in several processes, closures extracted on the side, concurrent cold starts.
 
 Everything runs on the CPU in a few seconds; the real bitcode is covered by
@@ -17,7 +17,7 @@ import pytest
 
 llvm = pytest.importorskip("llvmlite.binding")
 
-from nvshmem_dsl import bitcode, bitcode_bodies  # noqa: E402
+from nvshmem_dsl.linker import bodies, pieces, store, store_build  # noqa: E402
 
 # Three parts' worth of API functions sharing an internal helper, an internal
 # mutable global, TBAA and loop metadata; a string that looks like metadata and
@@ -93,18 +93,18 @@ def bc(tmp_path, monkeypatch):
     path = tmp_path / "libnvshmem_device_sm_90.bc"
     path.write_bytes(llvm.parse_assembly(IR).as_bitcode())
     monkeypatch.delenv("NVSHMEM_DSL_BUILD_JOBS", raising=False)
-    monkeypatch.setattr(bitcode, "_stores", {})
-    monkeypatch.setattr(bitcode, "_subsets", type(bitcode._subsets)())
-    monkeypatch.setattr(bitcode, "_prefetch_asked", set())
+    monkeypatch.setattr(store, "_stores", {})
+    monkeypatch.setattr(store, "_subsets", type(store._subsets)())
+    monkeypatch.setattr(store, "_prefetch_asked", set())
     return path
 
 
 def _store(bc, tmp_path, monkeypatch, jobs: int, name: str):
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / name))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", str(jobs))
-    bitcode._stores.clear()
-    bitcode.api_names(90, bc_path=bc)  # builds it
-    return bitcode._Store(bitcode.store_path(bc), bitcode._cache_key(bc))
+    store._stores.clear()
+    store.api_names(90, bc_path=bc)  # builds it
+    return store._Store(store.store_path(bc), store._cache_key(bc))
 
 
 _REF = re.compile(r'"[^"]*"|!(\d+)')
@@ -144,9 +144,9 @@ def canonical(asm: str) -> list:
 
 def test_renumber_leaves_strings_alone():
     text = b'@s = constant [5 x i8] c"!1#2\\00"\n  %x = load i32, ptr %p, !tbaa !7 #3'
-    assert bitcode._renumber(text, 100, 10) == (
+    assert pieces._renumber(text, 100, 10) == (
         b'@s = constant [5 x i8] c"!1#2\\00"\n  %x = load i32, ptr %p, !tbaa !107 #13')
-    assert bitcode._renumber(text, 0, 0) is text
+    assert pieces._renumber(text, 0, 0) is text
 
 
 def test_parts_give_the_same_modules(bc, tmp_path, monkeypatch):
@@ -169,20 +169,20 @@ def test_parts_give_the_same_modules(bc, tmp_path, monkeypatch):
     mod = llvm.parse_assembly(both)
     mod.verify()
     assert {"nvshmem_foo", "nvshmem_baz", "helper"} <= {f.name for f in mod.functions}
-    path = bitcode.store_path(bc)
+    path = store.store_path(bc)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not list(path.parent.glob("*.tmp")) and not list(path.parent.glob("*.build-*"))
 
 
 def test_closure_is_the_same_module(bc, tmp_path, monkeypatch):
-    store = _store(bc, tmp_path, monkeypatch, 1, "one")
-    closure = bitcode._Store.from_part(bitcode._part(bc, 0, 1, own=["nvshmem_baz"]), "k")
+    st = _store(bc, tmp_path, monkeypatch, 1, "one")
+    closure = store._Store.from_part(pieces._part(bc, 0, 1, own=["nvshmem_baz"]), "k")
     assert closure.temporary and closure.api == set(API)
     assert set(closure.functions) == {"nvshmem_baz", "nvshmem_foo", "helper"}
     text = closure.assemble(["nvshmem_baz"]).decode()
     # nvshmem_foo, not its own, is printed as NVSHMEM has it (external, hidden)
     assert re.search(r"^define hidden i32 @nvshmem_foo", text, re.M)
-    assert canonical(text) == canonical(store.assemble(["nvshmem_baz"]).decode())
+    assert canonical(text) == canonical(st.assemble(["nvshmem_baz"]).decode())
     with pytest.raises(KeyError):
         closure.assemble(["nvshmem_nope"])
 
@@ -190,23 +190,23 @@ def test_closure_is_the_same_module(bc, tmp_path, monkeypatch):
 def test_cold_start_links_a_closure_while_the_store_is_built(bc, tmp_path, monkeypatch):
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cold"))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
-    monkeypatch.setattr(bitcode, "_builders", [])
-    parses = bitcode.stats["bitcode_parses"]
-    mod = bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)
+    monkeypatch.setattr(store_build, "_builders", [])
+    parses = store.stats["bitcode_parses"]
+    mod = store.api_module(["nvshmem_baz"], 90, bc_path=bc)
     assert {"nvshmem_baz", "nvshmem_foo", "helper"} <= {f.name for f in mod.functions}
-    assert bitcode.stats["bitcode_parses"] == parses  # built elsewhere
-    assert len(bitcode._builders) == 1
-    bitcode._wait_for_builders()
-    assert bitcode._builders[0].returncode == 0
-    path = bitcode.store_path(bc)
+    assert store.stats["bitcode_parses"] == parses  # built elsewhere
+    assert len(store_build._builders) == 1
+    store_build._wait_for_builders()
+    assert store_build._builders[0].returncode == 0
+    path = store.store_path(bc)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert not [p for p in path.parent.iterdir() if p.suffix not in (".pieces", ".lock")]
-    store = bitcode._Store(path, bitcode._cache_key(bc))
-    assert canonical(str(mod)) == canonical(store.assemble(["nvshmem_baz"]).decode())
+    st = store._Store(path, store._cache_key(bc))
+    assert canonical(str(mod)) == canonical(st.assemble(["nvshmem_baz"]).decode())
     # the next call of this process finds the store (and no new build starts)
-    bitcode.api_module(["nvshmem_bar"], 90, bc_path=bc)
-    assert bitcode._stores and len(bitcode._builders) == 1
+    store.api_module(["nvshmem_bar"], 90, bc_path=bc)
+    assert store._stores and len(store_build._builders) == 1
 
 
 def _functions(mod):
@@ -217,18 +217,18 @@ def test_bodies_are_listed_and_dropped_in_place(bc):
     """bitcode_bodies reads the module's function records; keep_bodies turns the others into
     declarations by one bit each (the file keeps its size), except the first with a body."""
     data = bc.read_bytes()
-    fns = {f.name: f for f in bitcode_bodies.functions(data)}
+    fns = {f.name: f for f in bodies.functions(data)}
     assert {n for n, f in fns.items() if f.has_body} == {"helper", *API}
     assert not fns["llvm.nvvm.read.ptx.sreg.tid.x"].has_body
     assert fns["nvshmem_foo"].external and not fns["helper"].external  # hidden is still external
-    first = next(f.name for f in bitcode_bodies.functions(data) if f.has_body)
-    small = bitcode_bodies.keep_bodies(data, {"nvshmem_baz"})
+    first = next(f.name for f in bodies.functions(data) if f.has_body)
+    small = bodies.keep_bodies(data, {"nvshmem_baz"})
     assert len(small) == len(data) and small != data
     mod = llvm.parse_bitcode(small)
     mod.verify()
     assert _functions(mod) == sorted({first, "nvshmem_baz"})
-    with pytest.raises(bitcode_bodies.BitcodeLayoutError, match="not LLVM bitcode"):
-        bitcode_bodies.functions(b"not bitcode at all")
+    with pytest.raises(bodies.BitcodeLayoutError, match="not LLVM bitcode"):
+        bodies.functions(b"not bitcode at all")
 
 
 @pytest.mark.parametrize("names", [["nvshmem_baz"], ["nvshmem_zap", "nvshmem_bar"], ["nvshmem_foo"]])
@@ -236,10 +236,10 @@ def test_closure_from_the_bodies_it_needs_is_the_same(bc, names, monkeypatch):
     """_closure parses only ``names``' bodies, the non-API ones and, in a second round, the API
     functions they call (nvshmem_baz calls nvshmem_foo): the same closure as from the whole file."""
     parsed = []
-    real = bitcode._parse
-    monkeypatch.setattr(bitcode, "_parse", lambda path, data=None: (parsed.append(data), real(path, data))[1])
-    closure = bitcode._Store.from_part(bitcode._closure(bc, names), "k").assemble(names).decode()
-    whole = bitcode._Store.from_part(bitcode._part(bc, 0, 1, own=names), "k").assemble(names).decode()
+    real = pieces._parse
+    monkeypatch.setattr(pieces, "_parse", lambda path, data=None: (parsed.append(data), real(path, data))[1])
+    closure = store._Store.from_part(pieces._closure(bc, names, "k"), "k").assemble(names).decode()
+    whole = store._Store.from_part(pieces._part(bc, 0, 1, own=names), "k").assemble(names).decode()
     assert canonical(closure) == canonical(whole)
     assert parsed[0] is not None and parsed[0] != bc.read_bytes()  # bodies dropped
     assert len(parsed) == (3 if names == ["nvshmem_baz"] else 2)  # + nvshmem_foo; then the whole
@@ -247,10 +247,10 @@ def test_closure_from_the_bodies_it_needs_is_the_same(bc, names, monkeypatch):
 
 def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):
     def unreadable(data):
-        raise bitcode_bodies.BitcodeLayoutError("no")
+        raise bodies.BitcodeLayoutError("no")
 
-    monkeypatch.setattr(bitcode_bodies, "functions", unreadable)
-    part = bitcode._closure(bc, ["nvshmem_baz"])
+    monkeypatch.setattr(bodies, "functions", unreadable)
+    part = pieces._closure(bc, ["nvshmem_baz"], "k")
     assert "nvshmem_baz" in part["functions"]
 
 
@@ -259,13 +259,13 @@ def test_every_kernel_before_the_store_links_a_closure(bc, tmp_path, monkeypatch
     of their own, none waits for the build."""
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "building"))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
-    monkeypatch.setattr(bitcode, "_start_builder", lambda *args: False)  # another process's build
-    monkeypatch.setattr(bitcode, "_store", lambda *args: pytest.fail("waited for the store"))
+    monkeypatch.setattr(store, "_start_builder", lambda *args: False)  # another process's build
+    monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
     closures = []
-    real = bitcode._closure
-    monkeypatch.setattr(bitcode, "_closure", lambda path, names: (closures.append(names), real(path, names))[1])
-    assert _functions(bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)) == ["helper", "nvshmem_baz", "nvshmem_foo"]
-    assert _functions(bitcode.api_module(["nvshmem_bar"], 90, bc_path=bc)) == ["nvshmem_bar"]
+    real = pieces._closure
+    monkeypatch.setattr(pieces, "_closure", lambda path, names, key: (closures.append(names), real(path, names, key))[1])
+    assert _functions(store.api_module(["nvshmem_baz"], 90, bc_path=bc)) == ["helper", "nvshmem_baz", "nvshmem_foo"]
+    assert _functions(store.api_module(["nvshmem_bar"], 90, bc_path=bc)) == ["nvshmem_bar"]
     assert closures == [["nvshmem_baz"], ["nvshmem_bar"]]
 
 
@@ -274,17 +274,17 @@ def test_prefetch_starts_the_build(bc, tmp_path, monkeypatch):
     linked meanwhile, the same as the store's."""
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "ahead"))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
-    monkeypatch.setattr(bitcode, "_builders", [])
-    bitcode.prefetch(90, bc_path=bc)
-    bitcode.prefetch(90, bc_path=bc)  # asked again: nothing more
-    assert len(bitcode._builders) == 1
-    mod = bitcode.api_module(["nvshmem_baz"], 90, bc_path=bc)
+    monkeypatch.setattr(store_build, "_builders", [])
+    store.prefetch(90, bc_path=bc)
+    store.prefetch(90, bc_path=bc)  # asked again: nothing more
+    assert len(store_build._builders) == 1
+    mod = store.api_module(["nvshmem_baz"], 90, bc_path=bc)
     assert _functions(mod) == ["helper", "nvshmem_baz", "nvshmem_foo"]
-    assert len(bitcode._builders) == 1
-    bitcode._wait_for_builders()
-    assert bitcode._builders[0].returncode == 0
-    store = bitcode._Store(bitcode.store_path(bc), bitcode._cache_key(bc))
-    assert canonical(str(mod)) == canonical(store.assemble(["nvshmem_baz"]).decode())
+    assert len(store_build._builders) == 1
+    store_build._wait_for_builders()
+    assert store_build._builders[0].returncode == 0
+    st = store._Store(store.store_path(bc), store._cache_key(bc))
+    assert canonical(str(mod)) == canonical(st.assemble(["nvshmem_baz"]).decode())
 
 
 @pytest.mark.parametrize("jobs", ["1", None])
@@ -294,18 +294,18 @@ def test_prefetch_does_nothing_without_side_builds_or_with_a_store(bc, tmp_path,
         monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", jobs)
     else:
         _store(bc, tmp_path, monkeypatch, 1, "built")
-        bitcode._stores.clear()
+        store._stores.clear()
         monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
-    monkeypatch.setattr(bitcode, "_builders", [])
-    bitcode.prefetch(90, bc_path=bc)
-    assert not bitcode._builders
+    monkeypatch.setattr(store_build, "_builders", [])
+    store.prefetch(90, bc_path=bc)
+    assert not store_build._builders
 
 
 def test_concurrent_cold_starts_build_once(bc, tmp_path):
     """Several PEs starting at once: each links its first kernel, one store is built."""
     code = (
-        "import sys; from nvshmem_dsl import bitcode; "
-        "m = bitcode.api_module(['nvshmem_baz'], 90, bc_path=sys.argv[1]); "
+        "import sys; from nvshmem_dsl.linker import store; "
+        "m = store.api_module(['nvshmem_baz'], 90, bc_path=sys.argv[1]); "
         "print(sorted(f.name for f in m.functions if not f.is_declaration))"
     )
     env = dict(os.environ, NVSHMEM_DSL_CACHE=str(tmp_path / "cache"), NVSHMEM_DSL_BUILD_JOBS="2")
@@ -319,14 +319,14 @@ def test_concurrent_cold_starts_build_once(bc, tmp_path):
     assert {out for out, _, _ in results} == {"['helper', 'nvshmem_baz', 'nvshmem_foo']\n"}
     assert sum(err.count("preparing NVSHMEM bitcode") for _, err, _ in results) == 1, results
     cache = tmp_path / "cache"
-    (store,) = cache.glob("*.pieces")
-    bitcode._Store(store, bitcode._cache_key(bc))
+    (path,) = cache.glob("*.pieces")
+    store._Store(path, store._cache_key(bc))
     assert not [p for p in cache.iterdir() if p.suffix not in (".pieces", ".lock")]
 
 
 def test_failed_parts_fall_back_to_one_process(bc, tmp_path, monkeypatch, capfd):
-    monkeypatch.setattr(bitcode, "_WORKER_MAIN", "import sys; sys.exit(3)")
-    store = _store(bc, tmp_path, monkeypatch, 2, "fallback")
-    assert store.api == set(API) and len(store._segments) == 1
+    monkeypatch.setattr(store_build, "_WORKER_MAIN", "import sys; sys.exit(3)")
+    st = _store(bc, tmp_path, monkeypatch, 2, "fallback")
+    assert st.api == set(API) and len(st._segments) == 1
     err = capfd.readouterr().err
     assert "failed" in err and "exited with status 3" in err

@@ -1,11 +1,11 @@
-"""The rewrite of NVSHMEM's copy loops (nvshmem_dsl.bitcode_rewrites): what it changes, what it
+"""The rewrite of NVSHMEM's copy loops (nvshmem_dsl.linker.rewrites): what it changes, what it
 must leave alone, and the PTX a Numba put gets with and without it."""
 import re
 
 import llvmlite.binding as llvm
 import pytest
 
-from nvshmem_dsl import bitcode_rewrites as bc
+from nvshmem_dsl.linker import nvvm, rewrites as bc
 
 # NVSHMEM 3.4's copy loop (nvshmem_float_put), cut down: the v4 path runs only when
 # (dst | src) & 15 == 0.
@@ -189,21 +189,21 @@ def test_numba_put_copy_loop(monkeypatch, how):
 
 
 def test_nvvm_copy_for_cute_is_rewritten(tmp_path, monkeypatch):
-    """The CuTe DSL links NVSHMEM through libNVVM from nvshmem_dsl.bitcode.nvvm_bitcode: its copy
+    """The CuTe DSL links NVSHMEM through libNVVM from nvshmem_dsl.linker.store.nvvm_bitcode: its copy
     gets the same rewrite (a copy per mode); with the rewrite off, an unchanged file is used as is."""
-    from nvshmem_dsl import bitcode
+    from nvshmem_dsl.linker import store
 
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "lib.bc"
     src.write_bytes(llvm.parse_assembly(GUARDED, context=llvm.create_context()).as_bitcode())
     monkeypatch.delenv(bc.ENV, raising=False)
-    out = bitcode.nvvm_bitcode(src)
+    out = nvvm.nvvm_bitcode(src)
     assert out != src and out.name.endswith(f"-vector-r{bc.REVISION}.nvvm.bc")
     text = str(llvm.parse_bitcode(out.read_bytes(), context=llvm.create_context()))
     assert "load <4 x i32>" in text and "asm sideeffect" not in text
-    assert bitcode.nvvm_bitcode(src) == out  # cached
+    assert nvvm.nvvm_bitcode(src) == out  # cached
     monkeypatch.setenv(bc.ENV, "off")
-    assert bitcode.nvvm_bitcode(src) == src
+    assert nvvm.nvvm_bitcode(src) == src
 
 
 def test_cute_put_copy_loop():

@@ -1,4 +1,4 @@
-"""Bootstrap (nvshmem_dsl._bootstrap): mode detection, TCP store, MPI exchange."""
+"""Bootstrap (nvshmem_dsl.host._bootstrap): mode detection, TCP store, MPI exchange."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nvshmem_dsl import _bootstrap as bs
-from nvshmem_dsl._bootstrap import Bootstrap, bootstrap, detect_mode, fetch_uid, select_device, serve_uid
+from nvshmem_dsl.host import _bootstrap as bs
+from nvshmem_dsl.host._bootstrap import Bootstrap, bootstrap, detect_mode, fetch_uid, select_device, serve_uid
 from nvshmem_dsl.errors import NvshmemInitError
 
 UID = bytes(range(128))
@@ -280,7 +280,7 @@ def test_store_real_processes(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent("""
         import os
-        from nvshmem_dsl._bootstrap import bootstrap
+        from nvshmem_dsl.host._bootstrap import bootstrap
         b = bootstrap(lambda: os.urandom(128))
         print("RESULT", b.mode, b.rank, b.nranks, b.uid.hex(), flush=True)
     """))
@@ -458,7 +458,7 @@ def _mpiexec() -> str | None:
 
 MPI_SCRIPT = """
 import os, sys, time
-from nvshmem_dsl._bootstrap import bootstrap
+from nvshmem_dsl.host._bootstrap import bootstrap
 from nvshmem_dsl.errors import NvshmemInitError
 calls = []
 def make_uid():

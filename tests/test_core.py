@@ -30,7 +30,7 @@ import pytest
 
 import nvshmem_dsl
 import nvshmem_dsl.core as nvshmem
-from nvshmem_dsl import _state
+from nvshmem_dsl.host import _state
 from nvshmem_dsl.core import _tracking
 from nvshmem_dsl.core.nvshmem_types import NvshmemError, NvshmemInvalid
 

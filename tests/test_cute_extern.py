@@ -31,9 +31,7 @@ cute = pytest.importorskip("cutlass.cute")
 import cutlass  # noqa: E402
 
 from nvshmem_dsl.cute import _compile  # noqa: E402
-from nvshmem_dsl.cute._compile import (  # noqa: E402
-    ArchNotSetError, CompiledKernel, compile, compile_to_ptx, loaded_libraries,
-    resolve_arch, set_module_finalize_hook, set_module_init_hook)
+from nvshmem_dsl.cute._compile import ArchNotSetError, CompiledKernel, compile, compile_to_ptx, loaded_libraries, resolve_arch, set_module_finalize_hook, set_module_init_hook
 from nvshmem_dsl.cute._extern import _parse, extern  # noqa: E402
 
 try:

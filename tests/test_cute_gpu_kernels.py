@@ -149,9 +149,9 @@ def test_cases():
 
 
 def test_called_functions_exist_and_requires_are_called(called):
-    from nvshmem_dsl import bitcode
+    from nvshmem_dsl.linker import store
 
-    have = bitcode.api_names(90)
+    have = store.api_names(90)
     for name, case in K.CASES.items():
         syms = called[name]
         assert syms, name
@@ -177,9 +177,9 @@ def test_only_the_required_functions_are_missing_from_the_old_bitcode(called):
     path = os.environ.get("NVSHMEM_DSL_TEST_OLD_BITCODE")
     if not path:
         pytest.skip("set NVSHMEM_DSL_TEST_OLD_BITCODE to an older libnvshmem_device.bc")
-    from nvshmem_dsl import bitcode
+    from nvshmem_dsl.linker import store
 
-    have = bitcode.api_names(90, bc_path=path)
+    have = store.api_names(90, bc_path=path)
     for name, case in K.CASES.items():
         missing = called[name] - have
         assert missing <= set(case.requires), (name, sorted(missing - set(case.requires)))

@@ -31,12 +31,12 @@ def test_cute_ring_example_compiles_with_nvshmem_inlined():
 @pytest.mark.parametrize("name", ["numba_put_signal_pipeline", "numba_allreduce", "numba_halo_exchange"])
 def test_numba_examples_compile_with_nvshmem_inlined(name):
     """NVSHMEM's code inlined, but for the large routines (collectives, barriers) that
-    nvshmem_dsl.outline calls in their objects: no NVSHMEM function is defined in the PTX, and
+    nvshmem_dsl.linker.outline calls in their objects: no NVSHMEM function is defined in the PTX, and
     the only ones called are those."""
     import re
 
     pytest.importorskip("numba.cuda")
-    from nvshmem_dsl import outline
+    from nvshmem_dsl.linker import outline
 
     example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
     for ptx in example["compile_check"]():

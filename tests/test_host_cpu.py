@@ -2,7 +2,7 @@
 
 Host operations are checked in a *fake* state (``_state.fake``: the runtime
 believes it is initialised with 4 PEs) with the C calls intercepted
-(``_host._interceptor``), on fake arrays whose made-up addresses are entered
+(``_lib._interceptor``), on fake arrays whose made-up addresses are entered
 in the symmetric-memory registry; nothing is ever dereferenced.
 """
 
@@ -24,7 +24,10 @@ import pytest
 from pathlib import Path
 
 import nvshmem_dsl as nv
-from nvshmem_dsl import _arrays, _cuda, _host, _hosttable, _init, _libs, _state, host_ops, memory, module_init, teams
+from nvshmem_dsl.host import _arrays, _cuda, _lib, _table, _init, _state, operations, memory, teams
+from nvshmem_dsl import _libs
+from nvshmem_dsl.linker import module_init
+from nvshmem_dsl.linker.hooks import ModuleHooks
 from nvshmem_dsl._generated.constants import STRUCT_SIZES, STRUCT_VERSIONS, Status, Team
 
 SYM = 0x7F0000000000  # fake symmetric allocations
@@ -91,7 +94,7 @@ def fake(monkeypatch):
         value = responses.get(symbol, 0)
         return value(args) if callable(value) else value
 
-    monkeypatch.setattr(_host, "_interceptor", intercept)
+    monkeypatch.setattr(_lib, "_interceptor", intercept)
     with _state.fake(n_pes=4, my_pe=1):
         a = memory._testing_register(SYM, ALLOC)
         b = memory._testing_register(SYM2, ALLOC)
@@ -105,7 +108,7 @@ def fake(monkeypatch):
 
 
 def test_cdef_loads_and_struct_sizes_match():
-    ffi = _host._cdef_only()
+    ffi = _lib._cdef_only()
     for name, size in STRUCT_SIZES.items():
         assert ffi.sizeof(name) == size, name
     for name, info in table()["structs"].items():
@@ -115,10 +118,10 @@ def test_cdef_loads_and_struct_sizes_match():
 
 
 def test_library_exports_every_host_function_of_the_table():
-    missing = [e["symbol"] for e in table()["host"] if not _host.has_symbol(e["symbol"])]
+    missing = [e["symbol"] for e in table()["host"] if not _lib.has_symbol(e["symbol"])]
     assert not missing, missing[:10]
-    assert _host.loaded()
-    assert str(_host.library_path()).endswith(("libnvshmem_host.so.3", "libnvshmem_host.so"))
+    assert _lib.loaded()
+    assert str(_lib.library_path()).endswith(("libnvshmem_host.so.3", "libnvshmem_host.so"))
 
 
 def test_versions():
@@ -151,7 +154,7 @@ def test_uniqueid_without_gpu():
 
 
 def test_status_errors_name_the_status():
-    err = _host.status_error("nvshmemx_team_init", int(Status.ERROR_SYMMETRY), "members=[0, 1]")
+    err = _lib.status_error("nvshmemx_team_init", int(Status.ERROR_SYMMETRY), "members=[0, 1]")
     assert isinstance(err, nv.NvshmemStatusError)
     assert err.function == "nvshmemx_team_init" and err.status == 4
     assert "ERROR_SYMMETRY" in str(err) and "members=[0, 1]" in str(err)
@@ -159,26 +162,26 @@ def test_status_errors_name_the_status():
 
 def test_call_raises_status_error(monkeypatch):
     # a status-returning function returning non-zero, through the real call path
-    monkeypatch.setattr(_host, "_interceptor", None)
+    monkeypatch.setattr(_lib, "_interceptor", None)
     fn = lambda *a: 7  # noqa: E731
-    sig = _host._signature("nvshmem_barrier")
-    monkeypatch.setitem(_host._signatures, "nvshmem_barrier", (fn,) + sig[1:])
+    sig = _lib._signature("nvshmem_barrier")
+    monkeypatch.setitem(_lib._signatures, "nvshmem_barrier", (fn,) + sig[1:])
     with pytest.raises(nv.NvshmemStatusError, match="ERROR_INTERNAL") as info:
-        _host.call("nvshmem_barrier", 0)
+        _lib.call("nvshmem_barrier", 0)
     assert info.value.function == "nvshmem_barrier" and info.value.status == 7
     # value-returning int functions are not statuses
-    assert not _hosttable.returns_status("nvshmem_my_pe")
-    assert not _hosttable.returns_status("nvshmem_int_g")
-    assert _hosttable.returns_status("nvshmem_float_sum_reduce")
-    assert _hosttable.returns_status("nvshmemx_hostlib_init_attr")
+    assert not _table.returns_status("nvshmem_my_pe")
+    assert not _table.returns_status("nvshmem_int_g")
+    assert _table.returns_status("nvshmem_float_sum_reduce")
+    assert _table.returns_status("nvshmemx_hostlib_init_attr")
 
 
 def test_half_and_bfloat16_conversions():
     for value in (0.0, 1.0, -2.5, 65504.0, 1e-3):
-        assert _host.half_bits_to_float(_host.float_to_half_bits(value)) == np.float16(value).item()
-    assert _host.float_to_bfloat16_bits(1.0) == 0x3F80
-    assert _host.bfloat16_bits_to_float(_host.float_to_bfloat16_bits(3.140625)) == 3.140625
-    assert _host.float_to_bfloat16_bits(float("nan")) == 0x7FC0
+        assert _lib.half_bits_to_float(_lib.float_to_half_bits(value)) == np.float16(value).item()
+    assert _lib.float_to_bfloat16_bits(1.0) == 0x3F80
+    assert _lib.bfloat16_bits_to_float(_lib.float_to_bfloat16_bits(3.140625)) == 3.140625
+    assert _lib.float_to_bfloat16_bits(float("nan")) == 0x7FC0
 
 
 # --------------------------------------------------------------------------- init without a GPU
@@ -258,8 +261,8 @@ def fake_driver(monkeypatch):
         value = responses.get(symbol, 0)
         return value(args) if callable(value) else value
 
-    _host.lib()
-    monkeypatch.setattr(_host, "_interceptor", intercept)
+    _lib.lib()
+    monkeypatch.setattr(_lib, "_interceptor", intercept)
     monkeypatch.setattr(_cuda, "device_count", lambda: 1)
     monkeypatch.setattr(_cuda, "set_device", lambda i: f"device {i}")
     yield types.SimpleNamespace(calls=calls, responses=responses, seen=seen)
@@ -299,7 +302,7 @@ def test_init_finalize_flow(fake_driver):
         nv.finalize()
     linker = sys.modules.get("nvshmem_dsl.numba._linker")
     if linker is not None:  # finalize unhooked the Numba layer
-        assert module_init.library_init not in linker._init_hooks
+        assert module_init.library_init not in linker.hooks.init
 
 
 def test_init_with_nvshmems_own_bootstrap(fake_driver, monkeypatch):
@@ -399,10 +402,10 @@ def test_limited_mpg_families_come_from_the_spec(spec):
     rejected = {op.family for op in spec.ops_for("host") if not op.limited_mpg}
     assert rejected == {"barrier", "team_sync", "broadcast", "fcollect", "alltoall", "reduce", "reducescatter",
                         "team_split_strided", "team_split_2d", "team_init", "team_get_uniqueid"}
-    from nvshmem_dsl import _hosttable
-    assert _hosttable.rejected_in_limited_mpg("nvshmemx_float_sum_reduce_on_stream")
-    assert not _hosttable.rejected_in_limited_mpg("nvshmem_barrier_all")
-    assert not _hosttable.rejected_in_limited_mpg("nvshmem_float_put")
+    from nvshmem_dsl.host import _table
+    assert _table.rejected_in_limited_mpg("nvshmemx_float_sum_reduce_on_stream")
+    assert not _table.rejected_in_limited_mpg("nvshmem_barrier_all")
+    assert not _table.rejected_in_limited_mpg("nvshmem_float_put")
 
 
 def test_finalize_reports_leaks(fake_driver):
@@ -445,35 +448,35 @@ def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
 
 
 def test_dtype_preferences():
-    assert _hosttable.typenames_for("float32") == ("float",)
-    assert _hosttable.typenames_for("float64") == ("double",)
-    assert _hosttable.typenames_for("float16") == ("half",)
-    assert _hosttable.typenames_for("bfloat16") == ("bfloat16",)
-    assert _hosttable.typenames_for("int64")[0] == "int64"
-    assert _hosttable.typenames_for("uint64")[0] == "uint64"
-    assert _hosttable.typenames_for("int32")[0] == "int32"
-    assert "short" in _hosttable.typenames_for("int16")
-    assert _hosttable.resolve("wait_until_on_stream", "int16", 2, untyped=False).typename == "short"
-    assert _hosttable.resolve("put", "bool", 1, untyped=True).symbol == "nvshmem_put8"
-    r = _hosttable.resolve("broadcast", "complex128", 16, untyped=True)
+    assert _table.typenames_for("float32") == ("float",)
+    assert _table.typenames_for("float64") == ("double",)
+    assert _table.typenames_for("float16") == ("half",)
+    assert _table.typenames_for("bfloat16") == ("bfloat16",)
+    assert _table.typenames_for("int64")[0] == "int64"
+    assert _table.typenames_for("uint64")[0] == "uint64"
+    assert _table.typenames_for("int32")[0] == "int32"
+    assert "short" in _table.typenames_for("int16")
+    assert _table.resolve("wait_until_on_stream", "int16", 2, untyped=False).typename == "short"
+    assert _table.resolve("put", "bool", 1, untyped=True).symbol == "nvshmem_put8"
+    r = _table.resolve("broadcast", "complex128", 16, untyped=True)
     assert (r.symbol, r.count_scale) == ("nvshmem_broadcastmem", 16)
-    assert _hosttable.resolve("sum_reduce", "bool", 1, untyped=False) is None
+    assert _table.resolve("sum_reduce", "bool", 1, untyped=False) is None
 
 
 def test_family_coverage():
     families = {e["family"] for e in table()["host"]}
-    covered, skipped = set(host_ops.COVERAGE), set(host_ops.NOT_WRAPPED)
+    covered, skipped = set(operations.COVERAGE), set(operations.NOT_WRAPPED)
     assert not covered & skipped
     assert families == covered | skipped, (families - covered - skipped, (covered | skipped) - families)
     import importlib
 
-    for family, target in host_ops.COVERAGE.items():
+    for family, target in operations.COVERAGE.items():
         module, name = target.rsplit(".", 1)
         fn = getattr(importlib.import_module("nvshmem_dsl." + module), name)
         assert callable(fn), family
     for family in skipped:  # still reachable raw
         entry = next(e for e in table()["host"] if e["family"] == family)
-        assert _host.has_symbol(entry["symbol"])
+        assert _lib.has_symbol(entry["symbol"])
 
 
 def _numpy_for(dtype: str) -> str | None:
@@ -482,7 +485,7 @@ def _numpy_for(dtype: str) -> str | None:
         return {"8": "bool", "16": "V2", "32": "V4", "64": "complex64", "128": "complex128"}[dtype]
     if dtype == "mem":
         return "V3"  # no sized form of 3 bytes
-    name = _hosttable.numpy_name(dtype)
+    name = _table.numpy_name(dtype)
     if not name or name.startswith("("):
         return None
     return name
@@ -548,8 +551,8 @@ def test_every_typed_host_function_is_reached(fake):
         if np_dtype is None:
             skipped_aliases += 1
             continue
-        preferred = _hosttable.resolve(entry["api"], np_dtype, _arrays.itemsize_of(np_dtype),
-                                       untyped=entry["dtype"] in _hosttable.UNTYPED)
+        preferred = _table.resolve(entry["api"], np_dtype, _arrays.itemsize_of(np_dtype),
+                                       untyped=entry["dtype"] in _table.UNTYPED)
         if preferred is None or preferred.symbol != entry["symbol"]:
             skipped_aliases += 1  # e.g. "long" when "int64" is preferred for numpy int64
             continue
@@ -561,11 +564,11 @@ def test_every_typed_host_function_is_reached(fake):
         reached += 1
     assert reached > 700
     # every (api, numpy dtype) pair is reachable: the skipped entries are aliases of reached ones
-    apis_dtypes = {(e["api"], _hosttable.numpy_name(e["dtype"])) for e in table()["host"]
-                   if e["group"] in DATA_GROUPS and e["dtype"] not in (None, *_hosttable.UNTYPED)
-                   and _hosttable.numpy_name(e["dtype"]) and not _hosttable.numpy_name(e["dtype"]).startswith("(")}
+    apis_dtypes = {(e["api"], _table.numpy_name(e["dtype"])) for e in table()["host"]
+                   if e["group"] in DATA_GROUPS and e["dtype"] not in (None, *_table.UNTYPED)
+                   and _table.numpy_name(e["dtype"]) and not _table.numpy_name(e["dtype"]).startswith("(")}
     for api, np_dtype in apis_dtypes:
-        assert _hosttable.resolve(api, np_dtype, _arrays.itemsize_of(np_dtype), untyped=False) is not None
+        assert _table.resolve(api, np_dtype, _arrays.itemsize_of(np_dtype), untyped=False) is not None
 
 
 def test_untyped_host_functions_are_reached(fake):
@@ -796,17 +799,17 @@ def test_host_atomics_follow_the_spec():
     import inspect
     import json
 
-    from nvshmem_dsl import _hosttable, host_ops
+    from nvshmem_dsl.host import _table, operations
 
     table = json.loads((Path(__file__).resolve().parents[1] / "generated" / "ops.json").read_text())
     apis = sorted({e["api"] for e in table["host"] if e["group"] == "amo"})
-    assert len(apis) == 14 and apis == sorted(host_ops._AMO_APIS)
+    assert len(apis) == 14 and apis == sorted(operations._AMO_APIS)
     for api in apis:
         fn = getattr(nv, api)
         entry = next(e for e in table["host"] if e["api"] == api)
         assert list(inspect.signature(fn).parameters) == [p["name"] for p in entry["params"]], api
-        assert fn.__doc__.startswith(host_ops.AMO[api]["summary"]), api
-        assert list(host_ops.AMO[api]["dtypes"]) == _hosttable.accepted_numpy_names(api), api
+        assert fn.__doc__.startswith(operations.AMO[api]["summary"]), api
+        assert list(operations.AMO[api]["dtypes"]) == _table.accepted_numpy_names(api), api
         assert fn.__name__ == api
 
 
@@ -1092,24 +1095,23 @@ def test_module_init_refcount(fake, monkeypatch):
 
 def test_install_dsl_hooks(monkeypatch):
     got = {}
-    numba_stub = types.SimpleNamespace(add_module_init_hook=lambda fn: got.setdefault("numba_init", fn),
-                                       add_module_finalize_hook=lambda fn: got.setdefault("numba_fin", fn))
+    numba_stub = types.SimpleNamespace(hooks=ModuleHooks("CUlibrary"))
     cute_stub = types.SimpleNamespace(set_module_init_hook=lambda fn: got.setdefault("cute_init", fn),
                                       set_module_finalize_hook=lambda fn: got.setdefault("cute_fin", fn))
     monkeypatch.setitem(sys.modules, "nvshmem_dsl.numba._linker", numba_stub)
     monkeypatch.setitem(sys.modules, "nvshmem_dsl.cute._compile", cute_stub)
     monkeypatch.delitem(sys.modules, "nvshmem_dsl.triton._compile", raising=False)
     assert nv.install_dsl_hooks() == {"numba": True, "cute": True, "triton": False}
-    assert got["numba_init"] is module_init.library_init and got["cute_init"] is module_init.library_init
+    assert numba_stub.hooks.init == [module_init.library_init] and got["cute_init"] is module_init.library_init
+    assert numba_stub.hooks.finalize == [module_init._dsl_library_finalize]
     got["cute_fin"](0x777)  # a handle never initialised: tolerated
     removed = []
-    numba_stub.remove_module_init_hook = removed.append
-    numba_stub.remove_module_finalize_hook = removed.append
     cute_stub._init_hook, cute_stub._finalize_hook = got["cute_init"], got["cute_fin"]
     cute_stub.set_module_init_hook = lambda fn: removed.append(("cute", fn))
     cute_stub.set_module_finalize_hook = lambda fn: removed.append(("cute_fin", fn))
     module_init.uninstall_dsl_hooks()  # what finalize does
-    assert removed == [module_init.library_init, module_init._dsl_library_finalize, ("cute", None), ("cute_fin", None)]
+    assert numba_stub.hooks.init == [] and numba_stub.hooks.finalize == []
+    assert removed == [("cute", None), ("cute_fin", None)]
     monkeypatch.delitem(sys.modules, "nvshmem_dsl.numba._linker")
     monkeypatch.delitem(sys.modules, "nvshmem_dsl.cute._compile")
     assert nv.install_dsl_hooks() == {"numba": False, "cute": False, "triton": False}
@@ -1129,13 +1131,14 @@ def test_public_api():
 def test_layer_imported_after_init_gets_the_hooks():
     pytest.importorskip("numba.cuda")
     code = textwrap.dedent("""
-        from nvshmem_dsl import _state, module_init
+        from nvshmem_dsl.host import _state
+        from nvshmem_dsl.linker import module_init
         with _state.fake(n_pes=1):
             import nvshmem_dsl.numba
             from nvshmem_dsl.numba import _linker
-            hooked = module_init.library_init in _linker._init_hooks
+            hooked = module_init.library_init in _linker.hooks.init
             module_init._on_finalize()
-            print(hooked, module_init.library_init in _linker._init_hooks)
+            print(hooked, module_init.library_init in _linker.hooks.init)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

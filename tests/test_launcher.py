@@ -115,7 +115,7 @@ def test_environment_passed(tmp_path):
 def test_ranks_bootstrap_through_the_launcher(tmp_path):
     script = write(tmp_path, "boot.py", """
         import os
-        from nvshmem_dsl._bootstrap import bootstrap
+        from nvshmem_dsl.host._bootstrap import bootstrap
         b = bootstrap(lambda: os.urandom(128))
         print(b.mode, b.rank, b.nranks, b.device(2), b.uid.hex())
     """)

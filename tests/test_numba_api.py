@@ -1,6 +1,6 @@
 """CPU conformance of nvshmem_dsl.numba: every generated function, for every element dtype it
 dispatches to, types, lowers and links for sm_90 with the NVSHMEM code inlined, but for the
-large routines that nvshmem_dsl.outline calls out of line (collectives, barriers: calls to
+large routines that nvshmem_dsl.linker.outline calls out of line (collectives, barriers: calls to
 them, and only to them, are left) (checked on the linked LLVM module: the NVPTX backend is the
 slow part, ~10 s for one block-scope reduction inlined, so the whole sweep stops before it); a sample of every family and scope goes all
 the way to PTX for sm_90, sm_80 and sm_100 and to a cubin; and wrong calls fail at compile
@@ -18,7 +18,8 @@ from numba import cuda  # noqa: E402
 from numba.core import errors  # noqa: E402
 from numba.cuda import compile_ptx, types  # noqa: E402
 
-from nvshmem_dsl import _optable, outline  # noqa: E402
+from nvshmem_dsl import _optable
+from nvshmem_dsl.linker import outline  # noqa: E402
 import nvshmem_dsl.numba as numba_api  # noqa: E402  (the generated API, built)
 
 # Width-only dispatch keys are reached through element types that have no typed form.
@@ -118,7 +119,7 @@ def _kernel_for(api, first_only=False):
 
 def _assert_inlined(ptx, context, pattern=PUBLIC_CALL, arch=90):
     """No call to an NVSHMEM function is left in ``ptx`` (PTX or IR) but to those that
-    nvshmem_dsl.outline calls out of line."""
+    nvshmem_dsl.linker.outline calls out of line."""
     public = set(pattern.findall(ptx)) - NOT_INLINED
     public -= outline.split(public, arch)[1]
     assert not public, f"{context}: calls left to {sorted(public)[:5]}"

@@ -26,12 +26,12 @@ from numba.cuda import codegen as numba_codegen  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl import bitcode  # noqa: E402
+from nvshmem_dsl.linker import link, nvvm, pieces, store, store_file# noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
 try:
-    bitcode._default_bitcode(90)
+    store._default_bitcode(90)
     HAVE_BITCODE = True
 except FileNotFoundError:
     HAVE_BITCODE = False
@@ -181,14 +181,14 @@ def test_thread_scope_loops_unroll_collective_ones_do_not():
     ptx, _ = cuda.compile_ptx(p_loop, (types.float32[::1], types.int64, types.int32), cc=(9, 0))
     stores = re.findall(r"^\s*st(?:\.global)?\.b32\s", _entry(ptx), re.M)
     assert len(stores) >= 4, _entry(ptx)
-    assert _linker._unconstrained() >= {"nvshmem_float_p", "nvshmem_float_put"}
-    assert "nvshmemx_float_put_warp" not in _linker._unconstrained()
+    assert link._unconstrained() >= {"nvshmem_float_p", "nvshmem_float_put"}
+    assert "nvshmemx_float_put_warp" not in link._unconstrained()
 
     decls = ("declare void @nvshmemx_float_put_warp(ptr, ptr, i64, i32)\n"
              "declare void @nvshmem_float_p(ptr, float, i32)\n"
              "declare void @nvshmemx_barrier_all_block()\n"
              "declare void @nvshmem_not_in_the_spec()\n")
-    marked = _linker._DECLARATION.sub(_linker._mark_declaration, decls).splitlines()
+    marked = link.DECLARATION.sub(link.mark_declaration, decls).splitlines()
     assert [line.endswith(" convergent nounwind") for line in marked] == [True, False, True, True]
     assert all(line.endswith(" nounwind") for line in marked)
 
@@ -219,7 +219,7 @@ def _longest_run(ptx: str, op: str) -> int:
 def test_unswitching_splits_p_and_g_loops(monkeypatch):
     """By default, a loop of p (of g) is split on NVSHMEM's P2P test, so one version is plain
     stores (loads) back to back with no test or call between them, as libNVVM makes it for CuTe.
-    (g's transport helper, defined in a section in 3.4's bitcode, must lose `convergent` too.)"""
+    (g's transport helper, defined in a section in 3.4's store, must lose `convergent` too.)"""
     from numba import float32
 
     monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
@@ -283,7 +283,7 @@ def test_unswitching_option_is_on_only_for_nvshmem_kernels(monkeypatch):
     """LLVM's non-trivial unswitching is a process-wide option: on while an NVSHMEM kernel's
     second O3 runs, off after it, so that other code compiled with llvmlite is not changed."""
     monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
-    with _linker._nontrivial_unswitching():
+    with link.nontrivial_unswitching():
         assert _unswitched_by_o3()
     assert not _unswitched_by_o3()
     cuda.compile_ptx(k_all, SIG3, cc=(9, 0))
@@ -321,10 +321,10 @@ def test_kernel_without_nvshmem_unchanged(monkeypatch):
 def test_init_prefetches_the_bitcode_of_its_device(monkeypatch):
     """nvshmem_dsl.init() with Numba's device API imported asks for its device's bitcode (the
     part of init between choosing the device and NVSHMEM's own init; CPU: no device, faked)."""
-    from nvshmem_dsl import _cuda, _init
+    from nvshmem_dsl.host import _cuda, _init
 
     asked = []
-    monkeypatch.setattr(bitcode, "prefetch", lambda arch, bc_path=None: asked.append(arch))
+    monkeypatch.setattr(store, "prefetch", lambda arch, bc_path=None: asked.append(arch))
     monkeypatch.setattr(_cuda, "compute_capability", lambda dev: {0: (9, 0), 1: (10, 0)}[dev])
     _init._prefetch_device_code(1)
     assert asked == [100]
@@ -471,12 +471,12 @@ def test_hook_registry():
         assert calls == [7]
         _linker.set_module_init_hook(None)
         with pytest.warns(RuntimeWarning):
-            monkey = _linker._warned_no_hook
-            _linker._warned_no_hook = False
+            monkey = _linker.hooks.warned
+            _linker.hooks.warned = False
             try:
                 _linker._module_setup(SimpleNamespace(handle=8))
             finally:
-                _linker._warned_no_hook = monkey
+                _linker.hooks.warned = monkey
         assert calls == [7]
     finally:
         _linker.set_module_init_hook(None)
@@ -487,18 +487,18 @@ def test_hook_registry():
 
 @needs_bitcode
 def test_default_store_is_reused_and_private():
-    bitcode.api_names(90)  # make sure it exists (api_module may link a closure while it is built)
-    path = bitcode.store_path(arch=90)
+    store.api_names(90)  # make sure it exists (api_module may link a closure while it is built)
+    path = store.store_path(arch=90)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
-    parses, loads = bitcode.stats["bitcode_parses"], bitcode.stats["store_loads"]
-    bitcode._stores.clear()
-    bitcode._subsets.clear()
+    parses, loads = store.stats["bitcode_parses"], store.stats["store_loads"]
+    store._stores.clear()
+    store._subsets.clear()
     ptx, _ = cuda.compile_ptx(k_my_pe, SIG1, cc=(9, 0))
     assert "nvshmemi_device_state_d" in ptx
-    assert bitcode.stats["bitcode_parses"] == parses  # not parsed again
-    assert bitcode.stats["store_loads"] == loads + 1
+    assert store.stats["bitcode_parses"] == parses  # not parsed again
+    assert store.stats["store_loads"] == loads + 1
 
 
 @needs_bitcode
@@ -509,21 +509,21 @@ def test_closure_of_the_real_bitcode_is_the_stores(names):
     gives (tests/test_bitcode.py: canonical form), with far fewer functions parsed."""
     from test_bitcode import canonical
 
-    store = bitcode._store(None, 90)
-    bc = bitcode._default_bitcode(90)
-    closure = bitcode._Store.from_part(bitcode._closure(bc, names), "k")
-    assert len(closure.functions) < len(store.functions) / 10
-    assert canonical(closure.assemble(names).decode()) == canonical(store.assemble(names).decode())
+    st = store._store(None, 90)
+    bc = store._default_bitcode(90)
+    closure = store._Store.from_part(pieces._closure(bc, names, "k"), "k")
+    assert len(closure.functions) < len(st.functions) / 10
+    assert canonical(closure.assemble(names).decode()) == canonical(st.assemble(names).decode())
 
 
 @needs_bitcode
 def test_default_bitcode_choice():
-    assert bitcode._default_bitcode(90).name.endswith(("_sm_90.bc", "libnvshmem_device.bc"))
-    assert bitcode._default_bitcode((9, 0, "a")) == bitcode._default_bitcode(90)
-    per_arch = sorted(bitcode._default_bitcode(90).parent.glob("libnvshmem_device_sm_*.bc"))
+    assert store._default_bitcode(90).name.endswith(("_sm_90.bc", "libnvshmem_device.bc"))
+    assert store._default_bitcode((9, 0, "a")) == store._default_bitcode(90)
+    per_arch = sorted(store._default_bitcode(90).parent.glob("libnvshmem_device_sm_*.bc"))
     if per_arch:
-        assert bitcode._default_bitcode(86).name == "libnvshmem_device_sm_80.bc"
-        assert bitcode._default_bitcode("sm_120").name == "libnvshmem_device_sm_100.bc"
+        assert store._default_bitcode(86).name == "libnvshmem_device_sm_80.bc"
+        assert store._default_bitcode("sm_120").name == "libnvshmem_device_sm_100.bc"
 
 
 def test_bitcode_comes_from_the_host_librarys_installation(tmp_path, monkeypatch):
@@ -539,7 +539,7 @@ def test_bitcode_comes_from_the_host_librarys_installation(tmp_path, monkeypatch
     _libs.clear_cache()
     try:
         assert _libs.installation().root == tmp_path
-        assert bitcode._default_bitcode(90) == lib / "libnvshmem_device.bc" == _libs.bitcode_path(90)
+        assert store._default_bitcode(90) == lib / "libnvshmem_device.bc" == _libs.bitcode_path(90)
     finally:
         monkeypatch.delenv("NVSHMEM_HOME")
         _libs.clear_cache()
@@ -585,61 +585,61 @@ def tiny(tmp_path, monkeypatch):
     bc = tmp_path / "libnvshmem_device_sm_90.bc"
     bc.write_bytes(llvm.parse_assembly(TINY_IR).as_bitcode())
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(bitcode, "_stores", {})
-    monkeypatch.setattr(bitcode, "_subsets", type(bitcode._subsets)())
+    monkeypatch.setattr(store, "_stores", {})
+    monkeypatch.setattr(store, "_subsets", type(store._subsets)())
     return bc
 
 
 def _fresh_process():
-    bitcode._stores.clear()
-    bitcode._subsets.clear()
+    store._stores.clear()
+    store._subsets.clear()
 
 
 def test_store_build_and_closure(tiny, capfd):
-    parses = bitcode.stats["bitcode_parses"]
-    mod = bitcode.api_module(["nvshmem_foo"], 90, bc_path=tiny)
+    parses = store.stats["bitcode_parses"]
+    mod = store.api_module(["nvshmem_foo"], 90, bc_path=tiny)
     assert "preparing NVSHMEM bitcode for sm_90 (once)" in capfd.readouterr().err
-    assert bitcode.stats["bitcode_parses"] == parses + 1
+    assert store.stats["bitcode_parses"] == parses + 1
     names = {f.name for f in mod.functions}
     assert {"nvshmem_foo", "helper"} <= names and "nvshmem_bar" not in names
     assert {g.name for g in mod.global_variables} == {"nvshmemi_device_state_d"}
     text = str(mod)
     assert "target-features" not in text and "target-cpu" not in text
     assert "omnipotent char" in text  # metadata closure
-    assert bitcode.api_names(90, bc_path=tiny) == {"nvshmem_foo", "nvshmem_bar"}
-    bar = bitcode.api_module(["nvshmem_bar"], 90, bc_path=tiny)
+    assert store.api_names(90, bc_path=tiny) == {"nvshmem_foo", "nvshmem_bar"}
+    bar = store.api_module(["nvshmem_bar"], 90, bc_path=tiny)
     assert {"table", ".str"} <= {g.name for g in bar.global_variables}  # global -> global
 
-    path = bitcode.store_path(tiny)
+    path = store.store_path(tiny)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert not list(path.parent.glob("*.tmp"))
 
     _fresh_process()
-    bitcode.api_module(["nvshmem_foo"], 90, bc_path=tiny)
-    assert bitcode.stats["bitcode_parses"] == parses + 1  # reused from disk
+    store.api_module(["nvshmem_foo"], 90, bc_path=tiny)
+    assert store.stats["bitcode_parses"] == parses + 1  # reused from disk
     with pytest.raises(KeyError):
-        bitcode.api_module(["nvshmem_nope"], 90, bc_path=tiny)
+        store.api_module(["nvshmem_nope"], 90, bc_path=tiny)
 
 
 def test_pruned_bitcode(tiny):
-    data = bitcode.pruned_bitcode(tiny, 90)
+    data = store.pruned_bitcode(tiny, 90)
     mod = llvm.parse_bitcode(data)
     assert {"nvshmem_foo", "nvshmem_bar", "helper"} <= {f.name for f in mod.functions}
 
 
 @pytest.mark.parametrize("where", ["header", "index", "piece", "tail", "truncate"])
 def test_corrupt_store_is_rebuilt(tiny, where):
-    bitcode.api_module(["nvshmem_foo"], 90, bc_path=tiny)
-    path = bitcode.store_path(tiny)
+    store.api_module(["nvshmem_foo"], 90, bc_path=tiny)
+    path = store.store_path(tiny)
     data = bytearray(path.read_bytes())
     if where == "header":
         data[0] ^= 0xFF
     elif where == "index":
-        data[len(bitcode._MAGIC) + bitcode._HEAD.size + 5] ^= 0x01
+        data[len(store_file._MAGIC) + store_file._HEAD.size + 5] ^= 0x01
     elif where == "piece":  # the first function, read only when needed
-        start = len(bitcode._MAGIC) + bitcode._HEAD.size + bitcode._HEAD.unpack(
-            data[len(bitcode._MAGIC):len(bitcode._MAGIC) + bitcode._HEAD.size])[1]
+        start = len(store_file._MAGIC) + store_file._HEAD.size + store_file._HEAD.unpack(
+            data[len(store_file._MAGIC):len(store_file._MAGIC) + store_file._HEAD.size])[1]
         for i in range(start + 2, start + 12):
             data[i] ^= 0x5A
     elif where == "tail":  # the metadata, read when the store is opened
@@ -649,19 +649,19 @@ def test_corrupt_store_is_rebuilt(tiny, where):
         del data[-10:]
     path.write_bytes(bytes(data))
 
-    parses = bitcode.stats["bitcode_parses"]
+    parses = store.stats["bitcode_parses"]
     _fresh_process()
-    mod = bitcode.api_module(["nvshmem_foo", "nvshmem_bar"], 90, bc_path=tiny)
+    mod = store.api_module(["nvshmem_foo", "nvshmem_bar"], 90, bc_path=tiny)
     assert "nvshmem_foo" in {f.name for f in mod.functions}
-    assert bitcode.stats["bitcode_parses"] == parses + 1  # detected, rebuilt
-    bitcode._Store(path, bitcode._cache_key(tiny))  # valid again
+    assert store.stats["bitcode_parses"] == parses + 1  # detected, rebuilt
+    store._Store(path, store._cache_key(tiny))  # valid again
 
 
 def test_concurrent_builders_share_one_build(tiny):
     code = (
-        "import sys; from nvshmem_dsl import bitcode; "
-        "bitcode.api_module(['nvshmem_foo'], 90, bc_path=sys.argv[1]); "
-        "print(bitcode.stats['bitcode_parses'])"
+        "import sys; from nvshmem_dsl.linker import store; "
+        "store.api_module(['nvshmem_foo'], 90, bc_path=sys.argv[1]); "
+        "print(store.stats['bitcode_parses'])"
     )
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(tiny)], stdout=subprocess.PIPE,
@@ -671,15 +671,15 @@ def test_concurrent_builders_share_one_build(tiny):
     results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
     assert [rc for _, _, rc in results] == [0, 0, 0], results
     assert sum(int(out) for out, _, _ in results) == 1  # one built, two waited
-    bitcode._Store(bitcode.store_path(tiny), bitcode._cache_key(tiny))
+    store._Store(store.store_path(tiny), store._cache_key(tiny))
 
 
 def test_changed_bitcode_gets_new_store(tiny):
-    first = bitcode.store_path(tiny)
-    bitcode.api_module(["nvshmem_foo"], 90, bc_path=tiny)
+    first = store.store_path(tiny)
+    store.api_module(["nvshmem_foo"], 90, bc_path=tiny)
     st = os.stat(tiny)
     os.utime(tiny, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert bitcode.store_path(tiny) != first
+    assert store.store_path(tiny) != first
 
 
 def test_cache_dir_is_made_private(tmp_path, monkeypatch):
@@ -687,7 +687,7 @@ def test_cache_dir_is_made_private(tmp_path, monkeypatch):
     d.mkdir(mode=0o755)
     os.chmod(d, 0o755)
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(d))
-    assert bitcode.cache_dir() == d
+    assert store.cache_dir() == d
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
 
 
@@ -695,15 +695,15 @@ def test_nvvm_bitcode_strips_explicit_sections(tmp_path, monkeypatch):
     """NVSHMEM 3.4 marks some functions `section ".text.compute"`, which libNVVM (CuTe) rejects."""
     import llvmlite.binding as llvm
 
-    from nvshmem_dsl import bitcode
+    from nvshmem_dsl.linker import store
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "lib.bc"
     src.write_bytes(llvm.parse_assembly(
         'target triple = "nvptx64-nvidia-cuda"\n'
         'define void @nvshmem_quiet() section ".text.compute" { ret void }\n').as_bitcode())
-    out = bitcode.nvvm_bitcode(src)
+    out = nvvm.nvvm_bitcode(src)
     assert out != src and "section" not in str(llvm.parse_bitcode(out.read_bytes()))
-    assert bitcode.nvvm_bitcode(src) == out  # cached
+    assert nvvm.nvvm_bitcode(src) == out  # cached
     plain = tmp_path / "plain.bc"
     plain.write_bytes(llvm.parse_assembly('define void @nvshmem_fence() { ret void }\n').as_bitcode())
-    assert bitcode.nvvm_bitcode(plain) == plain and bitcode.nvvm_bitcode(plain) == plain
+    assert nvvm.nvvm_bitcode(plain) == plain and nvvm.nvvm_bitcode(plain) == plain

@@ -1,4 +1,4 @@
-"""Hybrid linking (nvshmem_dsl.outline), on the CPU: NVSHMEM's large routines called out of line in
+"""Hybrid linking (nvshmem_dsl.linker.outline), on the CPU: NVSHMEM's large routines called out of line in
 objects built once, the small ones inlined as before.
 
 Uses the default sm_90 piece store (built on first use, as for tests/test_numba_linker.py) and a
@@ -19,12 +19,13 @@ from numba.cuda.compiler import _compile_pyfunc_with_fixup  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl import _optable, bitcode, outline  # noqa: E402
+from nvshmem_dsl import _optable
+from nvshmem_dsl.linker import store, outline  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
 try:
-    bitcode._default_bitcode(90)
+    store._default_bitcode(90)
     HAVE_BITCODE = True
 except FileNotFoundError:
     HAVE_BITCODE = False
@@ -88,7 +89,7 @@ def test_criterion_inlines_small_ops_and_outlines_collectives():
     """Every function of NVSHMEM's small-operation groups is below the threshold, every collective,
     sync and barrier above it (the data the criterion is written against)."""
     ops = _optable.device_ops()
-    sizes = bitcode.body_sizes(ops, 90)
+    sizes = store.body_sizes(ops, 90)
     small = {"rma", "amo", "signal", "wait", "qp", "queries"}
     for name, n in sizes.items():
         op = ops[name]
@@ -137,7 +138,7 @@ def test_collective_is_called_in_its_object(objects_dir):
 
     defined, _ = outline.cubin_info(cubin)
     assert defined[COLLECTIVE] == 1
-    for name in bitcode.EXPORTED_GLOBALS:  # the kernel's, once: the objects only declare them
+    for name in store.EXPORTED_GLOBALS:  # the kernel's, once: the objects only declare them
         assert defined[name] == 1, name
 
     def k_again(dst, src):  # another kernel: the object comes from the cache

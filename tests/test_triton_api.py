@@ -7,7 +7,7 @@
   ``cubin`` stage left out (ptxas of ~1 MB of inlined NVSHMEM per kernel would add minutes).
   Each kernel's LLVM IR must declare exactly the C functions of the dispatch table (through
   their ``__nvshmem_dsl_tt_`` externs), and its PTX must call no NVSHMEM API function but the
-  large ones linked out of line (:func:`nvshmem_dsl.outline.split`, declared ``.extern``): the
+  large ones linked out of line (:func:`nvshmem_dsl.linker.outline.split`, declared ``.extern``): the
   fine-grained ones are inlined.
 * The externs' definitions (shims) of all 2731 device C functions are valid LLVM IR.
 * One kernel to a cubin (Triton's ptxas) and one with a collective to a cubin linked by
@@ -46,7 +46,8 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.compiler.errors import CompilationError  # noqa: E402
 
 import nvshmem_dsl.triton as nv  # noqa: E402
-from nvshmem_dsl import _optable, outline  # noqa: E402
+from nvshmem_dsl import _optable
+from nvshmem_dsl.linker import outline  # noqa: E402
 from nvshmem_dsl.errors import NvshmemTypeError  # noqa: E402
 from nvshmem_dsl.triton import _calls, _compile  # noqa: E402
 
@@ -321,7 +322,7 @@ def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     assert not _CALL.findall(ptx)
     assert cubin[:4] == b"\x7fELF"
-    from nvshmem_dsl.outline import cubin_info
+    from nvshmem_dsl.linker.outline import cubin_info
 
     defined, _ = cubin_info(cubin)
     assert defined["nvshmemi_device_state_d"] == 1
@@ -519,14 +520,12 @@ def test_another_inspection_hook_is_chained():
 
 
 def test_module_init_at_load(monkeypatch):
-    from nvshmem_dsl import _cuda
+    from nvshmem_dsl.host import _cuda
 
     seen, done = [], []
     monkeypatch.setattr(_cuda, "module_uses_nvshmem", lambda h: h == 0x1234)
-    monkeypatch.setattr(_compile, "_init_hooks", [])
-    monkeypatch.setattr(_compile, "_finalize_hooks", [])
-    _compile.add_module_init_hook(seen.append)
-    _compile.add_module_finalize_hook(done.append)
+    monkeypatch.setattr(_compile.hooks, "init", [seen.append])
+    monkeypatch.setattr(_compile.hooks, "finalize", [done.append])
     load = triton.knobs.runtime.kernel_load_end_hook
     assert _compile._on_load in load.calls
     load(0x9999, 1, "plain", {}, "h")  # no NVSHMEM device state: left alone
@@ -540,20 +539,20 @@ def test_module_init_at_load(monkeypatch):
 
 
 def test_install_dsl_hooks_wires_triton_with_cumodule_init(monkeypatch):
-    from nvshmem_dsl import module_init
+    from nvshmem_dsl.linker import module_init
 
-    monkeypatch.setattr(_compile, "_init_hooks", [])
-    monkeypatch.setattr(_compile, "_finalize_hooks", [])
+    monkeypatch.setattr(_compile.hooks, "init", [])
+    monkeypatch.setattr(_compile.hooks, "finalize", [])
     wired = module_init.install_dsl_hooks()
     assert wired["triton"] is True
-    assert _compile._init_hooks == [module_init.module_init]
-    assert _compile._finalize_hooks == [module_init._dsl_module_finalize]
+    assert _compile.hooks.init == [module_init.module_init]
+    assert _compile.hooks.finalize == [module_init._dsl_module_finalize]
     module_init.uninstall_dsl_hooks()
-    assert _compile._init_hooks == [] and _compile._finalize_hooks == []
+    assert _compile.hooks.init == [] and _compile.hooks.finalize == []
 
 
 def test_pointer_wraps_arrays_for_triton():
-    from nvshmem_dsl.memory import _CAIHolder
+    from nvshmem_dsl.host.memory import _CAIHolder
 
     holder = _CAIHolder(0x10000, (8,), None, "<f4", owner=None)
     p = nv.pointer(holder, 2)

@@ -11,7 +11,7 @@ latency kernel in the same process), each time with an empty NVSHMEM_DSL_CACHE, 
 then one warm run (the last cold run's cache).  Prints each JSON line of compile_time.py, then a
 table: the first kernel's seconds, the later kernel's, and the phases of the first (seconds from
 its compile request: the prefetch (init only), the closure, within it the parse and the
-GlobalDCE, the link).  Before the closures parsed only the bodies they need (sixth session,
+GlobalDCE, the link).  Before the closures parsed only the bodies they need (before 2026-11-22,
 commit 510b5aa and earlier), the variants at-once and after-parse compared when the build starts.
 
     python bench/experiments/cold_start.py [--reps 3] [--variants default,init,jobs2]

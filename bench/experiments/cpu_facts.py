@@ -5,7 +5,7 @@
 
 Prints, for the Numba bench kernels and the numba_allreduce example kernel, the seconds to PTX
 (sm_90, warm bitcode cache) and the registers ptxas gives the kernel entry, once without loop
-unswitching (NVSHMEM_DSL_UNSWITCH=0) and once with it (=1, the default since the fourth session;
+unswitching (NVSHMEM_DSL_UNSWITCH=0) and once with it (=1, the default since 2026-11-22;
 each in a fresh process); then the time of the
 copy-loop rewrite over a whole library.
 """
@@ -59,12 +59,12 @@ def kernels() -> None:
 def rewrite_time() -> None:
     import llvmlite.binding as llvm
 
-    from nvshmem_dsl import bitcode, bitcode_rewrites
+    from nvshmem_dsl.linker import store, rewrites
 
-    path = bitcode._default_bitcode(90)
+    path = store._default_bitcode(90)
     text = str(llvm.parse_bitcode(path.read_bytes(), context=llvm.create_context()))
     t = time.perf_counter()
-    _, n = bitcode_rewrites.rewrite(text, "vector")
+    _, n = rewrites.rewrite(text, "vector")
     print(f"copy-loop rewrite of {path.name} ({len(text) >> 20} MiB of IR): "
           f"{time.perf_counter() - t:.1f} s, {n} copies", flush=True)
 

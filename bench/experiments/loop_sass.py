@@ -1,4 +1,4 @@
-"""Experiment (CPU only): the SASS behind BENCHMARKS.md's fourth-session statements on the
+"""Experiment (CPU only): the SASS behind BENCHMARKS.md's statements on the
 bandwidth and atomic kernels, for C++, Numba and CuTe.
 
     NVSHMEM_HOME=<nvshmem 3.4.5> python bench/experiments/loop_sass.py

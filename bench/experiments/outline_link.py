@@ -1,4 +1,4 @@
-"""Experiment: hybrid linking (nvshmem_dsl.outline) on a machine without a GPU.
+"""Experiment: hybrid linking (nvshmem_dsl.linker.outline) on a machine without a GPU.
 
 NVSHMEM's large device routines (collectives, barriers) are called out of line in relocatable
 cubins built once per (bitcode, target, register cap), the small ones inlined as before.  This
@@ -29,7 +29,7 @@ measures what that decision rests on and what it gives (sm_90, the NVSHMEM nvshm
     python bench/experiments/outline_link.py [criterion|globals|object|family|kernels|ptx ...]
 
 Needs the sm_90 piece store (built by the first NVSHMEM kernel) and ptxas; no GPU.  Results of the
-2026-11-24 session: bench/results/outline-cpu-2026-11-24.txt.
+2026-11-24: bench/results/outline-cpu-2026-11-24.txt.
 """
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ from numba import cuda, types  # noqa: E402
 from numba.cuda.compiler import _compile_pyfunc_with_fixup  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl import _optable, bitcode, outline  # noqa: E402
-from nvshmem_dsl._llvm import TRIPLE, internalize, run, target_machine  # noqa: E402
+from nvshmem_dsl import _optable
+from nvshmem_dsl.linker import store, outline  # noqa: E402
+from nvshmem_dsl.linker._llvm import TRIPLE, internalize, run, target_machine  # noqa: E402
 
 CC, CPU, FEATURES = (9, 0), "sm_90", "+ptx85"
 I32, F32 = types.int32[::1], types.float32[::1]
@@ -150,14 +151,14 @@ def cubin_of(fn, sig) -> dict:
     return {"to_ptx_s": round(t1 - t0, 2), "link_s": round(t2 - t1, 2), "total_s": round(t2 - t0, 2),
             "cpu_s": round(own1 - own0, 2), "others": round(others, 2),
             "ptx_kib": round(len(ptx) / 1024), "registers": registers[lib._entry_name],
-            "outlined": len(outline.extern_calls(ptx)), "state_definitions": defined[bitcode.DEVICE_STATE]}
+            "outlined": len(outline.extern_calls(ptx)), "state_definitions": defined[store.DEVICE_STATE]}
 
 
 # ------------------------------------------------------------------ criterion
 
 
 def criterion() -> None:
-    st = bitcode._store(None, 90)
+    st = store._store(None, 90)
     ops = _optable.device_ops()
 
     def closure(name):
@@ -187,7 +188,7 @@ def criterion() -> None:
 
 
 def _object_module(names, declare_exported=True):
-    mod = bitcode.api_module(names, 90, declare_exported=declare_exported)
+    mod = store.api_module(names, 90, declare_exported=declare_exported)
     tm = target_machine(CPU, FEATURES, 3)
     mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
     return mod, tm
@@ -286,14 +287,14 @@ def globals_in_object() -> None:
           f"defines the device state: {'.visible .const' in kptx}")
     for how in ("defined", "internal", "declared"):
         mod, tm = _object_module([name], declare_exported=how == "declared")
-        internalize(mod, {name} | (set(bitcode.EXPORTED_GLOBALS) if how == "defined" else set()))
+        internalize(mod, {name} | (set(store.EXPORTED_GLOBALS) if how == "defined" else set()))
         ptx = tm.emit_assembly(mod)
-        decl = [ln.split(" .align")[0] for ln in ptx.splitlines() if ln.startswith(".") and bitcode.DEVICE_STATE in ln]
+        decl = [ln.split(" .align")[0] for ln in ptx.splitlines() if ln.startswith(".") and store.DEVICE_STATE in ln]
         obj, _, _ = _ptxas(ptx)
         cubin, log = _link([(nj.InputType.PTX, kptx.encode()), (nj.InputType.CUBIN, obj)])
-        count = outline.cubin_info(cubin)[0][bitcode.DEVICE_STATE] if cubin else "-"
+        count = outline.cubin_info(cubin)[0][store.DEVICE_STATE] if cubin else "-"
         print(f"  object {how:9s} ({decl[0] if decl else 'none'}): link {'ok' if cubin else 'FAILED'}, "
-              f"{bitcode.DEVICE_STATE} defined {count} time(s); log: {log[:200] or '-'}")
+              f"{store.DEVICE_STATE} defined {count} time(s); log: {log[:200] or '-'}")
 
 
 # ------------------------------------------------------------------ function or family objects
@@ -391,7 +392,7 @@ def main(argv) -> None:
         return _child(argv[1:])
     what = argv or ["criterion", "globals", "object", "family", "kernels", "ptx"]
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, NVSHMEM bitcode "
-          f"{bitcode._default_bitcode(90)}, ptxas {outline.ptxas()}", flush=True)
+          f"{store._default_bitcode(90)}, ptxas {outline.ptxas()}", flush=True)
     for w in what:
         print(f"\n## {w}", flush=True)
         if w == "criterion":

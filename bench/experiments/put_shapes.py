@@ -1,6 +1,6 @@
 """Experiment: what is left of Numba's small-message warp/block put gap against C++.
 
-After the session-5 rewrites (peer base above the entry sync, lane id as the intrinsic) Numba's
+After the 2026-11-22 rewrites (peer base above the entry sync, lane id as the intrinsic) Numba's
 block puts are 1.04-1.09x C++ but warp puts of 4-64 KiB 0.93x (records/2026-11-22/
 group-rma.txt).  This times one put kernel (132 blocks x 1024 threads, 1000 puts in
 the kernel, both PEs at once, device events, median of 5) at 4, 16 and 64 KiB, written as:
@@ -31,7 +31,7 @@ import _common as C  # noqa: E402
 import numba_bench as nb  # noqa: E402
 import nvshmem_dsl as nvshmem  # noqa: E402
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl import bitcode, bitcode_rewrites  # noqa: E402
+from nvshmem_dsl.linker import store, rewrites  # noqa: E402
 from nvshmem_dsl.numba import _views  # noqa: E402
 
 
@@ -62,7 +62,7 @@ _STORE = re.compile(r'store <4 x i32> (%[\w.]+), ptr addrspace\(1\) (%nvdsl\.cp\
 
 
 def generic_store_rewrite(rewrite):
-    """bitcode_rewrites.rewrite, its vector stores made through the generic pointer."""
+    """rewrites.rewrite, its vector stores made through the generic pointer."""
     def patched(text, how):
         text, n = rewrite(text, how)
         text = _CAST.sub(r"\1\2 = getelementptr i8, ptr \3, i64 0", text)
@@ -74,23 +74,23 @@ def variants():
     """(scope, name, kernel function, copy rewrite to compile it with) of every variant."""
     for scope, op, worker in (("warp", nv.put_warp, nb.warp_worker), ("block", nv.put_block, nb.block_worker)):
         bench = nb.KERNELS[f"put_{scope}"]
-        yield scope, "bench", bench, bitcode_rewrites.rewrite
-        yield scope, "hoisted", hoisted(op, worker), bitcode_rewrites.rewrite
+        yield scope, "bench", bench, rewrites.rewrite
+        yield scope, "hoisted", hoisted(op, worker), rewrites.rewrite
         unclamped = nb.rma_bw(f"put_{scope}_unclamped", op, worker, raw_window)
-        yield scope, "unclamped", unclamped, bitcode_rewrites.rewrite
-        yield scope, "generic", bench, generic_store_rewrite(bitcode_rewrites.rewrite)
+        yield scope, "unclamped", unclamped, rewrites.rewrite
+        yield scope, "generic", bench, generic_store_rewrite(rewrites.rewrite)
 
 
 def compiled(fn, rewrite, compile):
     """compile(fn) with NVSHMEM's API modules built with ``rewrite``."""
-    plain = bitcode_rewrites.rewrite
-    bitcode_rewrites.rewrite = rewrite
-    bitcode._subsets.clear()  # the API modules are cached per name set: rebuild them
+    plain = rewrites.rewrite
+    rewrites.rewrite = rewrite
+    store._subsets.clear()  # the API modules are cached per name set: rebuild them
     try:
         return compile(fn)
     finally:
-        bitcode_rewrites.rewrite = plain
-        bitcode._subsets.clear()
+        rewrites.rewrite = plain
+        store._subsets.clear()
 
 
 def check_ptx():

@@ -29,12 +29,12 @@ import llvmlite.binding as llvm  # noqa: E402
 
 import numba_bench as nb  # noqa: E402
 from numba.cuda import compiler  # noqa: E402,F401  (numba-cuda loaded before the linker)
-from nvshmem_dsl import bitcode_rewrites  # noqa: E402
+from nvshmem_dsl.linker import rewrites  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 
 def drop_helper_convergence(text: str) -> str:
     """``text`` (a module) with NVSHMEM's thread-level helpers and calls to them not convergent."""
-    return bitcode_rewrites.thread_helpers_not_convergent(text)[0]
+    return rewrites.thread_helpers_not_convergent(text)[0]
 
 
 def inlined_module(name: str) -> str:

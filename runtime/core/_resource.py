@@ -43,7 +43,7 @@ class NvshmemResource(MemoryResource):
 
     @property
     def device_id(self) -> int:
-        from .. import _state
+        from ..host import _state
 
         if self.device is not None:
             return int(getattr(self.device, "device_id", self.device))

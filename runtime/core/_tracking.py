@@ -15,7 +15,7 @@ import functools
 import threading
 from typing import Any, Callable
 
-from .. import _arrays, _state
+from ..host import _arrays, _state
 from .. import errors as _errors
 from .nvshmem_types import BufferTypes, NvshmemError, NvshmemInvalid, translate
 

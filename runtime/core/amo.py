@@ -12,8 +12,8 @@ import inspect
 import operator
 from typing import Any
 
-from .. import _arrays
-from .. import host_ops as _ops
+from ..host import _arrays
+from ..host import operations as _ops
 from . import _tracking
 from ._tracking import CAIView, translated
 from .collective import _NVSHMEM_DTYPES

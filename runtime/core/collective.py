@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _arrays, _state
+from ..host import _arrays, _state
 from .. import errors as _errors
-from .. import host_ops as _ops
+from ..host import operations as _ops
 from . import _tracking
 from ._tracking import CAIView, translated
 from .nvshmem_types import NvshmemInvalid, translate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _init as _native
+from ..host import _init as _native
 from .._generated.constants import Cmp, InitStatus, SignalOp
 from ._tracking import translated
 from .teams import team_value

@@ -12,9 +12,9 @@ import logging
 import os
 from typing import Any
 
-from .. import _bootstrap, _cuda, _state
-from .. import _init as _native
-from .. import module_init as _modules
+from ..host import _bootstrap, _cuda, _state
+from ..host import _init as _native
+from ..linker import module_init as _modules
 from . import _tracking
 from ._tracking import translated
 from .nvshmem_types import _PREDEFINED_TEAMS, NvshmemInvalid, NvshmemKernelObject, Teams, Version

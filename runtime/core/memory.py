@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import _state
-from .. import memory as _native
+from ..host import _state
+from ..host import memory as _native
 from . import _tracking
 from ._tracking import CAIView, Entry, translated
 from .nvshmem_types import BufferTypes, NvshmemError, NvshmemInvalid
@@ -148,7 +148,7 @@ def get_multicast_buffer(team: Any, buffer: Any):
 def register_entry(native_obj: Any, source_ptr: int, function: str) -> Entry:
     """Register memory with NVSHMEM (collective) and track the symmetric view that comes back."""
     view = _native.register_external(native_obj)
-    from .. import _arrays
+    from ..host import _arrays
 
     info = _arrays.describe(view, function=function, argument="x")
     return _tracking.add(Entry(info.ptr, info.nbytes, view, BufferTypes.EXTERNAL, source=source_ptr))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _arrays
-from .. import host_ops as _ops
+from ..host import _arrays
+from ..host import operations as _ops
 from . import _tracking
 from ._tracking import CAIView, byte_view, translated
 from .direct import ComparisonType, SignalOp

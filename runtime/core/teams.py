@@ -1,4 +1,4 @@
-"""Teams as NVSHMEM4Py makes them (``nvshmem.core.teams``), over :mod:`nvshmem_dsl.teams`.
+"""Teams as NVSHMEM4Py makes them (``nvshmem.core.teams``), over :mod:`nvshmem_dsl.host.teams`.
 
 Teams are plain ints (``nvshmem_team_t``) here as in NVSHMEM4Py, and every team made is added to
 :data:`Teams` under its name.  ``team_split_strided`` / ``team_split_2d`` are
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import _host, _state
-from .. import teams as _native
+from ..host import _lib, _state
+from ..host import teams as _native
 from .._generated.constants import STRUCT_VERSIONS
 from ._tracking import translated
 from .nvshmem_types import _PREDEFINED_TEAMS as _PREDEFINED
@@ -52,10 +52,10 @@ class TeamConfig:
     def ptr(self) -> int:
         """The address of an ``nvshmem_team_config_t`` holding these fields (kept alive here)."""
         cfg = self._struct = self.struct()
-        return int(_host.ffi().cast("uintptr_t", cfg))
+        return int(_lib.ffi().cast("uintptr_t", cfg))
 
     def struct(self):
-        cfg = _host.new("nvshmem_team_config_t *")
+        cfg = _lib.new("nvshmem_team_config_t *")
         cfg.version = self.version
         cfg.num_contexts = self.num_contexts
         cfg.uniqueid = self.uniqueid & _INVALID_UID
@@ -108,7 +108,7 @@ def _register(handle: int, name: str) -> int:
 def _parent_size(parent: int, function: str) -> int:
     if parent == int(Teams.TEAM_WORLD):
         return _state.STATE.n_pes
-    size = _host.call("nvshmem_team_n_pes", parent)
+    size = _lib.call("nvshmem_team_n_pes", parent)
     if size <= 0:
         raise NvshmemError(f"{function}(): team {parent} is not a valid team on this PE")
     return size
@@ -213,9 +213,9 @@ def team_init(team_config: Any, config_mask: int, npes: int, pe_idx_in_team: int
     if not 0 <= int(pe_idx_in_team) < int(npes):
         raise NvshmemInvalid(f"team_init(): argument 'pe_idx_in_team'={pe_idx_in_team} is outside 0..{int(npes) - 1}")
     cfg = team_config.struct() if isinstance(team_config, TeamConfig) else team_config
-    out = _host.new("nvshmem_team_t *")
+    out = _lib.new("nvshmem_team_t *")
     out[0] = int(Teams.TEAM_INVALID)
-    _host.call("nvshmemx_team_init", out, cfg, mask, int(npes), int(pe_idx_in_team),
+    _lib.call("nvshmemx_team_init", out, cfg, mask, int(npes), int(pe_idx_in_team),
                context=f"npes={npes} pe_idx_in_team={pe_idx_in_team}")
     handle = int(out[0])
     name = new_team_name if new_team_name is not None else f"TEAM_{handle}"
@@ -237,6 +237,6 @@ def team_translate_pe(src_team: Any, src_pe: int, dest_team: Any) -> int:
 def get_team_unique_id() -> TeamUniqueId:
     """A new team unique id (``nvshmemx_team_get_uniqueid``) for :func:`team_init`'s config."""
     _state.require("get_team_unique_id()")
-    uid = _host.new("nvshmemx_team_uniqueid_t *")
-    _host.call("nvshmemx_team_get_uniqueid", uid)
+    uid = _lib.new("nvshmemx_team_uniqueid_t *")
+    _lib.call("nvshmemx_team_get_uniqueid", uid)
     return TeamUniqueId(int(uid[0]))

@@ -31,14 +31,7 @@ from ._calls import make_api, mc_tensor, peer_tensor
 # The names nvshmem_dsl.numba uses for the same views.
 peer = peer_tensor
 multicast = mc_tensor
-from ._compile import (
-    ArchNotSetError,
-    CompiledKernel,
-    compile,
-    compile_to_ptx,
-    set_module_finalize_hook,
-    set_module_init_hook,
-)
+from ._compile import ArchNotSetError, CompiledKernel, compile, compile_to_ptx, set_module_finalize_hook, set_module_init_hook
 from ..errors import NvshmemTypeError
 
 DISPATCH = _table.DISPATCH
@@ -67,6 +60,6 @@ __all__ = [
     "SmemAmount",
 ]
 
-from .. import module_init as _module_init  # noqa: E402
+from ..linker import module_init as _module_init  # noqa: E402
 
 _module_init.wire_if_running()

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Optional
 
-from .._cuda import library_uses_nvshmem
+from ..host._cuda import library_uses_nvshmem
 
 __all__ = [
     "compile",

@@ -61,9 +61,9 @@ __all__ = [
 
 def bitcode_for_arch(arch: str) -> str:
     """The NVSHMEM device bitcode to link for ``arch`` (e.g. ``"sm_90a"``), in a form
-    libNVVM accepts (see :func:`nvshmem_dsl.bitcode.nvvm_bitcode`)."""
+    libNVVM accepts (see :func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`)."""
     from .._libs import bitcode_path
-    from ..bitcode import nvvm_bitcode
+    from ..linker.nvvm import nvvm_bitcode
 
     return str(nvvm_bitcode(bitcode_path(arch)))
 

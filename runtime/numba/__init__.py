@@ -10,7 +10,7 @@ Every function of the generated API (`nvshmem_dsl._generated.numba_api`, from th
 dispatches on the element dtype of its arrays; `c` holds every device function under its
 C name. Kernels that call NVSHMEM are linked with the NVSHMEM bitcode and get it inlined
 (`_linker`), but for the large routines (collectives, barriers), which they call in objects
-compiled once (`nvshmem_dsl.outline`; `with nv.outline("none"):` around a kernel's compilation
+compiled once (`nvshmem_dsl.linker.outline`; `with nv.outline("none"):` around a kernel's compilation
 inlines them too); each loaded module is initialised for NVSHMEM before its first launch by the
 host runtime's hook (installed at `nvshmem_dsl.init()`). Kernels that call no NVSHMEM
 function compile exactly as before.
@@ -21,15 +21,9 @@ from .._generated.constants import Cmp, SignalOp, SmemAmount, Team
 from . import c
 from ._calls import make_api
 from ._intrinsics import declare_device_function
-from ._linker import (
-    add_module_finalize_hook,
-    add_module_init_hook,
-    remove_module_finalize_hook,
-    remove_module_init_hook,
-    set_module_init_hook,
-)
+from ._linker import add_module_finalize_hook, add_module_init_hook, remove_module_finalize_hook, remove_module_init_hook, set_module_init_hook
 from ._views import multicast, peer, window
-from ..outline import override as outline
+from ..linker.outline import override as outline
 
 DISPATCH = _table.DISPATCH
 # The generated API: one intrinsic per DSL function of the spec.
@@ -40,6 +34,6 @@ __all__ = [*_table.__all__, "c", "peer", "multicast", "window", "outline", "Cmp"
            "declare_device_function", "add_module_init_hook", "add_module_finalize_hook",
            "remove_module_init_hook", "remove_module_finalize_hook", "set_module_init_hook"]
 
-from .. import module_init as _module_init  # noqa: E402
+from ..linker import module_init as _module_init  # noqa: E402
 
 _module_init.wire_if_running()

@@ -24,17 +24,17 @@ path to PTX, inside Numba's own code library:
      them reach the second O3 whole; with ``NVSHMEM_DSL_UNSWITCH=0`` only those of warp or
      block scope are, so loops around thread-scope calls unroll as in C++);
    * links in the NVSHMEM functions it calls, taken from a cached, pre-split
-     copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.bitcode`, a few ms) -- but for the large
-     ones (collectives, barriers: :func:`nvshmem_dsl.outline.split`), which stay
+     copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.linker.store`, a few ms) -- but for the large
+     ones (collectives, barriers: :func:`nvshmem_dsl.linker.outline.split`), which stay
      declarations: the kernel calls them in relocatable objects built once and cached
-     (:mod:`nvshmem_dsl.outline`), which :meth:`NvshmemCodeLibrary._link_all` adds to the
+     (:mod:`nvshmem_dsl.linker.outline`), which :meth:`NvshmemCodeLibrary._link_all` adds to the
      link (it reads which from the PTX's ``.extern .func`` declarations);
    * internalizes everything that came from NVSHMEM except the device state
      globals the host library looks up (``nvshmemi_device_state_d`` ...),
      inlines NVSHMEM's API (all ``alwaysinline``), runs O3 on the module once more
      with LLVM's non-trivial loop unswitching (see :func:`unswitching`; it unrolls
      the copy loops the copy rewrite marks, every other NVSHMEM loop is frozen as
-     clang built it, see :mod:`nvshmem_dsl.bitcode_rewrites`) and drops what is
+     clang built it, see :mod:`nvshmem_dsl.linker.rewrites`) and drops what is
      unused (GlobalDCE).  With ``NVSHMEM_DSL_UNSWITCH=0`` the second pass is
      lighter: the function simplification pipeline and LLVM's unroll pass on the
      Numba functions only, NVSHMEM's out-of-line helpers (``noinline`` transport
@@ -46,7 +46,7 @@ path to PTX, inside Numba's own code library:
    The PTX goes to Numba's usual link step (nvJitLink or the driver), with the objects of
    the functions it calls out of line, to give the cubin; ``kernel.inspect_asm()`` and
    ``cuda.compile_ptx`` show it (a PTX that calls functions out of line needs their objects,
-   :func:`nvshmem_dsl.outline.objects`, to be linked).
+   :func:`nvshmem_dsl.linker.outline.objects`, to be linked).
    Libraries without NVSHMEM declarations go through ``CUDACodeLibrary``
    unchanged (NVVM).
 3. When numba-cuda loads the cubin (a ``CUlibrary``), the library's setup
@@ -71,7 +71,6 @@ Public: :class:`NvshmemCodeLibrary`, :func:`install`,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -83,11 +82,14 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
-from .. import bitcode, outline
-from .._llvm import function_shape as _fn_shape
-from .._llvm import internalize as _internalize
-from .._llvm import run as _run
-from .._llvm import target_machine as _target_machine
+from ..linker import outline, store
+from ..linker._llvm import internalize as _internalize
+from ..linker._llvm import run as _run
+from ..linker._llvm import target_machine as _target_machine
+from ..linker.hooks import ModuleHooks
+from ..linker.link import UNSWITCH_ENV  # noqa: F401 (read by tests and bench scripts here)
+from ..linker.link import (DECLARATION, NvshmemLinkError, inline_nvshmem, mark_declaration, min_ptx,
+                           nvshmem_functions, unswitching)
 
 __all__ = [
     "NvshmemCodeLibrary",
@@ -102,91 +104,32 @@ __all__ = [
     "set_module_init_hook",
 ]
 
-# A whole declaration line of an nvshmem* function; group 1 is its name.
-_DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)
 _DECLARED_LIBDEVICE = re.compile(r'^declare [^\n]*?@"?(__nv_[A-Za-z0-9_]*)"?\(', re.M)
-
-
-class NvshmemLinkError(RuntimeError):
-    """Linking NVSHMEM device code into a kernel failed."""
 
 
 # --------------------------------------------------------------------------
 # Module hooks
 
-
-_init_hooks: list = []
-_finalize_hooks: list = []
-_warned_no_hook = False
-
-
-def add_module_init_hook(fn):
-    """Call ``fn(culibrary: int)`` for every loaded module (``CUlibrary``) that
-    contains NVSHMEM device code, before its first launch.  Returns ``fn``."""
-    if fn not in _init_hooks:
-        _init_hooks.append(fn)
-    return fn
-
-
-def remove_module_init_hook(fn) -> None:
-    if fn in _init_hooks:
-        _init_hooks.remove(fn)
-
-
-def set_module_init_hook(fn) -> None:
-    """Make ``fn`` the only init hook (``None``: no hook)."""
-    _init_hooks.clear()
-    if fn is not None:
-        _init_hooks.append(fn)
-
-
-def add_module_finalize_hook(fn):
-    """Call ``fn(culibrary: int)`` when such a module is unloaded."""
-    if fn not in _finalize_hooks:
-        _finalize_hooks.append(fn)
-    return fn
-
-
-def remove_module_finalize_hook(fn) -> None:
-    if fn in _finalize_hooks:
-        _finalize_hooks.remove(fn)
+#: The init / finalize hooks run on every loaded CUlibrary with NVSHMEM code (the host runtime
+#: registers its own when it starts).
+hooks = ModuleHooks("CUlibrary")
+add_module_init_hook = hooks.add_init
+remove_module_init_hook = hooks.remove_init
+set_module_init_hook = hooks.set_init
+add_module_finalize_hook = hooks.add_finalize
+remove_module_finalize_hook = hooks.remove_finalize
 
 
 def _module_setup(object_code) -> None:
-    global _warned_no_hook
-    if not _init_hooks and not _warned_no_hook:
-        _warned_no_hook = True
-        warnings.warn(
-            "a kernel using NVSHMEM was loaded but no module init hook is "
-            "registered, so its NVSHMEM device state is not initialised; "
-            "initialise the nvshmem_dsl runtime before launching kernels",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    handle = int(object_code.handle)
-    for fn in list(_init_hooks):
-        fn(handle)
+    hooks.run_init(int(object_code.handle))
 
 
 def _module_teardown(object_code) -> None:
-    handle = int(object_code.handle)
-    for fn in list(_finalize_hooks):
-        fn(handle)
+    hooks.run_finalize(int(object_code.handle))
 
 
 # --------------------------------------------------------------------------
 # LLVM side
-
-
-def nvshmem_functions(llvm_strs) -> frozenset:
-    """Names of the ``nvshmem*`` functions declared in the given LLVM IR."""
-    return frozenset(n for s in llvm_strs for n in _DECLARATION.findall(s))
-
-
-def _min_ptx(sm: int) -> int:
-    # PTX ISA needed to target the SM at all (x10): sm_90a 8.0, sm_100 8.6 ...
-    table = {100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
-    return table.get(sm, 80 if sm >= 90 else 70)
 
 
 def _target(cc) -> tuple[str, str]:
@@ -196,7 +139,7 @@ def _target(cc) -> tuple[str, str]:
     cpu = nvrtc.get_arch_option(*cc).replace("compute_", "sm_")
     sm = int(re.match(r"sm_(\d+)", cpu).group(1))
     ptx = os.environ.get("NVSHMEM_DSL_PTX_VERSION")
-    ptx = int(ptx.replace(".", "")) if ptx else max(85, _min_ptx(sm))
+    ptx = int(ptx.replace(".", "")) if ptx else max(85, min_ptx(sm))
     return cpu, f"+ptx{ptx}"
 
 
@@ -208,10 +151,10 @@ def _sm(cc) -> int:
 
 def prefetch_bitcode(cc) -> None:
     """Say that kernels for compute capability ``cc`` will call NVSHMEM: with no cached NVSHMEM
-    bitcode store for it yet, :func:`nvshmem_dsl.bitcode.prefetch` starts building it.
+    bitcode store for it yet, :func:`nvshmem_dsl.linker.store.prefetch` starts building it.
     :func:`nvshmem_dsl.init` calls it with its device's, so that the store is built while NVSHMEM
     initialises (a kernel linked before it is there links a closure, which is slower)."""
-    bitcode.prefetch(_sm(tuple(cc)))
+    store.prefetch(_sm(tuple(cc)))
 
 
 _libdevice_lock = threading.Lock()
@@ -228,80 +171,6 @@ def _libdevice_module():
         return _libdevice.clone()
 
 
-def _check_declarations(main, api, names, outlined=frozenset()) -> None:
-    """The kernel's declarations of the NVSHMEM functions ``names`` against their definitions in
-    ``api``; of those called out of line (``outlined``), against the op table (which their
-    objects' definitions are checked against: :func:`nvshmem_dsl.outline.object_ptx`)."""
-    from .. import _optable
-
-    bad = []
-    for name in sorted(names | outlined):
-        if name in outlined:
-            want = _optable.device_ops()[name]["llvm_type"]
-        else:
-            want = _fn_shape(api.get_function(name).global_value_type)
-        have = _fn_shape(main.get_function(name).global_value_type)
-        if want != have:
-            bad.append(f"{name}: declared {have}, NVSHMEM defines {want}")
-    if bad:
-        raise NvshmemLinkError(
-            "NVSHMEM functions declared with the wrong type:\n  " + "\n  ".join(bad)
-        )
-
-
-@functools.lru_cache(maxsize=None)
-def _unconstrained() -> frozenset:
-    """The NVSHMEM functions any subset of a warp's threads may call: those of scopes that the
-    spec does not mark ``convergent`` (thread scope)."""
-    from .. import _optable
-
-    scopes = _optable.table()["scopes"]
-    return frozenset(sym for sym, op in _optable.device_ops().items()
-                     if not scopes[op["scope"]]["convergent"])
-
-
-def _mark_declaration(m, all_convergent: bool = False) -> str:
-    """Declarations of NVSHMEM functions get ``nounwind``; those of warp/block scope (and any
-    function the op table does not know) ``convergent`` too, so that O3 keeps every thread of the
-    group on the same call.  Loops around thread-scope calls may be unrolled with a remainder,
-    unless ``all_convergent``."""
-    if not all_convergent and m.group(1) in _unconstrained():
-        return m.group(0) + " nounwind"
-    return m.group(0) + " convergent nounwind"
-
-
-#: Loop unswitching (on unless ``NVSHMEM_DSL_UNSWITCH=0``): after NVSHMEM is inlined, the whole
-#: O3 pipeline runs once more with LLVM's non-trivial loop unswitching, so that a loop of
-#: ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
-#: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
-#: (bench/experiments/unswitch.py; what it gains on the GPU and costs in compile time:
-#: BENCHMARKS.md, fourth session).  See :func:`_nontrivial_unswitching`.
-UNSWITCH_ENV = "NVSHMEM_DSL_UNSWITCH"
-
-
-def unswitching() -> bool:
-    """Whether NVSHMEM kernels are compiled with loop unswitching (``$NVSHMEM_DSL_UNSWITCH``,
-    on unless it says 0/off/no/false)."""
-    return os.environ.get(UNSWITCH_ENV, "").strip().lower() not in ("0", "off", "no", "false")
-
-
-@contextlib.contextmanager
-def _nontrivial_unswitching():
-    """LLVM's non-trivial loop unswitching for the passes run inside, which LLVM's O3 leaves off
-    for GPUs unless the branch is provably uniform.  llvmlite has no per-pipeline way to ask for
-    it, only LLVM's process-wide command-line option ``-enable-nontrivial-unswitch``: it is on
-    for the duration only, under llvmlite's lock (which every call into LLVM takes: no other
-    thread's optimisation runs meanwhile), and off again after, as LLVM has it, so that nothing
-    else compiled with llvmlite in the process is changed (GPU code's other passes, the first O3
-    of a later NVSHMEM kernel included; CPU code optimised below O3)."""
-    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
-        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=true")
-        try:
-            yield
-        finally:
-            llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=false")
-
-
 def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`)."""
@@ -312,12 +181,12 @@ def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
 def link(llvm_strs, cc, opt: int = 3):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
-    target machine for ``cc``.  The functions :func:`nvshmem_dsl.outline.split` says to call
+    target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.outline.split` says to call
     out of line stay declarations (the module still defines the device state).
 
     Externally visible definitions of the Numba modules keep their linkage;
     everything else ends up internal, except
-    :data:`nvshmem_dsl.bitcode.EXPORTED_GLOBALS`.  Numba's code (with
+    :data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`.  Numba's code (with
     libdevice) is optimised at O3 first; then NVSHMEM is linked, its
     ``alwaysinline`` API inlined and the Numba functions simplified again.
     NVSHMEM's own out-of-line helpers, already optimised by clang, are not
@@ -332,8 +201,8 @@ def link(llvm_strs, cc, opt: int = 3):
     # while only their declarations are visible.  With unswitching, all of them: a loop around
     # a thread-scope call must reach the second O3 whole, to be unswitched before it is unrolled.
     unswitch = unswitching()
-    mark = functools.partial(_mark_declaration, all_convergent=unswitch)
-    mods = [llvm.parse_assembly(_DECLARATION.sub(mark, s)) for s in llvm_strs]
+    mark = functools.partial(mark_declaration, all_convergent=unswitch)
+    mods = [llvm.parse_assembly(DECLARATION.sub(mark, s)) for s in llvm_strs]
     main = mods[0]
     for m in mods[1:]:
         main.link_in(m)
@@ -342,7 +211,7 @@ def link(llvm_strs, cc, opt: int = 3):
     numba_fns = {f.name for f in main.functions if not f.is_declaration}
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration}
-    keep.update(bitcode.EXPORTED_GLOBALS)
+    keep.update(store.EXPORTED_GLOBALS)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3 if opt else 0))
 
     if any(_DECLARED_LIBDEVICE.search(s) for s in llvm_strs):
@@ -355,31 +224,7 @@ def link(llvm_strs, cc, opt: int = 3):
     if names:
         # the large ones stay declarations, called in their objects (added at the link: see
         # NvshmemCodeLibrary._link_all); the module still defines the device state they read
-        inline, outlined = outline.split(names, sm)
-        try:
-            api = bitcode.api_module(inline, sm, unswitch=unswitch)
-        except KeyError as e:
-            raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
-        _check_declarations(main, api, inline, outlined)
-        main.link_in(api)
-        _internalize(main, keep)
-        _run(main, pb, "always_inliner", "global_dead_code_eliminate")
-        if opt and unswitch:
-            with _nontrivial_unswitching():
-                pb.getModulePassManager().run(main, pb)
-            _run(main, pb, "global_dead_code_eliminate")
-        elif opt:
-            fpm = pb.getFunctionPassManager()
-            # the simplification pipeline has no runtime unrolling: NVSHMEM's copy loops, now
-            # in the kernel (and freed of their unroll.disable by the copy rewrite), get it here
-            unroll = llvm.create_new_function_pass_manager()
-            unroll.add_loop_unroll_pass()
-            unroll.add_simplify_cfg_pass()
-            for fn in main.functions:
-                if fn.name in numba_fns and not fn.is_declaration:
-                    fpm.run(fn, pb)
-                    unroll.run(fn, pb)
-            _run(main, pb, "global_dead_code_eliminate")
+        inline_nvshmem(main, names, sm, keep, pb, numba_fns, unswitch=unswitch, opt=bool(opt))
     return main, tm
 
 

@@ -34,17 +34,8 @@ import triton.language as _tl
 from . import c
 from ._args import TritonPointer, pointer
 from ._calls import make_api, multicast, peer
-from ._compile import (
-    NvshmemLinkError,
-    add_module_finalize_hook,
-    add_module_init_hook,
-    install,
-    remove_module_finalize_hook,
-    remove_module_init_hook,
-    set_module_init_hook,
-    uninstall,
-)
-from ..outline import override as outline
+from ._compile import NvshmemLinkError, add_module_finalize_hook, add_module_init_hook, install, remove_module_finalize_hook, remove_module_init_hook, set_module_init_hook, uninstall
+from ..linker.outline import override as outline
 
 DISPATCH = _table.DISPATCH
 # The generated API: one Triton builtin per DSL function of the spec.
@@ -84,6 +75,6 @@ __all__ = [
 
 install()
 
-from .. import module_init as _module_init  # noqa: E402
+from ..linker import module_init as _module_init  # noqa: E402
 
 _module_init.wire_if_running()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _arrays
+from ..host import _arrays
 
 __all__ = ["pointer", "TritonPointer"]
 

@@ -17,7 +17,7 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
    ours (:func:`compile_ptx`): the IR is parsed with llvmlite (LLVM 22), each extern is defined
    as a small ``alwaysinline`` function around the C function (:func:`shim_module`: the address
    back to a pointer, half/bfloat16 by value; who calls, see below), the NVSHMEM functions they
-   call are linked from the cached piece store (:mod:`nvshmem_dsl.bitcode`, the one the Numba
+   call are linked from the cached piece store (:mod:`nvshmem_dsl.linker.store`, the one the Numba
    path builds), everything from NVSHMEM is internalized but the device-state globals, NVSHMEM's
    API is inlined, and the module optimised once more at O3 (with the same non-trivial loop
    unswitching as Numba kernels, ``NVSHMEM_DSL_UNSWITCH``).  LLVM's NVPTX backend then emits the
@@ -26,13 +26,13 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
    (:func:`_needs_short_pointers`); Triton's own post-processing of PTX is repeated (kernel name
    into the metadata, ``.version``, ``.target``).  Kernels without NVSHMEM externs take Triton's
    stages unchanged.
-3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.outline.split`) stay
-   calls into relocatable objects compiled once (:mod:`nvshmem_dsl.outline`, the Numba path's
+3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.linker.outline.split`) stay
+   calls into relocatable objects compiled once (:mod:`nvshmem_dsl.linker.outline`, the Numba path's
    cache); when the PTX calls one, the ``cubin`` stage is ours too: nvJitLink links the PTX with
    those objects (:func:`link_cubin`).  Without nvJitLink they are inlined instead.
 4. When Triton loads a kernel's cubin (``knobs.runtime.kernel_load_end_hook``), a module that
    holds NVSHMEM's device state gets ``nvshmemx_cumodule_init`` (through the hooks
-   :func:`nvshmem_dsl.module_init.install_dsl_hooks` registers, at :func:`nvshmem_dsl.init`)
+   :func:`nvshmem_dsl.linker.module_init.install_dsl_hooks` registers, at :func:`nvshmem_dsl.init`)
    before its first launch; ``kernel_unload_hook`` (Triton 3.9) finalizes it.  This covers
    ``triton.jit`` launches, autotuning and kernels from Triton's cache alike.
 
@@ -71,10 +71,11 @@ import json
 import os
 import re
 import threading
-import warnings
 from pathlib import Path
 
 from .. import _optable
+from ..linker.hooks import ModuleHooks
+from ..linker.link import NvshmemLinkError
 from ._calls import SHIM_PREFIX, form
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "add_module_finalize_hook",
     "add_module_init_hook",
     "compile_ptx",
+    "hooks",
     "identity",
     "install",
     "link_cubin",
@@ -114,48 +116,15 @@ _LEADERS = {"thread": 1, "warp": 32, "warpgroup": 128}
 stats = {"kernels": 0, "cubins_linked": 0, "modules_initialised": 0}
 
 
-class NvshmemLinkError(RuntimeError):
-    """Linking NVSHMEM device code into a Triton kernel failed."""
-
-
 # --------------------------------------------------------------------------
-# Module hooks (as nvshmem_dsl.numba._linker's, with CUmodule handles)
+# Module hooks (run on CUmodule handles: Triton loads modules)
 
-_init_hooks: list = []
-_finalize_hooks: list = []
-_warned_no_hook = False
-
-
-def add_module_init_hook(fn):
-    """Call ``fn(cumodule: int)`` for every loaded Triton module that contains NVSHMEM device
-    code, before its first launch.  Returns ``fn``."""
-    if fn not in _init_hooks:
-        _init_hooks.append(fn)
-    return fn
-
-
-def remove_module_init_hook(fn) -> None:
-    if fn in _init_hooks:
-        _init_hooks.remove(fn)
-
-
-def set_module_init_hook(fn) -> None:
-    """Make ``fn`` the only init hook (``None``: no hook)."""
-    _init_hooks.clear()
-    if fn is not None:
-        _init_hooks.append(fn)
-
-
-def add_module_finalize_hook(fn):
-    """Call ``fn(cumodule: int)`` when Triton unloads such a module (Triton >= 3.7)."""
-    if fn not in _finalize_hooks:
-        _finalize_hooks.append(fn)
-    return fn
-
-
-def remove_module_finalize_hook(fn) -> None:
-    if fn in _finalize_hooks:
-        _finalize_hooks.remove(fn)
+hooks = ModuleHooks("CUmodule")
+add_module_init_hook = hooks.add_init
+remove_module_init_hook = hooks.remove_init
+set_module_init_hook = hooks.set_init
+add_module_finalize_hook = hooks.add_finalize
+remove_module_finalize_hook = hooks.remove_finalize
 
 
 _nvshmem_modules: set = set()
@@ -164,12 +133,12 @@ _nvshmem_modules: set = set()
 def _uses_nvshmem(module, metadata_group) -> bool:
     """Whether the loaded module holds NVSHMEM's device state: asked of the driver, else read
     from the kernel's PTX in Triton's cache."""
-    from .. import _cuda
+    from ..host import _cuda
 
     try:
         return _cuda.module_uses_nvshmem(int(module))
     except Exception:  # noqa: BLE001 - no driver binding: the PTX says it too
-        from ..bitcode import DEVICE_STATE
+        from ..linker.store import DEVICE_STATE
 
         for name, path in (metadata_group or {}).items():
             if str(name).endswith(".ptx"):
@@ -182,20 +151,11 @@ def _uses_nvshmem(module, metadata_group) -> bool:
 
 def _on_load(module, function, name, metadata_group, hash) -> None:
     """``kernel_load_end_hook``: NVSHMEM init of a freshly loaded module that needs it."""
-    global _warned_no_hook
     if module is None or not _uses_nvshmem(module, metadata_group):
         return
     handle = int(module)
-    if not _init_hooks and not _warned_no_hook:
-        _warned_no_hook = True
-        warnings.warn(
-            f"the Triton kernel {name} uses NVSHMEM and was loaded, but no module init hook is "
-            "registered, so its NVSHMEM device state is not initialised; call "
-            "nvshmem_dsl.init() before launching kernels",
-            RuntimeWarning, stacklevel=2)
     _nvshmem_modules.add(handle)
-    for fn in list(_init_hooks):
-        fn(handle)
+    hooks.run_init(handle, name)
     stats["modules_initialised"] += 1
 
 
@@ -206,8 +166,7 @@ def _on_unload(module, function, name, metadata_group, hash) -> None:
     if handle not in _nvshmem_modules:
         return
     _nvshmem_modules.discard(handle)
-    for fn in list(_finalize_hooks):
-        fn(handle)
+    hooks.run_finalize(handle)
 
 
 # --------------------------------------------------------------------------
@@ -411,10 +370,8 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     """Triton's LLVM IR ``llir`` with NVSHMEM linked in and inlined: ``(module, target machine,
     outlined)``, the llvmlite module ready for the NVPTX backend and the NVSHMEM functions it
     calls out of line (whose objects the cubin needs)."""
-    from .. import bitcode, outline
-    from .._llvm import internalize, run
-    # the Numba linker's helpers (see the report on moving them to a DSL-neutral module)
-    from ..numba import _linker
+    from ..linker import store
+    from ..linker.link import DECLARATION, inline_nvshmem, mark_declaration, unswitching
 
     llvm = _llvm()
     externs = nvshmem_externs(llir)
@@ -435,43 +392,19 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     kernel_fns = {f.name for f in main.functions if not f.is_declaration}
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration and v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private)}
-    keep.update(bitcode.EXPORTED_GLOBALS)
+    keep.update(store.EXPORTED_GLOBALS)
     keep -= {SHIM_PREFIX + s for s in externs}
 
-    unswitch = _linker.unswitching()
-    mark = functools.partial(_linker._mark_declaration, all_convergent=unswitch)
-    shims = llvm.parse_assembly(_linker._DECLARATION.sub(mark, shim_module(externs)))
+    unswitch = unswitching()
+    mark = functools.partial(mark_declaration, all_convergent=unswitch)
+    shims = llvm.parse_assembly(DECLARATION.sub(mark, shim_module(externs)))
     shims.data_layout = main.data_layout
     main.link_in(shims)
-    names = frozenset(externs)
-    if outline_objects:
-        inline, outlined = outline.split(names, sm)
-    else:
-        inline, outlined = names, frozenset()
-    try:
-        api = bitcode.api_module(inline, sm, unswitch=unswitch)
-    except KeyError as e:
-        raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
-    _linker._check_declarations(main, api, inline, outlined)
-    main.link_in(api)
-    internalize(main, keep)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
-    run(main, pb, "always_inliner", "global_dead_code_eliminate")
-    if unswitch:
-        with _linker._nontrivial_unswitching():
-            pb.getModulePassManager().run(main, pb)
-    else:
-        if short_ptr:  # by-value parameters of NVSHMEM's helpers: see _needs_short_pointers
-            run(main, pb, "argument_promotion")
-        fpm = pb.getFunctionPassManager()
-        unroll = llvm.create_new_function_pass_manager()
-        unroll.add_loop_unroll_pass()
-        unroll.add_simplify_cfg_pass()
-        for fn in main.functions:
-            if fn.name in kernel_fns and not fn.is_declaration:
-                fpm.run(fn, pb)
-                unroll.run(fn, pb)
-    run(main, pb, "global_dead_code_eliminate")
+    # by-value parameters of NVSHMEM's helpers: see _needs_short_pointers
+    outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, kernel_fns, unswitch=unswitch,
+                              outline_objects=outline_objects,
+                              before_simplify=("argument_promotion",) if short_ptr else ())
     return main, tm, outlined
 
 
@@ -497,7 +430,7 @@ def _postprocess(ptx: str, metadata: dict, ptx_version: int | None, capability: 
 
 def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
     """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring)."""
-    from .. import outline
+    from ..linker import outline
 
     if getattr(options, "num_ctas", 1) > 1:
         raise NvshmemLinkError(
@@ -522,10 +455,10 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
 
 def link_cubin(ptx: str, capability: int, options=None) -> bytes:
     """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
-    out of line (:func:`nvshmem_dsl.outline.objects`)."""
+    out of line (:func:`nvshmem_dsl.linker.outline.objects`)."""
     from cuda.bindings import nvjitlink
 
-    from .. import outline
+    from ..linker import outline
 
     cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
     version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
@@ -567,8 +500,8 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
 
 #: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
 #: the generated op table.
-_SOURCES = ("triton/_compile.py", "triton/_calls.py", "numba/_linker.py", "bitcode.py",
-            "bitcode_rewrites.py", "outline.py", "_llvm.py")
+_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/store.py",
+            "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/_llvm.py")
 _ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE")
 
 
@@ -640,7 +573,7 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
     stages["ptx"] = ptx_stage
     if triton_cubin is not None:
-        from .. import outline
+        from ..linker import outline
 
         def cubin_stage(src, metadata):
             if isinstance(src, str) and outline.extern_calls(src):

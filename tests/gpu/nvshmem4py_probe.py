@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import nvshmem_dsl.core as core
-from nvshmem_dsl import _arrays, _cuda, _state
+from nvshmem_dsl.host import _arrays, _cuda, _state
 from nvshmem_dsl.core import _tracking
 from nvshmem_dsl.core.interop import _common
 

@@ -6,8 +6,8 @@ import importlib.util
 import sys
 from typing import Any
 
-from ... import _arrays, _state
-from ... import memory as _native
+from ...host import _arrays, _state
+from ...host import memory as _native
 from .. import _tracking
 from .. import memory as _memory
 from .._tracking import Entry

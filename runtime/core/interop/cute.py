@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ... import _arrays
-from ... import memory as _native
+from ...host import _arrays
+from ...host import memory as _native
 from .. import _tracking
 from .. import memory as _memory
 from .._tracking import CAIView, translated
@@ -106,7 +106,7 @@ def get_multicast_tensor(team: Any, tensor: Any):
 @translated
 def free_tensor(tensor: Any) -> None:
     """Free a tensor from :func:`tensor` (collective); a peer/multicast view: no-op."""
-    from ... import _state
+    from ...host import _state
 
     if not _state.STATE.initialized:
         return

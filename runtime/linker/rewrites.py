@@ -27,8 +27,8 @@ unrolling it on its own.  :func:`freeze_loops` marks every other loop of NVSHMEM
 clang decided (libNVVM, for CuTe, runs its own pipeline on the library as it is).
 
 Other asm stores (LL-protocol packets with flags, IBGDA doorbells) are left alone.  Numba kernels
-get it in :func:`nvshmem_dsl.bitcode.api_module`, CuTe kernels in the copy of the library that
-:func:`nvshmem_dsl.bitcode.nvvm_bitcode` makes for libNVVM.  Selected by
+get it in :func:`nvshmem_dsl.linker.store.api_module`, CuTe kernels in the copy of the library that
+:func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode` makes for libNVVM.  Selected by
 ``NVSHMEM_DSL_COPY_REWRITE`` (``off``, ``store`` or ``vector``; default ``vector``).  Measured on
 2 x H200 (BENCHMARKS.md): thread-scope put of 1 MiB 0.66x -> 0.79x of C++, 4 KiB 0.78x -> 0.86x;
 ``store`` alone changes nothing measurable.

@@ -2,7 +2,7 @@
 
 ``init()`` finds this process's rank (explicit arguments, MPI, torchrun, our
 launcher ``python -m nvshmem_dsl.run``, or a single PE: see
-:mod:`nvshmem_dsl._bootstrap`), makes the CUDA device ``local_rank % device
+:mod:`nvshmem_dsl.host._bootstrap`), makes the CUDA device ``local_rank % device
 count`` current (or ``device=``), has rank 0 create the NVSHMEM unique id and
 hands it to the others, then calls ``nvshmemx_hostlib_init_attr`` with
 ``NVSHMEMX_INIT_WITH_UNIQUEID``.  ``finalize()`` undoes it.  Use it as a context
@@ -27,15 +27,10 @@ import sys
 import warnings
 from typing import Any
 
-from . import _bootstrap, _cuda, _host, _libs, _state
-from ._generated.constants import SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel
-from .errors import (
-    NvshmemError,
-    NvshmemInitError,
-    NvshmemLeakWarning,
-    NvshmemNotFoundError,
-    NvshmemStateError,
-)
+from . import _bootstrap, _cuda, _lib, _state
+from .. import _libs
+from .._generated.constants import SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel
+from ..errors import NvshmemError, NvshmemInitError, NvshmemLeakWarning, NvshmemNotFoundError, NvshmemStateError
 
 __all__ = [
     "Session",
@@ -72,10 +67,10 @@ def get_uniqueid() -> bytes:
 
     Rank 0 makes one and every rank passes it to :func:`init` (``uid=``).
     """
-    uid = _host.new("nvshmemx_uniqueid_t *")
+    uid = _lib.new("nvshmemx_uniqueid_t *")
     uid.version = STRUCT_VERSIONS["nvshmemx_uniqueid_t"]
-    _host.call("nvshmemx_get_uniqueid", uid)
-    return bytes(_host.ffi().buffer(uid))
+    _lib.call("nvshmemx_get_uniqueid", uid)
+    return bytes(_lib.ffi().buffer(uid))
 
 
 # --------------------------------------------------------------------------- init attributes
@@ -103,7 +98,7 @@ def _attr_layout() -> int:
 
 def _new_init_attr(layout: int, device_id: int):
     """nvshmemx_init_attr_t as NVSHMEMX_INIT_ATTR_INITIALIZER (v2) or ..._V1_INITIALIZER sets it."""
-    attr = _host.new("nvshmemx_init_attr_t *")  # zero-filled: mpi_comm NULL, padding 0
+    attr = _lib.new("nvshmemx_init_attr_t *")  # zero-filled: mpi_comm NULL, padding 0
     uid_args = attr.args.uid_args
     uid_args.version = STRUCT_VERSIONS["nvshmemx_uniqueid_args_t"]
     uid_args.myrank = -1  # UNIQUEID_ARGS_INVALID
@@ -203,7 +198,7 @@ def init(
                 f"init(): NVSHMEM initialisation already failed in this process ({s.failed_init}); "
                 "NVSHMEM cannot be initialised again after a failure: start a new process"
             )
-        _host.lib()  # NvshmemNotFoundError with the places looked at
+        _lib.lib()  # NvshmemNotFoundError with the places looked at
         try:
             count = _cuda.device_count()
         except NvshmemInitError as exc:
@@ -244,22 +239,22 @@ def init(
         if own_bootstrap:
             flags, who = 0, f"with NVSHMEM_BOOTSTRAP={os.environ.get('NVSHMEM_BOOTSTRAP')}"
         else:
-            f = _host.ffi()
+            f = _lib.ffi()
             uid_struct = f.new("nvshmemx_uniqueid_t *")
             f.memmove(uid_struct, bs.uid, len(bs.uid))
-            _host.call("nvshmemx_set_attr_uniqueid_args", bs.rank, bs.nranks, uid_struct, attr)
+            _lib.call("nvshmemx_set_attr_uniqueid_args", bs.rank, bs.nranks, uid_struct, attr)
             flags, who = int(InitFlags.INIT_WITH_UNIQUEID), f"PE {bs.rank} of {bs.nranks}"
-        status = _host.call("nvshmemx_hostlib_init_attr", flags, attr, check=False)
+        status = _lib.call("nvshmemx_hostlib_init_attr", flags, attr, check=False)
         if status != 0:
-            name = _host.status_name(status)
+            name = _lib.status_name(status)
             s.failed_init = f"nvshmemx_hostlib_init_attr returned {status} ({name})"
             raise NvshmemInitError(
                 f"init(): NVSHMEM failed to initialise {who} on device {device_id}: "
                 f"nvshmemx_hostlib_init_attr returned {status} ({name}). Run with NVSHMEM_DEBUG=INFO for "
                 "NVSHMEM's own explanation; NVSHMEM cannot be initialised again in this process."
             )
-        pe = _host.call("nvshmem_my_pe")
-        npes = _host.call("nvshmem_n_pes")
+        pe = _lib.call("nvshmem_my_pe")
+        npes = _lib.call("nvshmem_n_pes")
         if not own_bootstrap and (pe != bs.rank or npes != bs.nranks):
             warnings.warn(
                 f"NVSHMEM numbers this PE {pe} of {npes}, the bootstrap said rank {bs.rank} of {bs.nranks}",
@@ -281,7 +276,7 @@ def init(
             raise
         _install_exit_hooks()
     try:
-        from . import module_init
+        from ..linker import module_init
 
         module_init.install_dsl_hooks()  # layers imported later wire themselves
     except Exception as exc:  # a broken DSL layer must not break host use
@@ -295,10 +290,10 @@ session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
 def _read_mpg_mode(s: _state.State, device_id: int) -> None:
     """How many PEs share this GPU, whether MPS joins them, and whether NVSHMEM runs in its
     *limited MPG* mode (several PEs per GPU without MPS: no collectives, no team splits)."""
-    from ._generated.constants import Team
+    from .._generated.constants import Team
 
-    status = _host.call("nvshmemx_init_status")
-    same_gpu = _host.call("nvshmem_team_n_pes", int(Team.TEAM_SAME_GPU))
+    status = _lib.call("nvshmemx_init_status")
+    same_gpu = _lib.call("nvshmem_team_n_pes", int(Team.TEAM_SAME_GPU))
     s.pes_per_gpu = same_gpu if same_gpu > 0 else 1
     try:
         s.mps = bool(_cuda.mps_enabled(device_id))
@@ -334,7 +329,8 @@ def finalize() -> None:
 
 
 def _finalize_locked(report: bool) -> str | None:
-    from . import memory, module_init
+    from . import memory
+    from ..linker import module_init
 
     s = _state.STATE
     s.finalizing = True
@@ -343,7 +339,7 @@ def _finalize_locked(report: bool) -> str | None:
         module_init._on_finalize()
         text = memory._on_finalize(free_internal=not s.fake)
         if not s.fake:
-            _host.call("nvshmemx_hostlib_finalize")
+            _lib.call("nvshmemx_hostlib_finalize")
     finally:
         s.initialized = False
         s.finalizing = False
@@ -431,21 +427,21 @@ def team_n_pes(team: Any) -> int:
 
 def init_status() -> InitStatus:
     """``nvshmemx_init_status()`` as an InitStatus (callable before init)."""
-    return InitStatus(_host.call("nvshmemx_init_status"))
+    return InitStatus(_lib.call("nvshmemx_init_status"))
 
 
 def query_thread() -> ThreadLevel:
     """The thread support level NVSHMEM provides (``nvshmem_query_thread``)."""
     _state.require("query_thread()")
-    level = _host.new("int *")
-    _host.call("nvshmem_query_thread", level)
+    level = _lib.new("int *")
+    _lib.call("nvshmem_query_thread", level)
     return ThreadLevel(level[0])
 
 
 def global_exit(status: int = 1) -> None:
     """End every PE of the job with exit ``status`` (``nvshmem_global_exit``; does not return)."""
     _state.require("global_exit()")
-    _host.call("nvshmem_global_exit", int(status))
+    _lib.call("nvshmem_global_exit", int(status))
 
 
 def _package_version() -> str:
@@ -473,14 +469,14 @@ def versions() -> dict:
         out["nvshmem_found"] = None
         out["nvshmem_source"] = None
     try:
-        major, minor, patch = _host.new("int *"), _host.new("int *"), _host.new("int *")
-        _host.call("nvshmemx_vendor_get_version_info", major, minor, patch)
+        major, minor, patch = _lib.new("int *"), _lib.new("int *"), _lib.new("int *")
+        _lib.call("nvshmemx_vendor_get_version_info", major, minor, patch)
         out["nvshmem"] = f"{major[0]}.{minor[0]}.{patch[0]}"
-        _host.call("nvshmem_info_get_version", major, minor)
+        _lib.call("nvshmem_info_get_version", major, minor)
         out["openshmem"] = f"{major[0]}.{minor[0]}"
-        name = _host.new("char[256]")
-        _host.call("nvshmem_info_get_name", name)
-        out["name"] = _host.ffi().string(name).decode(errors="replace")
+        name = _lib.new("char[256]")
+        _lib.call("nvshmem_info_get_name", name)
+        out["name"] = _lib.ffi().string(name).decode(errors="replace")
     except NvshmemError:
         out.setdefault("nvshmem", None)
     return out

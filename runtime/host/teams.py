@@ -12,9 +12,10 @@ from __future__ import annotations
 import struct
 from typing import Any, Sequence
 
-from . import _host, _state
-from ._generated.constants import STRUCT_VERSIONS, Team
-from .errors import NvshmemArgumentError, NvshmemStateError, NvshmemTypeError
+from . import _cuda, _lib, _state, _table, memory, operations
+from ._teamref import TeamRef, team_id
+from .._generated.constants import STRUCT_VERSIONS, Team
+from ..errors import NvshmemArgumentError
 
 __all__ = [
     "Team",
@@ -36,33 +37,10 @@ CONFIG_MASK_UNIQUEID = 0x2
 _INVALID_UID = 0xFFFFFFFFFFFFFFFF
 
 
-class TeamHandle:
+class TeamHandle(TeamRef):
     """A team created by this runtime.  ``int(team)`` is the ``nvshmem_team_t`` (for kernels)."""
 
-    __slots__ = ("_handle", "_generation", "_destroyed", "how", "__weakref__")
-
-    def __init__(self, handle: int, how: str) -> None:
-        self._handle = int(handle)
-        self._generation = _state.STATE.generation
-        self._destroyed = False
-        self.how = how
-
-    @property
-    def handle(self) -> int:
-        if self._destroyed:
-            raise NvshmemStateError(f"team {self._handle} ({self.how}) was destroyed")
-        if self._generation != _state.STATE.generation:
-            raise NvshmemStateError(f"team {self._handle} ({self.how}) belongs to a finalized runtime")
-        return self._handle
-
-    def __int__(self) -> int:
-        return self.handle
-
-    __index__ = __int__
-
-    @property
-    def destroyed(self) -> bool:
-        return self._destroyed
+    __slots__ = ()
 
     def my_pe(self) -> int:
         return my_pe(self)
@@ -81,14 +59,10 @@ class TeamHandle:
         return config(self)
 
     def sync(self, stream: Any = None) -> None:
-        from . import host_ops
-
-        host_ops.sync(self, stream=stream)
+        operations.sync(self, stream=stream)
 
     def barrier(self, stream: Any = None) -> None:
-        from . import host_ops
-
-        host_ops.barrier(self, stream=stream)
+        operations.barrier(self, stream=stream)
 
     def destroy(self) -> None:
         destroy(self)
@@ -113,45 +87,29 @@ class TeamHandle:
         return f"<TeamHandle {self._handle} ({self.how}){state}>"
 
 
-def team_id(team: Any, function: str = "") -> int:
-    """The ``nvshmem_team_t`` of ``team`` (Team, int, TeamHandle; None = TEAM_WORLD)."""
-    if team is None:
-        return int(Team.TEAM_WORLD)
-    if isinstance(team, TeamHandle):
-        return team.handle
-    if isinstance(team, bool) or not isinstance(team, int):
-        where = f"{function}(): " if function else ""
-        raise NvshmemTypeError(f"{where}team must be a Team, a TeamHandle or an int, not {type(team).__name__}")
-    value = int(team)
-    if value == int(Team.TEAM_INVALID):
-        where = f"{function}(): " if function else ""
-        raise NvshmemArgumentError(f"{where}TEAM_INVALID is not a team (a PE outside a split gets it)")
-    return value
-
-
 def my_pe(team: Any = Team.TEAM_WORLD) -> int:
     """This PE's number in ``team`` (-1 when not a member)."""
     _state.require("team_my_pe()")
-    return _host.call("nvshmem_team_my_pe", team_id(team, "team_my_pe"))
+    return _lib.call("nvshmem_team_my_pe", team_id(team, "team_my_pe"))
 
 
 def n_pes(team: Any = Team.TEAM_WORLD) -> int:
     """Number of PEs in ``team``."""
     _state.require("team_n_pes()")
-    return _host.call("nvshmem_team_n_pes", team_id(team, "team_n_pes"))
+    return _lib.call("nvshmem_team_n_pes", team_id(team, "team_n_pes"))
 
 
 def translate_pe(src_team: Any, pe: int, dest_team: Any = Team.TEAM_WORLD) -> int:
     """PE ``pe`` of ``src_team`` as numbered in ``dest_team`` (-1 when it is not in it)."""
     _state.require("translate_pe()")
-    return _host.call(
+    return _lib.call(
         "nvshmem_team_translate_pe", team_id(src_team, "translate_pe"), int(pe), team_id(dest_team, "translate_pe")
     )
 
 
 def _new_config(num_contexts: int | None, uniqueid: int | None):
     """An nvshmem_team_config_t as NVSHMEM_TEAM_CONFIG_INITIALIZER sets it, and the mask."""
-    cfg = _host.new("nvshmem_team_config_t *")
+    cfg = _lib.new("nvshmem_team_config_t *")
     cfg.version = STRUCT_VERSIONS["nvshmem_team_config_t"]
     cfg.num_contexts = -1
     cfg.uniqueid = _INVALID_UID
@@ -180,9 +138,9 @@ def split_strided(parent: Any, start: int, stride: int, size: int, *, num_contex
     if size < 1:
         raise NvshmemArgumentError(f"split_strided(): size must be positive, got {size}")
     cfg, mask = _new_config(num_contexts, None) if num_contexts is not None else (None, 0)
-    out = _host.new("nvshmem_team_t *")
+    out = _lib.new("nvshmem_team_t *")
     out[0] = int(Team.TEAM_INVALID)
-    _host.call(
+    _lib.call(
         "nvshmem_team_split_strided", team_id(parent, "split_strided"), int(start), int(stride), int(size),
         cfg, mask, out, context=f"start={start} stride={stride} size={size}",
     )
@@ -198,10 +156,10 @@ def split_2d(parent: Any, xrange: int) -> tuple[TeamHandle | None, TeamHandle | 
     if xrange < 1:
         raise NvshmemArgumentError(f"split_2d(): xrange must be positive, got {xrange}")
     null = None
-    x = _host.new("nvshmem_team_t *")
-    y = _host.new("nvshmem_team_t *")
+    x = _lib.new("nvshmem_team_t *")
+    y = _lib.new("nvshmem_team_t *")
     x[0] = y[0] = int(Team.TEAM_INVALID)
-    _host.call("nvshmem_team_split_2d", team_id(parent, "split_2d"), int(xrange), null, 0, x, null, 0, y)
+    _lib.call("nvshmem_team_split_2d", team_id(parent, "split_2d"), int(xrange), null, 0, x, null, 0, y)
     return _result(x[0], f"split_2d(xrange={xrange}).x"), _result(y[0], f"split_2d(xrange={xrange}).y")
 
 
@@ -222,30 +180,27 @@ def team_init(members: Sequence[int], *, num_contexts: int | None = None) -> Tea
     bad = [m for m in members if not 0 <= m < s.n_pes]
     if bad:
         raise NvshmemArgumentError(f"team_init(): PEs {bad} are out of range 0..{s.n_pes - 1}")
-    from . import _cuda, host_ops, memory
-    from . import _hosttable
-
-    _host.refuse_in_limited_mpg("nvshmemx_team_get_uniqueid", "team_init()")  # on every PE: none waits
+    _lib.refuse_in_limited_mpg("nvshmemx_team_get_uniqueid", "team_init()")  # on every PE: none waits
     scratch = memory._scratch_alloc()
     slot = scratch.ptr + memory._SCRATCH_UID
-    p_symbol = _hosttable.resolve("p", "uint64", 8, untyped=False).symbol
+    p_symbol = _table.resolve("p", "uint64", 8, untyped=False).symbol
     root = members[0]
     if s.my_pe == root:
-        uid = _host.new("nvshmemx_team_uniqueid_t *")
-        _host.call("nvshmemx_team_get_uniqueid", uid)
+        uid = _lib.new("nvshmemx_team_uniqueid_t *")
+        _lib.call("nvshmemx_team_get_uniqueid", uid)
         for pe in members:
-            _host.call(p_symbol, slot, int(uid[0]), pe)
-        host_ops.quiet()
-    host_ops.barrier_all()
+            _lib.call(p_symbol, slot, int(uid[0]), pe)
+        operations.quiet()
+    operations.barrier_all()
     uid_value = struct.unpack("<Q", _cuda.memcpy_dtoh(slot, 8))[0] if s.my_pe in members else None
-    host_ops.barrier_all()  # nobody overwrites the slot before every member has read it
+    operations.barrier_all()  # nobody overwrites the slot before every member has read it
     if uid_value is None:
         return None
     cfg, mask = _new_config(num_contexts, uid_value)
-    out = _host.new("nvshmem_team_t *")
+    out = _lib.new("nvshmem_team_t *")
     out[0] = int(Team.TEAM_INVALID)
     index = members.index(s.my_pe)
-    _host.call("nvshmemx_team_init", out, cfg, mask, len(members), index, context=f"members={members}")
+    _lib.call("nvshmemx_team_init", out, cfg, mask, len(members), index, context=f"members={members}")
     return _result(out[0], f"team_init({members})")
 
 
@@ -258,7 +213,7 @@ def destroy(team: Any) -> None:
         handle = team.handle
     else:
         handle = team_id(team, "destroy")
-    _host.call("nvshmem_team_destroy", handle)
+    _lib.call("nvshmem_team_destroy", handle)
     if isinstance(team, TeamHandle):
         team._destroyed = True
 
@@ -266,6 +221,6 @@ def destroy(team: Any) -> None:
 def config(team: Any = Team.TEAM_WORLD) -> dict:
     """The team's configuration (``nvshmem_team_get_config``): version, num_contexts, uniqueid."""
     _state.require("config()")
-    cfg = _host.new("nvshmem_team_config_t *")
-    _host.call("nvshmem_team_get_config", team_id(team, "config"), cfg)
+    cfg = _lib.new("nvshmem_team_config_t *")
+    _lib.call("nvshmem_team_get_config", team_id(team, "config"), cfg)
     return {"version": cfg.version, "num_contexts": cfg.num_contexts, "uniqueid": int(cfg.uniqueid)}

@@ -16,8 +16,8 @@ import sys
 import threading
 from typing import Any
 
-from . import _cuda, _host, _state
-from .errors import NvshmemArgumentError, NvshmemStateError, NvshmemStatusError
+from ..host import _cuda, _lib, _state
+from ..errors import NvshmemArgumentError, NvshmemStateError, NvshmemStatusError
 
 __all__ = [
     "module_init",
@@ -75,10 +75,10 @@ def _init(kind: str, handle: Any) -> int:
         count = _refs.get((kind, h), 0)
         if count == 0:
             try:
-                _host.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
+                _lib.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
             except NvshmemStatusError:
                 if kind == "culibrary" and _lacks_nvshmem(h):
-                    from .bitcode import DEVICE_STATE  # here: importing bitcode costs ~25 ms
+                    from .store import DEVICE_STATE  # here: importing bitcode costs ~25 ms
 
                     raise NvshmemArgumentError(
                         f"library_init(): CUlibrary 0x{h:x} holds no NVSHMEM device state "
@@ -98,7 +98,7 @@ def _finalize(kind: str, handle: Any) -> int:
         if count == 1:
             del _refs[(kind, h)]
             if _state.STATE.initialized:
-                _host.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
+                _lib.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
         else:
             _refs[(kind, h)] = count - 1
         return count - 1
@@ -189,20 +189,18 @@ def install_dsl_hooks(*, import_layers: bool = False) -> dict[str, bool]:
             except Exception:
                 module = None
         wired = False
-        if module is not None:
-            add_init = getattr(module, "add_module_init_hook", None)
+        hooks = getattr(module, "hooks", None)  # a linker.hooks.ModuleHooks (Numba, Triton)
+        if hooks is not None:
+            hooks.add_init(init_fn)
+            hooks.add_finalize(finalize_fn)
+            wired = True
+        elif module is not None:  # CuTe: one hook each, set
             set_init = getattr(module, "set_module_init_hook", None)
-            add_fin = getattr(module, "add_module_finalize_hook", None)
             set_fin = getattr(module, "set_module_finalize_hook", None)
-            if add_init is not None:
-                add_init(init_fn)
-                wired = True
-            elif set_init is not None:
+            if set_init is not None:
                 set_init(init_fn)
                 wired = True
-            if add_fin is not None:
-                add_fin(finalize_fn)
-            elif set_fin is not None:
+            if set_fin is not None:
                 set_fin(finalize_fn)
         _installed[layer] = wired
         result[layer] = wired
@@ -228,17 +226,14 @@ def uninstall_dsl_hooks() -> None:
         module = sys.modules.get(module_name)
         if module is None:
             continue
-        remove_init = getattr(module, "remove_module_init_hook", None)
-        remove_fin = getattr(module, "remove_module_finalize_hook", None)
-        if remove_init is not None:
-            remove_init(init_fn)
-        elif getattr(module, "_init_hook", None) is init_fn and hasattr(module, "set_module_init_hook"):
+        hooks = getattr(module, "hooks", None)
+        if hooks is not None:
+            hooks.remove_init(init_fn)
+            hooks.remove_finalize(finalize_fn)
+            continue
+        if getattr(module, "_init_hook", None) is init_fn and hasattr(module, "set_module_init_hook"):
             module.set_module_init_hook(None)
-        if remove_fin is not None:
-            remove_fin(finalize_fn)
-        elif getattr(module, "_finalize_hook", None) is finalize_fn and hasattr(
-            module, "set_module_finalize_hook"
-        ):
+        if getattr(module, "_finalize_hook", None) is finalize_fn and hasattr(module, "set_module_finalize_hook"):
             module.set_module_finalize_hook(None)
     for layer in list(_installed):
         _installed[layer] = False

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .errors import NvshmemStateError
+from ..errors import NvshmemStateError
 
 __all__ = ["STATE", "require", "lock", "fake"]
 
@@ -53,7 +53,7 @@ def require(what: str) -> State:
 def fake(*, n_pes: int = 4, my_pe: int = 0) -> Iterator[State]:
     """Test hook: pretend the runtime is initialised with ``n_pes`` PEs (no C library).
 
-    Combine with :func:`nvshmem_dsl._host` interception so that no C call is made.
+    Combine with :func:`nvshmem_dsl.host._lib` interception so that no C call is made.
     """
     with lock:
         if STATE.initialized:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .errors import NvshmemError, NvshmemInitError
+from ..errors import NvshmemError, NvshmemInitError
 
 __all__ = [
     "driver",
@@ -72,9 +72,9 @@ def init_driver() -> None:
 
 def library_uses_nvshmem(handle: int) -> bool:
     """Whether the loaded ``CUlibrary`` ``handle`` holds NVSHMEM's device state
-    (:data:`nvshmem_dsl.bitcode.DEVICE_STATE`): it then needs ``nvshmemx_culibrary_init`` before
+    (:data:`nvshmem_dsl.linker.store.DEVICE_STATE`): it then needs ``nvshmemx_culibrary_init`` before
     its kernels run; without it NVSHMEM's init fails (status 7)."""
-    from .bitcode import DEVICE_STATE
+    from ..linker.store import DEVICE_STATE
 
     drv = driver()
     err = drv.cuLibraryGetGlobal(drv.CUlibrary(int(handle)), DEVICE_STATE.encode())[0]
@@ -86,9 +86,9 @@ def library_uses_nvshmem(handle: int) -> bool:
 
 def module_uses_nvshmem(handle: int) -> bool:
     """Whether the loaded ``CUmodule`` ``handle`` holds NVSHMEM's device state
-    (:data:`nvshmem_dsl.bitcode.DEVICE_STATE`): it then needs ``nvshmemx_cumodule_init`` before
+    (:data:`nvshmem_dsl.linker.store.DEVICE_STATE`): it then needs ``nvshmemx_cumodule_init`` before
     its kernels run (Triton loads its kernels as modules)."""
-    from .bitcode import DEVICE_STATE
+    from ..linker.store import DEVICE_STATE
 
     drv = driver()
     err = drv.cuModuleGetGlobal(drv.CUmodule(int(handle)), DEVICE_STATE.encode())[0]

@@ -36,11 +36,12 @@ import operator
 import os
 from typing import Any
 
-from . import _arrays, _host, _hosttable, _state
+from . import _arrays, _lib, _table, _state
+from ._teamref import team_id
 from ._arrays import ArrayInfo
-from ._generated.constants import Cmp, SignalOp, Team
-from ._generated.host_api import AMO
-from .errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
+from .._generated.constants import Cmp, SignalOp, Team
+from .._generated.host_api import AMO
+from ..errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
 from .memory import check_symmetric, check_valid_local
 
 __all__ = [
@@ -118,15 +119,13 @@ def _stream(stream: Any) -> int:
 
 
 def _team(team: Any, fn: str) -> int:
-    from .teams import team_id
-
     return team_id(team, fn)
 
 
 def _team_size(team: int) -> int:
     if team == int(Team.TEAM_WORLD):
         return _state.STATE.n_pes
-    n = _host.call("nvshmem_team_n_pes", team)
+    n = _lib.call("nvshmem_team_n_pes", team)
     if n <= 0:
         raise NvshmemArgumentError(f"team {team} is not a valid team on this PE")
     return n
@@ -134,15 +133,15 @@ def _team_size(team: int) -> int:
 
 def _api_for(base: str, stream: Any) -> tuple[str, int | None]:
     """(api name, stream handle or None): the host form when stream is None and it exists."""
-    if stream is None and (base in _hosttable._host_index()):
+    if stream is None and (base in _table._host_index()):
         return base, None
     return base + "_on_stream", _stream(stream)
 
 
-def _resolve(fn: str, api: str, info: ArrayInfo, arg: str, *, untyped: bool) -> _hosttable.Resolved:
-    r = _hosttable.resolve(api, info.dtype, info.itemsize, untyped=untyped)
+def _resolve(fn: str, api: str, info: ArrayInfo, arg: str, *, untyped: bool) -> _table.Resolved:
+    r = _table.resolve(api, info.dtype, info.itemsize, untyped=untyped)
     if r is None:
-        accepted = _hosttable.accepted_numpy_names(api)
+        accepted = _table.accepted_numpy_names(api)
         raise NvshmemTypeError(
             f"{fn}(): argument '{arg}' has dtype {info.dtype}, which nvshmem {api} does not support; "
             f"accepted dtypes: {', '.join(accepted)}"
@@ -152,23 +151,23 @@ def _resolve(fn: str, api: str, info: ArrayInfo, arg: str, *, untyped: bool) -> 
 
 def _invoke(resolved_or_entry: Any, values: dict[str, Any], context: str = "") -> Any:
     """Call the C function of an op-table entry with arguments given by role (or, failing that, name)."""
-    entry = resolved_or_entry.entry if isinstance(resolved_or_entry, _hosttable.Resolved) else resolved_or_entry
+    entry = resolved_or_entry.entry if isinstance(resolved_or_entry, _table.Resolved) else resolved_or_entry
     args = []
     for p in entry["params"]:
         key = p["role"] if p["role"] in values else p["name"]
         if key not in values:
             raise KeyError(f"internal: no value for {entry['symbol']} parameter {p['name']} ({p['role']})")
         args.append(values[key])
-    return _host.call(entry["symbol"], *args, context=context)
+    return _lib.call(entry["symbol"], *args, context=context)
 
 
 def _entry(api: str) -> dict:
-    return _hosttable.entry_for(api)
+    return _table.entry_for(api)
 
 
 def _scalar(value: Any, typename: str, fn: str, arg: str) -> Any:
     """``value`` converted for a C parameter of NVSHMEM dtype ``typename`` (range-checked)."""
-    info = _hosttable.dtype_info(typename)
+    info = _table.dtype_info(typename)
     kind, bits = info["kind"], info["bits"]
     if kind in ("signed", "unsigned"):
         if isinstance(value, float):
@@ -539,7 +538,7 @@ def flush(stream: Any = None) -> None:
     """
     _state.require("flush()")
     api, _ = _api_for("flush", stream)
-    if not _host.has_symbol(_entry(api)["symbol"]):
+    if not _lib.has_symbol(_entry(api)["symbol"]):
         quiet(stream)
         return
     _plain("flush", stream, "flush")
@@ -710,7 +709,7 @@ def _amo(api: str, target: Any, pe: Any, value: Any = None, compare: Any = None)
     t = _single(target, fn, "target")
     r = _resolve(fn, api, t, "target", untyped=False)
     target_pe = _pe(pe, fn)
-    if not _HOST_AMO_P2P and _host.call("nvshmem_ptr", t.ptr, target_pe):
+    if not _HOST_AMO_P2P and _lib.call("nvshmem_ptr", t.ptr, target_pe):
         # NVSHMEM's host library implements AMOs only through network transports; over
         # P2P it prints "not implemented" and returns garbage (seen with 3.4.5).
         raise NvshmemUnsupportedError(
@@ -767,47 +766,47 @@ del _api, _row
 #: Every host family of ops.json -> the Python function(s) that reach it ("module.function").
 COVERAGE: dict[str, str] = {
     # RMA
-    "put": "host_ops.put", "get": "host_ops.get", "p": "host_ops.p", "g": "host_ops.g",
-    "iput": "host_ops.iput", "iget": "host_ops.iget",
+    "put": "host.operations.put", "get": "host.operations.get", "p": "host.operations.p", "g": "host.operations.g",
+    "iput": "host.operations.iput", "iget": "host.operations.iget",
     # signals and waits
-    "put_signal": "host_ops.put_signal", "signal_op": "host_ops.signal_op",
-    "signal_fetch": "host_ops.signal_fetch", "signal_wait_until_on_stream": "host_ops.signal_wait_until",
-    "signal_counted_reset": "host_ops.signal_counted_reset",
-    "wait_until": "host_ops.wait_until", "wait_until_all": "host_ops.wait_until_all",
-    "wait_until_all_vector": "host_ops.wait_until_all_vector",
+    "put_signal": "host.operations.put_signal", "signal_op": "host.operations.signal_op",
+    "signal_fetch": "host.operations.signal_fetch", "signal_wait_until_on_stream": "host.operations.signal_wait_until",
+    "signal_counted_reset": "host.operations.signal_counted_reset",
+    "wait_until": "host.operations.wait_until", "wait_until_all": "host.operations.wait_until_all",
+    "wait_until_all_vector": "host.operations.wait_until_all_vector",
     # ordering and sync
-    "quiet": "host_ops.quiet", "flush": "host_ops.flush", "fence": "host_ops.fence",
-    "barrier": "host_ops.barrier", "barrier_all": "host_ops.barrier_all",
-    "team_sync": "host_ops.sync", "sync_all": "host_ops.sync_all",
+    "quiet": "host.operations.quiet", "flush": "host.operations.flush", "fence": "host.operations.fence",
+    "barrier": "host.operations.barrier", "barrier_all": "host.operations.barrier_all",
+    "team_sync": "host.operations.sync", "sync_all": "host.operations.sync_all",
     # collectives
-    "broadcast": "host_ops.broadcast", "fcollect": "host_ops.fcollect", "alltoall": "host_ops.alltoall",
-    "reduce": "host_ops.reduce", "reducescatter": "host_ops.reducescatter",
+    "broadcast": "host.operations.broadcast", "fcollect": "host.operations.fcollect", "alltoall": "host.operations.alltoall",
+    "reduce": "host.operations.reduce", "reducescatter": "host.operations.reducescatter",
     # atomics: every family's apis are built from the spec (below)
-    **{row["family"]: f"host_ops.{api}" for api, row in AMO.items()},
+    **{row["family"]: f"host.operations.{api}" for api, row in AMO.items()},
     # memory
-    "malloc": "memory.buffer", "calloc": "memory.zeros", "align": "memory.buffer", "free": "memory.free",
-    "ptr": "memory.peer", "mc_ptr": "memory.multicast",
-    "buffer_register": "memory.register_buffer", "buffer_unregister": "memory.unregister_buffer",
-    "buffer_unregister_all": "memory.unregister_all_buffers",
-    "buffer_register_symmetric": "memory.register_external",
-    "buffer_unregister_symmetric": "memory.unregister_external",
+    "malloc": "host.memory.buffer", "calloc": "host.memory.zeros", "align": "host.memory.buffer", "free": "host.memory.free",
+    "ptr": "host.memory.peer", "mc_ptr": "host.memory.multicast",
+    "buffer_register": "host.memory.register_buffer", "buffer_unregister": "host.memory.unregister_buffer",
+    "buffer_unregister_all": "host.memory.unregister_all_buffers",
+    "buffer_register_symmetric": "host.memory.register_external",
+    "buffer_unregister_symmetric": "host.memory.unregister_external",
     # teams
-    "team_my_pe": "teams.my_pe", "team_n_pes": "teams.n_pes", "team_translate_pe": "teams.translate_pe",
-    "team_split_strided": "teams.split_strided", "team_split_2d": "teams.split_2d",
-    "team_init": "teams.team_init", "team_get_uniqueid": "teams.team_init",
-    "team_get_config": "teams.config", "team_destroy": "teams.destroy",
+    "team_my_pe": "host.teams.my_pe", "team_n_pes": "host.teams.n_pes", "team_translate_pe": "host.teams.translate_pe",
+    "team_split_strided": "host.teams.split_strided", "team_split_2d": "host.teams.split_2d",
+    "team_init": "host.teams.team_init", "team_get_uniqueid": "host.teams.team_init",
+    "team_get_config": "host.teams.config", "team_destroy": "host.teams.destroy",
     # init, queries
-    "hostlib_init_attr": "_init.init", "hostlib_finalize": "_init.finalize", "get_uniqueid": "_init.get_uniqueid",
-    "set_attr_uniqueid_args": "_init.init", "init_status": "_init.init_status", "query_thread": "_init.query_thread",
-    "my_pe": "_init.my_pe", "n_pes": "_init.n_pes",
-    "info_get_version": "_init.versions", "info_get_name": "_init.versions",
-    "vendor_get_version_info": "_init.versions", "global_exit": "_init.global_exit",
+    "hostlib_init_attr": "host._init.init", "hostlib_finalize": "host._init.finalize", "get_uniqueid": "host._init.get_uniqueid",
+    "set_attr_uniqueid_args": "host._init.init", "init_status": "host._init.init_status", "query_thread": "host._init.query_thread",
+    "my_pe": "host._init.my_pe", "n_pes": "host._init.n_pes",
+    "info_get_version": "host._init.versions", "info_get_name": "host._init.versions",
+    "vendor_get_version_info": "host._init.versions", "global_exit": "host._init.global_exit",
     # kernels
-    "module_init": "module_init.library_init", "module_finalize": "module_init.library_finalize",
+    "module_init": "linker.module_init.library_init", "module_finalize": "linker.module_init.library_finalize",
 }
 
 #: Host families deliberately not wrapped, with the reason; all stay reachable as
-#: ``nvshmem_dsl.lib().<symbol>`` (raw cffi) or ``nvshmem_dsl._host.call(symbol, ...)``.
+#: ``nvshmem_dsl.lib().<symbol>`` (raw cffi) or ``nvshmem_dsl.host._lib.call(symbol, ...)``.
 NOT_WRAPPED: dict[str, str] = {
     "buffer_register_symmetric_at_preferred_address": "register_external() lets NVSHMEM choose the address",
     "set_attr_mpi_comm_args": "init() bootstraps MPI jobs through the unique id over mpi4py (portable across MPIs)",

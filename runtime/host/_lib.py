@@ -18,8 +18,9 @@ import threading
 from importlib import resources
 from typing import Any, Callable
 
-from . import _hosttable, _libs, _state
-from .errors import NvshmemMpgError, NvshmemNotFoundError, NvshmemStatusError
+from . import _table, _state
+from .. import _libs
+from ..errors import NvshmemMpgError, NvshmemNotFoundError, NvshmemStatusError
 
 __all__ = ["ffi", "lib", "library_path", "call", "status_name", "has_symbol", "loaded"]
 
@@ -105,7 +106,7 @@ def has_symbol(symbol: str) -> bool:
 
 
 def status_name(status: int) -> str:
-    from ._generated.constants import Status
+    from .._generated.constants import Status
 
     try:
         return Status(status).name
@@ -197,7 +198,7 @@ def _signature(symbol: str):
         ret = "f16"
     else:
         ret = None
-    sig = (fn, tuple(converters), ret, result, _hosttable.returns_status(symbol))
+    sig = (fn, tuple(converters), ret, result, _table.returns_status(symbol))
     _signatures[symbol] = sig
     return sig
 
@@ -216,7 +217,7 @@ def call(symbol: str, *args: Any, check: bool = True, context: str = "") -> Any:
         refuse_in_limited_mpg(symbol, context)
     if _interceptor is not None:
         result = _interceptor(symbol, args)
-        if check and isinstance(result, int) and result != 0 and _hosttable.returns_status(symbol):
+        if check and isinstance(result, int) and result != 0 and _table.returns_status(symbol):
             raise status_error(symbol, result, context)
         return result
     fn, converters, ret, rtype, is_status = _signature(symbol)
@@ -256,7 +257,7 @@ def refuse_in_limited_mpg(symbol: str, context: str = "") -> None:
 
     Call it on every PE before work that only some PEs would do (so that none is left waiting)."""
     s = _state.STATE
-    if s.limited_mpg and _hosttable.rejected_in_limited_mpg(symbol):
+    if s.limited_mpg and _table.rejected_in_limited_mpg(symbol):
         where = f"{context}: " if context else ""
         raise NvshmemMpgError(
             f"{where}{symbol} is not supported when several PEs share a GPU without MPS (NVSHMEM's "

@@ -12,7 +12,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import NvshmemArgumentError, NvshmemTypeError
+from ..errors import NvshmemArgumentError, NvshmemTypeError
 
 __all__ = ["ArrayInfo", "describe", "dtype_name", "library_of", "itemsize_of"]
 

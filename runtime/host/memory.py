@@ -30,14 +30,9 @@ import threading
 import warnings
 from typing import Any, Iterable, Sequence
 
-from . import _arrays, _host, _hosttable, _state
-from .errors import (
-    NvshmemArgumentError,
-    NvshmemError,
-    NvshmemMemoryError,
-    NvshmemOutOfMemoryError,
-    NvshmemTypeError,
-)
+from . import _arrays, _lib, _table, _state
+from ._teamref import team_id
+from ..errors import NvshmemArgumentError, NvshmemError, NvshmemMemoryError, NvshmemOutOfMemoryError, NvshmemTypeError
 
 __all__ = [
     "Buffer",
@@ -464,7 +459,7 @@ def _scratch_alloc() -> Allocation:
     """The runtime's own small symmetric buffer (made at init, freed at finalize)."""
     global _scratch
     if _scratch is None or _scratch.freed:
-        ptr = _host.call("nvshmem_calloc", 1, _SCRATCH_BYTES)
+        ptr = _lib.call("nvshmem_calloc", 1, _SCRATCH_BYTES)
         if not ptr:
             raise NvshmemOutOfMemoryError("nvshmem_dsl could not allocate its internal symmetric scratch buffer")
         alloc = Allocation(ptr, _SCRATCH_BYTES, "internal", "nvshmem_dsl internal scratch")
@@ -498,12 +493,12 @@ def _same_size_everywhere(nbytes: int, function: str) -> None:
         _warn_symmetry_check_off(s.pes_per_gpu)
         return
     from . import _cuda
-    from ._generated.constants import Team
+    from .._generated.constants import Team
 
     scratch = _scratch_alloc()
-    symbol = _hosttable.resolve("max_reduce", "int64", 8, untyped=False).symbol
+    symbol = _table.resolve("max_reduce", "int64", 8, untyped=False).symbol
     _cuda.memcpy_htod(scratch.ptr, struct.pack("<qq", nbytes, -nbytes))
-    _host.call(symbol, int(Team.TEAM_WORLD), scratch.ptr + 16, scratch.ptr, 2)
+    _lib.call(symbol, int(Team.TEAM_WORLD), scratch.ptr + 16, scratch.ptr, 2)
     largest, neg_smallest = struct.unpack("<qq", _cuda.memcpy_dtoh(scratch.ptr + 16, 16))
     if largest != -neg_smallest:
         raise NvshmemArgumentError(
@@ -539,11 +534,11 @@ def _allocate(nbytes: int, align: int | None, zero: bool, check: bool | None, fu
     if _check_symmetry_enabled(check):
         _same_size_everywhere(nbytes, function)
     if align is not None:
-        ptr = _host.call("nvshmem_align", align, nbytes)
+        ptr = _lib.call("nvshmem_align", align, nbytes)
     elif zero:
-        ptr = _host.call("nvshmem_calloc", 1, nbytes)
+        ptr = _lib.call("nvshmem_calloc", 1, nbytes)
     else:
-        ptr = _host.call("nvshmem_malloc", nbytes)
+        ptr = _lib.call("nvshmem_malloc", nbytes)
     if not ptr:
         used = sum(a.nbytes for a in REGISTRY.live())
         raise NvshmemOutOfMemoryError(
@@ -658,7 +653,7 @@ def free(x: Any) -> None:
     if alloc.kind == "internal":
         raise NvshmemMemoryError("free(): this is nvshmem_dsl's internal memory")
     if alloc.kind == "heap" and not s.fake:
-        _host.call("nvshmem_free", alloc.ptr)
+        _lib.call("nvshmem_free", alloc.ptr)
     REGISTRY.remove(alloc, "freed by nvshmem_dsl.free()")
 
 
@@ -684,7 +679,7 @@ def peer_ptr(x: Any, pe: int) -> int:
     info = _arrays.describe(x, function="peer_ptr", argument="x")
     check_symmetric(info, "peer_ptr", "x")
     pe = _pe_check(pe, "peer_ptr", s.n_pes)
-    return _host.call("nvshmem_ptr", info.ptr, pe)
+    return _lib.call("nvshmem_ptr", info.ptr, pe)
 
 
 def peer(x: Any, pe: int):
@@ -700,7 +695,7 @@ def peer(x: Any, pe: int):
     pe = _pe_check(pe, "peer", s.n_pes)
     if pe == s.my_pe:
         return x
-    address = _host.call("nvshmem_ptr", info.ptr, pe)
+    address = _lib.call("nvshmem_ptr", info.ptr, pe)
     if not address:
         raise NvshmemMemoryError(
             f"peer(): PE {pe}'s memory is not reachable by load/store from PE {s.my_pe} "
@@ -712,11 +707,9 @@ def peer(x: Any, pe: int):
 def mc_ptr(x: Any, team: Any = None) -> int:
     """The multicast address of symmetric ``x`` for ``team`` (0 when multicast is unavailable)."""
     _state.require("mc_ptr()")
-    from .teams import team_id
-
     info = _arrays.describe(x, function="mc_ptr", argument="x")
     check_symmetric(info, "mc_ptr", "x")
-    return _host.call("nvshmemx_mc_ptr", team_id(team, "mc_ptr"), info.ptr)
+    return _lib.call("nvshmemx_mc_ptr", team_id(team, "mc_ptr"), info.ptr)
 
 
 def multicast(x: Any, team: Any = None):
@@ -775,7 +768,7 @@ def register_external(x: Any):
             f"heap granularity, {granularity} bytes (NVSHMEM_CUMEM_GRANULARITY). Allocate a multiple of that "
             "(e.g. VirtualMemoryResource(device).allocate(n * granularity)) and register all of it."
         )
-    mapped = _host.call("nvshmemx_buffer_register_symmetric", info.ptr, info.nbytes, 0)
+    mapped = _lib.call("nvshmemx_buffer_register_symmetric", info.ptr, info.nbytes, 0)
     if not mapped:
         raise NvshmemMemoryError(
             "register_external(): NVSHMEM refused the buffer. It must be allocated with the CUDA VMM API "
@@ -814,7 +807,7 @@ def unregister_external(x: Any) -> None:
     alloc, _ = _allocation_of(x, "unregister_external")
     if alloc.kind != "external":
         raise NvshmemMemoryError("unregister_external(): this memory was not registered with register_external()")
-    _host.call("nvshmemx_buffer_unregister_symmetric", alloc.ptr, alloc.nbytes)
+    _lib.call("nvshmemx_buffer_unregister_symmetric", alloc.ptr, alloc.nbytes)
     REGISTRY.remove(alloc, "unregistered by nvshmem_dsl.unregister_external()")
 
 
@@ -824,20 +817,20 @@ def register_buffer(x: Any) -> None:
     _state.require("register_buffer()")
     info = _arrays.describe(x, function="register_buffer", argument="x")
     lo, hi = info.span
-    _host.call("nvshmemx_buffer_register", lo, hi - lo)
+    _lib.call("nvshmemx_buffer_register", lo, hi - lo)
 
 
 def unregister_buffer(x: Any) -> None:
     """Undo :func:`register_buffer` (``nvshmemx_buffer_unregister``)."""
     _state.require("unregister_buffer()")
     info = _arrays.describe(x, function="unregister_buffer", argument="x")
-    _host.call("nvshmemx_buffer_unregister", info.span[0])
+    _lib.call("nvshmemx_buffer_unregister", info.span[0])
 
 
 def unregister_all_buffers() -> None:
     """``nvshmemx_buffer_unregister_all``."""
     _state.require("unregister_all_buffers()")
-    _host.call("nvshmemx_buffer_unregister_all")
+    _lib.call("nvshmemx_buffer_unregister_all")
 
 
 # --------------------------------------------------------------------------- reports
@@ -872,7 +865,7 @@ def _on_finalize(free_internal: bool) -> str | None:
     report = leak_report()
     if free_internal and _scratch is not None and not _scratch.freed:
         try:
-            _host.call("nvshmem_free", _scratch.ptr)
+            _lib.call("nvshmem_free", _scratch.ptr)
         finally:
             REGISTRY.remove(_scratch, "nvshmem_dsl was finalized")
     _scratch = None

@@ -19,13 +19,13 @@ before), ``all`` (every NVSHMEM function out of line); per kernel, ``with overri
 around the kernel's compilation (its first launch or ``compile()``).
 
 An object (:func:`objects`, built by :func:`object_ptx` and ``ptxas -c``): the function, external,
-and everything it calls from the piece store (:mod:`nvshmem_dsl.bitcode`), internal, with the same
+and everything it calls from the piece store (:mod:`nvshmem_dsl.linker.store`), internal, with the same
 rewrites as inlined code, lightly optimised (interprocedural constant propagation: NVSHMEM's
 helpers are specialised for their constant arguments, as O3 does in a kernel; the rest was
 optimised by clang), emitted by LLVM's NVPTX backend for the kernel's SM and PTX ISA, and
 assembled by ``ptxas -c`` with at most :data:`MAX_REGISTERS` registers (fewer when the kernel asks
 for fewer), so that the kernel, its callees included, can be launched with 1024 threads a block.
-The device-state globals (:data:`nvshmem_dsl.bitcode.EXPORTED_GLOBALS`) are declared, not defined,
+The device-state globals (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are declared, not defined,
 in the objects: the kernel's module defines them, once per loaded module, where
 ``nvshmemx_culibrary_init`` finds them.
 
@@ -57,7 +57,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import _optable, bitcode, bitcode_rewrites
+from .. import _optable
+from . import rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
            "mode", "object_ptx", "objects", "override", "ptxas", "split", "stats"]
@@ -137,7 +138,7 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
     if how == "all":
         out = known
     else:
-        out = {n for n, k in bitcode.body_sizes(known, arch, bc_path).items() if is_large(k)}
+        out = {n for n, k in store.body_sizes(known, arch, bc_path).items() if is_large(k)}
     return names - out, frozenset(out)
 
 
@@ -179,14 +180,14 @@ def _ptxas_options() -> tuple:
 
 
 def _objects_dir() -> Path:
-    folder = bitcode.cache_dir() / "outline"
+    folder = store.cache_dir() / "outline"
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
 
 def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) -> Path:
     st = os.stat(ptxas())
-    ident = [VERSION, bitcode._cache_key(bc_path), bitcode_rewrites.mode(), bitcode_rewrites.REVISION,
+    ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
              cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
@@ -199,7 +200,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     (several at once); their functions use at most ``max_registers`` (at most
     :data:`MAX_REGISTERS`) registers."""
     cap = min(MAX_REGISTERS, max_registers or MAX_REGISTERS)
-    bc_path = Path(bc_path) if bc_path else bitcode._default_bitcode(arch)
+    bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
     paths = {n: _object_path(n, bc_path, cpu, features, cap) for n in sorted(names)}
     todo = [n for n, p in paths.items() if not p.exists()]
 
@@ -208,7 +209,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
 
     built = 0
     if todo:
-        with ThreadPoolExecutor(max_workers=min(len(todo), bitcode._cpus())) as ex:
+        with ThreadPoolExecutor(max_workers=min(len(todo), store_build._cpus())) as ex:
             built = sum(ex.map(build, todo))
     with _stats_lock:
         stats["builds"] += built
@@ -219,7 +220,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
 def _build(name, arch, bc_path, cpu, features, cap, path: Path) -> bool:
     """Build the object ``path`` of function ``name`` unless another process did meanwhile; True
     if built here."""
-    with bitcode._file_lock(path.with_suffix(".lock")):
+    with store_file._file_lock(path.with_suffix(".lock")):
         if path.exists():
             return False
         ptx = object_ptx([name], arch, cpu, features, bc_path)
@@ -244,7 +245,7 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
 
     from ._llvm import TRIPLE, function_shape, internalize, run, target_machine
 
-    mod = bitcode.api_module(names, arch, bc_path, declare_exported=True)
+    mod = store.api_module(names, arch, bc_path, declare_exported=True)
     ops = _optable.device_ops()
     for name in names:  # the kernel's declarations are checked against the op table
         have = function_shape(mod.get_function(name).global_value_type)

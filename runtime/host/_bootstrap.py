@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import NvshmemInitError
+from ..errors import NvshmemInitError
 
 __all__ = [
     "Bootstrap",

@@ -1,5 +1,5 @@
 """LLVM helpers shared by the Numba linker (:mod:`nvshmem_dsl.numba._linker`) and the out-of-line
-objects (:mod:`nvshmem_dsl.outline`)."""
+objects (:mod:`nvshmem_dsl.linker.outline`)."""
 
 from __future__ import annotations
 

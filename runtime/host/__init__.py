@@ -1,0 +1,16 @@
+"""The host runtime: starting NVSHMEM, symmetric memory, teams and stream-ordered operations.
+
+Layered bottom-up, each module importing only those above it in this list:
+
+* :mod:`._state` the process's NVSHMEM state; :mod:`._lib` the host library through cffi
+  (``ffi``, ``lib``, checked calls); :mod:`._table` which C function serves a (family, dtype);
+  :mod:`._cuda` the few CUDA driver calls; :mod:`._arrays` what an array argument is
+  (address, size, dtype) for any array library; :mod:`._teamref` a team argument's handle;
+* :mod:`._bootstrap` this process's rank and the unique-id exchange; :mod:`._init`
+  ``init()`` / ``finalize()`` and queries;
+* :mod:`.memory` symmetric allocation, peer and multicast views;
+* :mod:`.operations` put/get, signals, atomics, collectives on a stream or blocking;
+* :mod:`.teams` team handles, splits and ``team_init``.
+
+The public names are re-exported by :mod:`nvshmem_dsl`.
+"""

@@ -1,0 +1,160 @@
+"""The half of a kernel's link that every front-end shares: NVSHMEM linked in and inlined.
+
+A front-end (:mod:`nvshmem_dsl.numba._linker`, :mod:`nvshmem_dsl.triton._compile`) brings its
+kernel as an llvmlite module whose NVSHMEM functions are declarations (marked by
+:func:`mark_declaration`); :func:`inline_nvshmem` links the small ones from the piece store
+(:func:`nvshmem_dsl.linker.store.api_module`), checks the kernel's declarations against
+NVSHMEM's definitions (:func:`check_declarations`), internalizes, inlines NVSHMEM's API and
+optimises the kernel once more, and leaves the large ones (:func:`nvshmem_dsl.linker.outline.
+split`) declarations, called in their cached objects.  The front-end then emits PTX and adds
+those objects to its link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+
+import llvmlite.binding as llvm
+
+from . import outline, store
+from ._llvm import function_shape, internalize, run
+
+__all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
+           "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvshmem_functions", "unswitching"]
+
+#: A whole declaration line of an nvshmem* function; group 1 is its name.
+DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)
+
+
+class NvshmemLinkError(RuntimeError):
+    """Linking NVSHMEM device code into a kernel failed."""
+
+
+def nvshmem_functions(llvm_strs) -> frozenset:
+    """Names of the ``nvshmem*`` functions declared in the given LLVM IR."""
+    return frozenset(n for s in llvm_strs for n in DECLARATION.findall(s))
+
+
+def min_ptx(sm: int) -> int:
+    """The PTX ISA (x10) needed to target the SM at all: sm_90a 8.0, sm_100 8.6 ..."""
+    table = {100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
+    return table.get(sm, 80 if sm >= 90 else 70)
+
+
+def check_declarations(main, api, names, outlined=frozenset()) -> None:
+    """The kernel's declarations of the NVSHMEM functions ``names`` against their definitions in
+    ``api``; of those called out of line (``outlined``), against the op table (which their
+    objects' definitions are checked against: :func:`nvshmem_dsl.linker.outline.object_ptx`)."""
+    from .. import _optable
+
+    bad = []
+    for name in sorted(names | outlined):
+        if name in outlined:
+            want = _optable.device_ops()[name]["llvm_type"]
+        else:
+            want = function_shape(api.get_function(name).global_value_type)
+        have = function_shape(main.get_function(name).global_value_type)
+        if want != have:
+            bad.append(f"{name}: declared {have}, NVSHMEM defines {want}")
+    if bad:
+        raise NvshmemLinkError(
+            "NVSHMEM functions declared with the wrong type:\n  " + "\n  ".join(bad)
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _unconstrained() -> frozenset:
+    """The NVSHMEM functions any subset of a warp's threads may call: those of scopes that the
+    spec does not mark ``convergent`` (thread scope)."""
+    from .. import _optable
+
+    scopes = _optable.table()["scopes"]
+    return frozenset(sym for sym, op in _optable.device_ops().items()
+                     if not scopes[op["scope"]]["convergent"])
+
+
+def mark_declaration(m, all_convergent: bool = False) -> str:
+    """For ``DECLARATION.sub``: declarations of NVSHMEM functions get ``nounwind``; those of
+    warp/block scope (and any function the op table does not know) ``convergent`` too, so that
+    O3 keeps every thread of the group on the same call.  Loops around thread-scope calls may be
+    unrolled with a remainder, unless ``all_convergent``."""
+    if not all_convergent and m.group(1) in _unconstrained():
+        return m.group(0) + " nounwind"
+    return m.group(0) + " convergent nounwind"
+
+
+#: Loop unswitching (on unless ``NVSHMEM_DSL_UNSWITCH=0``): after NVSHMEM is inlined, the whole
+#: O3 pipeline runs once more with LLVM's non-trivial loop unswitching, so that a loop of
+#: ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
+#: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
+#: (bench/experiments/unswitch.py; what it gains and costs: BENCHMARKS.md).  See
+#: :func:`nontrivial_unswitching`.
+UNSWITCH_ENV = "NVSHMEM_DSL_UNSWITCH"
+
+
+def unswitching() -> bool:
+    """Whether NVSHMEM kernels are compiled with loop unswitching (``$NVSHMEM_DSL_UNSWITCH``,
+    on unless it says 0/off/no/false)."""
+    return os.environ.get(UNSWITCH_ENV, "").strip().lower() not in ("0", "off", "no", "false")
+
+
+@contextlib.contextmanager
+def nontrivial_unswitching():
+    """LLVM's non-trivial loop unswitching for the passes run inside, which LLVM's O3 leaves off
+    for GPUs unless the branch is provably uniform.  llvmlite has no per-pipeline way to ask for
+    it, only LLVM's process-wide command-line option ``-enable-nontrivial-unswitch``: it is on
+    for the duration only, under llvmlite's lock (which every call into LLVM takes: no other
+    thread's optimisation runs meanwhile), and off again after, as LLVM has it, so that nothing
+    else compiled with llvmlite in the process is changed (GPU code's other passes, the first O3
+    of a later NVSHMEM kernel included; CPU code optimised below O3)."""
+    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
+        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=true")
+        try:
+            yield
+        finally:
+            llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=false")
+
+
+def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool, opt: bool = True,
+                   outline_objects: bool = True, before_simplify=()) -> frozenset:
+    """Link the NVSHMEM functions ``names`` that ``main`` declares into it and inline them; returns
+    those left out of line (their objects go into the link).
+
+    ``keep``: what stays externally visible (the kernel's own definitions; the device state
+    :data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS` is added); ``pb``: the pass builder for the
+    kernel's target; ``kernel_fns``: the front-end's own functions, which the lighter second pass
+    (``unswitch`` off) simplifies and unrolls; ``before_simplify``: passes (names for
+    :func:`nvshmem_dsl.linker._llvm.run`) run before that lighter pass; ``outline_objects``
+    False: everything inlined.  NVSHMEM's own out-of-line helpers, already optimised by clang,
+    are not run through the optimiser a second time unless ``unswitch`` (that would cost ~0.3 s
+    a kernel)."""
+    inline, outlined = outline.split(names, sm) if outline_objects else (frozenset(names), frozenset())
+    try:
+        api = store.api_module(inline, sm, unswitch=unswitch)
+    except KeyError as e:
+        raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
+    check_declarations(main, api, inline, outlined)
+    main.link_in(api)
+    internalize(main, set(keep) | set(store.EXPORTED_GLOBALS))
+    run(main, pb, "always_inliner", "global_dead_code_eliminate")
+    if opt and unswitch:
+        with nontrivial_unswitching():
+            pb.getModulePassManager().run(main, pb)
+    elif opt:
+        if before_simplify:
+            run(main, pb, *before_simplify)
+        fpm = pb.getFunctionPassManager()
+        # the simplification pipeline has no runtime unrolling: NVSHMEM's copy loops, now in the
+        # kernel (and freed of their unroll.disable by the copy rewrite), get it here
+        unroll = llvm.create_new_function_pass_manager()
+        unroll.add_loop_unroll_pass()
+        unroll.add_simplify_cfg_pass()
+        for fn in main.functions:
+            if fn.name in kernel_fns and not fn.is_declaration:
+                fpm.run(fn, pb)
+                unroll.run(fn, pb)
+    run(main, pb, "global_dead_code_eliminate")
+    return outlined

@@ -1,0 +1,302 @@
+"""The piece store's file: where it lives, its key, its format, writing and reading it.
+
+One file per (bitcode file, llvmlite) in the user's cache directory (:func:`cache_dir`): a
+magic, the sha256 and length of a JSON index, the index (API names, per function its piece's
+offset and dependencies, per part its globals and metadata), then the zlib-compressed pieces.
+:class:`_Store` reads it lazily and assembles the closure of some functions
+(:meth:`_Store.assemble`); a store in memory holds a closure (:meth:`_Store.from_part`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import struct
+import sys
+import tempfile
+import threading
+import zlib
+from pathlib import Path
+
+from .pieces import _GLOBAL_REF, _MD_REF, EXPORTED_GLOBALS, FORMAT_VERSION, _declaration, _merge, _renumber
+
+_MAGIC = b"NVSHMEM-DSL-PIECES\0"
+_HEAD = struct.Struct("<32sQ")  # sha256 of the JSON index, its length
+
+#: Counters for tests and diagnostics: how often the bitcode was parsed and
+#: how often a store was loaded from disk in this process.
+stats = {"bitcode_parses": 0, "store_loads": 0, "subset_parses": 0}
+
+
+class CacheCorrupt(Exception):
+    """The cached piece store failed validation."""
+
+
+# --------------------------------------------------------------------------
+# Locating the bitcode
+
+
+def _arch_number(arch) -> int:
+    """90 for 90, "90", "sm_90a", (9, 0) or (9, 0, "a")."""
+    if isinstance(arch, (tuple, list)):
+        return int(arch[0]) * 10 + int(arch[1])
+    if isinstance(arch, str):
+        m = re.search(r"(\d+)", arch)
+        if not m:
+            raise ValueError(f"cannot read an SM number from {arch!r}")
+        return int(m.group(1))
+    return int(arch)
+
+
+def _default_bitcode(arch) -> Path:
+    """The NVSHMEM device bitcode to use for ``arch``: that of the installation the host
+    library comes from (:func:`nvshmem_dsl._libs.bitcode_path`), so that device code and host
+    library are always one NVSHMEM.  Raises :class:`FileNotFoundError` when there is none."""
+    from .._libs import bitcode_path  # imported here: build workers load this file on its own
+    from ..errors import NvshmemNotFoundError
+
+    try:
+        return bitcode_path(_arch_number(arch))
+    except NvshmemNotFoundError as exc:
+        raise FileNotFoundError(str(exc)) from None
+
+# --------------------------------------------------------------------------
+# Cache location and key
+
+
+def cache_dir() -> Path:
+    """User-private cache directory (``$NVSHMEM_DSL_CACHE`` or
+    ``~/.cache/nvshmem-dsl``), created with mode 0700."""
+    d = Path(
+        os.environ.get("NVSHMEM_DSL_CACHE")
+        or Path.home() / ".cache" / "nvshmem-dsl"
+    )
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = d.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise PermissionError(f"cache directory {d} is not owned by this user")
+    if st.st_mode & 0o077:
+        os.chmod(d, 0o700)
+    return d
+
+
+def _llvm_id() -> list:
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    return [llvmlite.__version__, list(llvm.llvm_version_info)]
+
+
+def _cache_key(bc_path: Path) -> str:
+    st = bc_path.stat()
+    ident = [FORMAT_VERSION, str(bc_path.resolve()), st.st_size, st.st_mtime_ns]
+    ident += _llvm_id()
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()
+
+
+def _store_file(bc_path: Path, key: str) -> Path:
+    return cache_dir() / f"{bc_path.stem}-{key[:24]}.pieces"
+
+
+def store_path(bc_path=None, arch=90) -> Path:
+    """Where the piece store for ``bc_path`` (default: the bitcode for
+    ``arch``) lives; it may not exist yet."""
+    bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
+    return _store_file(bc_path, _cache_key(bc_path))
+
+def _write_store(out: Path, index: dict, blob) -> None:
+    raw = json.dumps(index, separators=(",", ":")).encode()
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_MAGIC)
+            fh.write(_HEAD.pack(hashlib.sha256(raw).digest(), len(raw)))
+            fh.write(raw)
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# Worker processes run `python -S -c _WORKER_MAIN ...`: this file loaded by
+# path, so that neither the nvshmem_dsl package nor the user's __main__ is
+
+
+class _Store:
+    """A validated piece store, read lazily from its file (or, for a closure,
+    from memory: :meth:`from_part`)."""
+
+    temporary = False
+
+    def __init__(self, path: Path, key: str):
+        self.path, self.key = path, key
+        with open(path, "rb") as fh:
+            if fh.read(len(_MAGIC)) != _MAGIC:
+                raise CacheCorrupt("bad magic")
+            head = fh.read(_HEAD.size)
+            if len(head) != _HEAD.size:
+                raise CacheCorrupt("truncated header")
+            digest, n = _HEAD.unpack(head)
+            raw = fh.read(n)
+            if len(raw) != n or hashlib.sha256(raw).digest() != digest:
+                raise CacheCorrupt("index checksum mismatch")
+            try:
+                idx = json.loads(raw)
+            except ValueError as e:
+                raise CacheCorrupt(f"index unreadable: {e}") from None
+            base = len(_MAGIC) + _HEAD.size + n
+            size = os.fstat(fh.fileno()).st_size
+        if idx.get("format") != FORMAT_VERSION or idx.get("key") != key:
+            raise CacheCorrupt("stale key")
+        if size != base + idx["blob_size"]:
+            raise CacheCorrupt("file size mismatch")
+        self._load(idx, open(path, "rb"), base)
+
+    @classmethod
+    def from_part(cls, part: dict, key: str) -> "_Store":
+        """A store in memory holding one part (a closure)."""
+        self = cls.__new__(cls)
+        self.path, self.key, self.temporary = None, key, True
+        index, blob = _merge([part], Path(), 0, key)
+        self._load(index, io.BytesIO(bytes(blob)), 0)
+        return self
+
+    def _load(self, idx: dict, fh, base: int) -> None:
+        self.api = frozenset(idx["api"])
+        self.functions = idx["functions"]  # name -> [part, off, len, fns, globals, mds]
+        self._segments = idx["segments"]
+        self._md_stride, self._attr_stride = idx["md_stride"], idx["attr_stride"]
+        self._fh, self._base = fh, base
+        self._lock = threading.Lock()
+        self.preamble = self._read(idx["preamble"])
+        self.globals = {}  # name -> (part, line)
+        for s, seg in enumerate(self._segments):
+            for line in self._read(seg["globals"]).split(b"\n"):
+                if line:
+                    self.globals[_GLOBAL_REF.match(line).group(1).decode()] = (s, line)
+        self._metadata = [None] * len(self._segments)
+        if not self.temporary:
+            stats["store_loads"] += 1
+
+    def _read(self, where) -> bytes:
+        off, n = where[0], where[1]
+        with self._lock:
+            self._fh.seek(self._base + off)
+            data = self._fh.read(n)
+        try:
+            return zlib.decompress(data)
+        except zlib.error as e:
+            raise CacheCorrupt(f"piece unreadable: {e}") from None
+
+    def metadata(self, part: int) -> dict:
+        """The metadata nodes of ``part``, by number (read on first use)."""
+        table = self._metadata[part]
+        if table is None:
+            table = {}
+            for line in self._read(self._segments[part]["metadata"]).split(b"\n"):
+                if line:
+                    key_, _ = line.split(b" ", 1)
+                    table[int(key_[1:])] = line
+            self._metadata[part] = table
+        return table
+
+    def _renumber(self, text: bytes, part: int) -> bytes:
+        return _renumber(text, part * self._md_stride, part * self._attr_stride)
+
+    def instructions(self, name: str) -> int:
+        """The number of instructions in the body of function ``name`` (its own: not those of
+        the functions it calls), counted in its piece (one instruction a line)."""
+        counts = self.__dict__.setdefault("_instructions", {})
+        n = counts.get(name)
+        if n is None:
+            n = counts[name] = self._read(self.functions[name][1:3]).count(b"\n  ")
+        return n
+
+    def assemble(self, names, declare_exported: bool = False) -> bytes:
+        """LLVM assembly for the functions ``names``, everything they refer
+        to, and :data:`EXPORTED_GLOBALS` (``declare_exported``: as external declarations)."""
+        missing = [n for n in names if n not in self.api]
+        if missing:
+            raise KeyError(
+                "not NVSHMEM device functions: " + ", ".join(sorted(missing))
+            )
+        funcs, globs, mds = set(), set(), set()
+        todo = [(True, n) for n in names]
+        todo += [(False, g) for g in EXPORTED_GLOBALS if g in self.globals]
+        while todo:
+            is_fn, name = todo.pop()
+            if is_fn:
+                if name not in funcs:
+                    funcs.add(name)
+                    s, _, _, f, g, m = self.functions[name]
+                    todo += [(True, x) for x in f] + [(False, x) for x in g]
+                    mds.update((s, x) for x in m)
+            elif name not in globs:
+                globs.add(name)
+                s, line = self.globals[name]
+                for ref in _GLOBAL_REF.findall(line):
+                    r = ref.decode()
+                    if r in self.functions or r in self.globals:
+                        todo.append((r in self.functions, r))
+                mds.update((s, int(x)) for x in _MD_REF.findall(line))
+        md_todo = list(mds)
+        mds = set()
+        while md_todo:
+            s, i = md_todo.pop()
+            line = self.metadata(s).get(i)
+            if line is None or (s, i) in mds:
+                continue
+            mds.add((s, i))
+            md_todo.extend((s, int(x)) for x in _MD_REF.findall(line))
+        parts = [self.preamble]
+        lines = {g: self.globals[g][1] for g in globs}
+        if declare_exported:
+            lines.update((g, _declaration(lines[g])) for g in EXPORTED_GLOBALS if g in lines)
+        parts += [self._renumber(lines[g], self.globals[g][0]) for g in sorted(globs)]
+        for f in sorted(funcs):
+            s, off, n = self.functions[f][:3]
+            parts.append(self._renumber(self._read((off, n)), s))
+        parts += [self._renumber(self.metadata(s)[i], s) for s, i in sorted(mds)]
+        return b"\n".join(parts) + b"\n"
+
+
+def _open_store(path: Path, key: str):
+    try:
+        return _Store(path, key)
+    except (FileNotFoundError, CacheCorrupt):
+        return None
+
+
+class _file_lock:
+    """An exclusive ``flock`` on ``path``; prints ``waiting`` (if given) when
+    another process holds it."""
+
+    def __init__(self, path: Path, waiting: str | None = None):
+        self.path, self.waiting = path, waiting
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return self
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if self.waiting:
+                print(self.waiting, file=sys.stderr, flush=True)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # releases the flock
