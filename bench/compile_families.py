@@ -8,8 +8,8 @@ The kernel is that of the collective benchmarks (coll_lat / coll_bw): ``coll_<fa
 bench/numba_bench.py and bench/cute_bench.py, ``coll<FAMILY, SCOPE>`` of bench/cpp/coll.cuh, a loop
 of one collective over TEAM_WORLD.  For each family x scope:
 
-* numba, cute: bench/compile_time.py --kernel in a fresh process, twice with the same, initially
-  missing cache directories (NVSHMEM_DSL_CACHE, CUTE_DSL_CACHE_DIR), one pair per kernel: "cold",
+* numba, cute, triton: bench/compile_time.py --kernel in a fresh process, twice with the same, initially
+  missing cache directories (NVSHMEM_DSL_CACHE, CUTE_DSL_CACHE_DIR, TRITON_CACHE_DIR), one pair per kernel: "cold",
   then "warm".  The value is compile_time.py's: from the compile request to a cubin (Numba without
   a GPU: linked by nvJitLink; ``stage`` says what was reached), ``import_s`` the imports before it,
   ``process_s`` the whole process;
@@ -43,9 +43,11 @@ sys.path.insert(0, str(HERE))
 
 import _common as C  # noqa: E402
 
-IMPLS = ("cpp", "numba", "cute")
+IMPLS = ("cpp", "numba", "cute", "triton")
+DSLS = ("numba", "cute", "triton")
 LABELS = ("cold", "warm")
-COLUMNS = (("numba", "cold"), ("numba", "warm"), ("cute", "cold"), ("cute", "warm"), ("cpp", "nvcc"))
+COLUMNS = (("numba", "cold"), ("numba", "warm"), ("cute", "cold"), ("cute", "warm"), ("triton", "cold"),
+           ("triton", "warm"), ("cpp", "nvcc"))
 
 
 def bench_name(label: str, outline: str = "") -> str:
@@ -125,7 +127,7 @@ def _dsl(impl: str, family: str, scope: str, outline: str, args, work: Path) -> 
     """Cold then warm compile of one kernel by one DSL, each in a fresh process."""
     cache = work / f"{impl}-{family}_{scope}-{outline or 'env'}"
     env = dict(os.environ, NVSHMEM_DSL_CACHE=str(cache / "nvshmem_dsl"), CUTE_DSL_CACHE_DIR=str(cache / "cute"),
-               CUTE_DSL_ARCH=args.arch, NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0")
+               TRITON_CACHE_DIR=str(cache / "triton"), CUTE_DSL_ARCH=args.arch, NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0")
     if outline:
         env["NVSHMEM_DSL_OUTLINE"] = outline
     out = []
@@ -171,7 +173,8 @@ def _nvcc(nvcc: list[str], family: str, scope: str, outlines: list[str], args, w
 
 
 def table(records: list[dict]) -> str:
-    """family x scope (x outline mode) x (numba cold, numba warm, cute cold, cute warm, nvcc), seconds."""
+    """family x scope (x outline mode) x (numba cold, numba warm, cute cold, cute warm[, triton cold, triton
+    warm: where Triton has results], nvcc), seconds."""
     cells: dict[tuple, dict] = {}
     modes: list[str] = []
     for r in records:
@@ -190,13 +193,15 @@ def table(records: list[dict]) -> str:
     order = {f: i for i, f in enumerate(C.COLL_FAMILIES)}
     sorder = {s: i for i, s in enumerate(C.SCOPES)}
     show_mode = any(modes)
+    have = {c for vals in cells.values() for c in vals}
+    columns = [c for c in COLUMNS if c[0] != "triton" or c in have]
     head = ["family", "scope"] + (["outline"] if show_mode else []) + [f"{i} {l}" if i != "cpp" else "nvcc"
-                                                                        for i, l in COLUMNS]
+                                                                        for i, l in columns]
     rows = [head]
     for (family, scope, outline), vals in sorted(cells.items(), key=lambda kv: (
             order.get(kv[0][0], 99), sorder.get(kv[0][1], 9), modes.index(kv[0][2]))):
         row = [family, scope] + ([outline or "(env)"] if show_mode else [])
-        row += [f"{vals[c]:.2f}" if c in vals else "-" for c in COLUMNS]
+        row += [f"{vals[c]:.2f}" if c in vals else "-" for c in columns]
         rows.append(row)
     nfixed = 3 if show_mode else 2
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -217,7 +222,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default=",".join(C.COLL_FAMILIES), help="comma-separated collective families")
     ap.add_argument("--scopes", default=",".join(C.SCOPES), help="comma-separated scopes")
-    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of cpp (nvcc),numba,cute")
+    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of cpp (nvcc),numba,cute,triton")
     ap.add_argument("--outline", default="",
                     help="comma-separated NVSHMEM_DSL_OUTLINE modes (auto,none,all) to run the DSLs under "
                          "(default: as the environment says)")
@@ -235,6 +240,12 @@ def main(argv=None) -> int:
         except ImportError:
             _log("cute: cutlass-dsl is not importable; skipping CuTe")
             impls.remove("cute")
+    if "triton" in impls:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            _log("triton: triton is not importable; skipping Triton")
+            impls.remove("triton")
 
     nvcc = None
     if "cpp" in impls:
@@ -247,7 +258,7 @@ def main(argv=None) -> int:
             "cpus": os.cpu_count(), "families": families, "scopes": scopes, "impls": impls,
             "outline": [m or os.environ.get("NVSHMEM_DSL_OUTLINE", "(default)") for m in outlines], "arch": args.arch, "nvcc": _nvcc_version(nvcc[0]) if nvcc else None,
             "nvcc_flags": nvcc[1:] if nvcc else None, "load": _load()}
-    for dist in ("numba-cuda", "nvidia-cutlass-dsl"):
+    for dist in ("numba-cuda", "nvidia-cutlass-dsl", "triton"):
         try:
             from importlib.metadata import version
 
@@ -271,7 +282,7 @@ def main(argv=None) -> int:
         for family in families:
             for scope in scopes:
                 for outline in outlines:
-                    for impl in (i for i in ("numba", "cute") if i in impls):
+                    for impl in (i for i in DSLS if i in impls):
                         got = _dsl(impl, family, scope, outline, args, work)
                         records += got
                         failed += len(got) < len(LABELS)

@@ -13,7 +13,10 @@ what is timed is everything from the first compile request to a cubin:
   (no driver) the same compile for ``--arch``, linked to a cubin by nvJitLink (which needs no
   driver), or where that fails only up to PTX (``stage`` says which);
 * cute: ``nvshmem_dsl.cute.compile`` (tracing, MLIR pipeline, NVSHMEM bitcode link, cubin), for
-  ``--arch`` (default sm_90a), with fake tensors (no GPU needed).
+  ``--arch`` (default sm_90a), with fake tensors (no GPU needed);
+* triton: ``triton.compile`` of bench/triton_bench.py's kernel for ``--arch`` (``GPUTarget``, no GPU
+  needed; Triton's stages, NVSHMEM linked and inlined by nvshmem_dsl.triton, ptxas to a cubin),
+  with ``TRITON_CACHE_DIR`` as the third cache directory (bench/run.py sets it per DSL).
 
 Then, in the same process, a second and different kernel (the ``p`` latency kernel) is
 compiled the same way: scope ``<label>-later``, the cost of any later kernel (target 0.3 s).
@@ -145,19 +148,42 @@ def _cute(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> 
     return t_import, times, f"cubin {compiled.arch}"
 
 
+def _triton(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
+    if init is not None:
+        raise SystemExit("--init: numba only")
+    t0 = time.perf_counter()
+    from triton.backends.compiler import GPUTarget
+
+    import triton_bench as tb
+
+    t_import = time.perf_counter() - t0
+    cc = _cc(arch)
+    target = GPUTarget("cuda", cc[0] * 10 + cc[1], 32)
+    times = []
+    for name in kernels:
+        t0 = time.perf_counter()
+        compiled = tb.compile_kernel(name, target)
+        assert compiled.asm["cubin"][:4] == b"\x7fELF"
+        times.append(time.perf_counter() - t0)
+    return t_import, times, f"cubin sm_{target.arch}"
+
+
 def _outline_mode() -> str:
     """How NVSHMEM's large routines were linked: nvshmem_dsl.outline's mode (NVSHMEM_DSL_OUTLINE), or
     "n/a" where nvshmem_dsl has no outlining (every routine inlined)."""
-    try:
-        from nvshmem_dsl import outline
-    except ImportError:
-        return "n/a"
-    return outline.mode()
+    import importlib
+
+    for name in ("nvshmem_dsl.linker.outline", "nvshmem_dsl.outline"):
+        try:
+            return importlib.import_module(name).mode()
+        except ImportError:
+            continue
+    return "n/a"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impl", choices=("numba", "cute"), required=True)
+    ap.add_argument("--impl", choices=("numba", "cute", "triton"), required=True)
     ap.add_argument("--label", default="cold", help="scope field of the result (cold / warm)")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--phases", action="store_true",
@@ -167,13 +193,14 @@ def main(argv=None) -> int:
                     help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
     ap.add_argument("--kernel", default=None,
-                    help="time this kernel of the benchmark (its name in numba_bench.KERNELS / cute_bench.LAUNCHERS) "
+                    help="time this kernel of the benchmark (its name in bench/shapes.py SHAPES) "
                          "alone instead of put_block, then p_lat")
     args = ap.parse_args(argv)
     marks = {} if args.phases and args.impl == "numba" else None
     init = {} if args.init else None
     kernels = (args.kernel,) if args.kernel else KERNELS
-    t_import, times, stage = (_numba if args.impl == "numba" else _cute)(args.arch, marks, init, kernels)
+    t_import, times, stage = {"numba": _numba, "cute": _cute, "triton": _triton}[args.impl](args.arch, marks, init,
+                                                                                              kernels)
     for scope, secs, kernel in zip((args.label, f"{args.label}-later"), times, kernels):
         rec = {"impl": args.impl, "bench": "compile_time", "scope": scope, "bytes": 0, "value": round(secs, 4),
                "best": round(secs, 4), "unit": "s", "iters": 1, "reps": 1, "pe": 0, "npes": 1,

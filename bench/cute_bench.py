@@ -28,6 +28,7 @@ from cutlass import Float32, Int32, Int64, Uint64  # noqa: E402
 
 import _common as C  # noqa: E402
 import _cute_api  # noqa: E402
+import shapes  # noqa: E402
 
 # the bandwidth launchers' block size is a runtime value on purpose (see the launchers)
 warnings.filterwarnings("ignore", message="Dynamic variable in block size")
@@ -76,88 +77,25 @@ def _warp_worker(nelems):
     return _chunk(nelems, Int64(gdim) * wpb, Int64(bidx) * wpb + Int64(tidx) // 32)
 
 
-@cute.kernel
-def put_thread_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
-    s, n = _block_worker(nelems)
-    if n > 0:
-        off = s
-        end = Int64(nwin) * nelems + s
-        for _ in range(iters):
-            nvc.put(_view(dst, off, n), _view(src, off, n), n, peer)
-            off = off + nelems
-            if off == end:
-                off = s
-    nvc.quiet()
+_WORKERS = {"block": _block_worker, "warp": _warp_worker}
 
 
-@cute.kernel
-def put_warp_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
-    s, n = _warp_worker(nelems)
-    if n > 0:
-        off = s
-        end = Int64(nwin) * nelems + s
-        for _ in range(iters):
-            nvc.put_warp(_view(dst, off, n), _view(src, off, n), n, peer)
-            off = off + nelems
-            if off == end:
-                off = s
-    nvc.quiet()
-
-
-@cute.kernel
-def put_block_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
-    s, n = _block_worker(nelems)
-    if n > 0:
-        off = s
-        end = Int64(nwin) * nelems + s
-        for _ in range(iters):
-            nvc.put_block(_view(dst, off, n), _view(src, off, n), n, peer)
-            off = off + nelems
-            if off == end:
-                off = s
-    nvc.quiet()
-
-
-@cute.kernel
-def get_thread_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
-    s, n = _block_worker(nelems)
-    if n > 0:
-        off = s
-        end = Int64(nwin) * nelems + s
-        for _ in range(iters):
-            nvc.get(_view(dst, off, n), _view(src, off, n), n, peer)
-            off = off + nelems
-            if off == end:
-                off = s
-    nvc.quiet()
-
-
-@cute.kernel
-def get_warp_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
-    s, n = _warp_worker(nelems)
-    if n > 0:
-        off = s
-        end = Int64(nwin) * nelems + s
-        for _ in range(iters):
-            nvc.get_warp(_view(dst, off, n), _view(src, off, n), n, peer)
-            off = off + nelems
-            if off == end:
-                off = s
-    nvc.quiet()
-
-
-@cute.kernel
-def get_block_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
-    s, n = _block_worker(nelems)
-    if n > 0:
-        off = s
-        end = Int64(nwin) * nelems + s
-        for _ in range(iters):
-            nvc.get_block(_view(dst, off, n), _view(src, off, n), n, peer)
-            off = off + nelems
-            if off == end:
-                off = s
-    nvc.quiet()
+def _rma_bw_kernel(op, worker):
+    """bench.cu's rma_bw for NVSHMEM call ``op`` (put or get at some scope) and ``worker`` (who
+    moves which chunk): ``iters`` calls, each moving this worker's chunk of window ``i % nwin``."""
+    @cute.kernel
+    def rma_bw_k(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32):
+        s, n = worker(nelems)
+        if n > 0:
+            off = s
+            end = Int64(nwin) * nelems + s
+            for _ in range(iters):
+                op(_view(dst, off, n), _view(src, off, n), n, peer)
+                off = off + nelems
+                if off == end:
+                    off = s
+        nvc.quiet()
+    return rma_bw_k
 
 
 @cute.kernel
@@ -253,40 +191,15 @@ def spin_k(us: Int32):
 # Numba's declare it.
 
 
-@cute.jit
-def launch_put_thread(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                      nwin: Int32, block: Int32, stream: cudrv.CUstream):
-    put_thread_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
+def _launch_bw(shape):
+    """The launcher of bandwidth shape ``shape`` (bench/shapes.py), its block size given at launch."""
+    kernel = _rma_bw_kernel(getattr(nvc, shape.call), _WORKERS[shape.workers])
 
-
-@cute.jit
-def launch_put_warp(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                    nwin: Int32, block: Int32, stream: cudrv.CUstream):
-    put_warp_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
-
-
-@cute.jit
-def launch_put_block(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                     nwin: Int32, block: Int32, stream: cudrv.CUstream):
-    put_block_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
-
-
-@cute.jit
-def launch_get_thread(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                      nwin: Int32, block: Int32, stream: cudrv.CUstream):
-    get_thread_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
-
-
-@cute.jit
-def launch_get_warp(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                    nwin: Int32, block: Int32, stream: cudrv.CUstream):
-    get_warp_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
-
-
-@cute.jit
-def launch_get_block(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32,
-                     nwin: Int32, block: Int32, stream: cudrv.CUstream):
-    get_block_k(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
+    @cute.jit
+    def launch_bw(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32,
+                  block: Int32, stream: cudrv.CUstream):
+        kernel(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[block, 1, 1], stream=stream)
+    return launch_bw
 
 
 @cute.jit
@@ -314,10 +227,10 @@ def launch_barrier_lat(iters: Int32, stream: cudrv.CUstream):
     barrier_lat_k(iters).launch(grid=[1, 1, 1], block=[BARRIER_BLOCK, 1, 1], stream=stream)
 
 
-def _launch_coll(family: str, scope: str):
-    """The launcher of collective ``family`` at ``scope``: one block of ``block`` threads (given at
-    launch, as C++ and Numba do: no ``.reqntid``)."""
-    kernel = _coll_kernel(getattr(nvc, C.coll_api(family, scope)), C.coll_shape(family))
+def _launch_coll(shape):
+    """The launcher of collective shape ``shape`` (bench/shapes.py): one block of ``block`` threads
+    (given at launch, as C++ and Numba do: no ``.reqntid``)."""
+    kernel = _coll_kernel(getattr(nvc, shape.call), C.coll_shape(shape.scope.rsplit("_", 1)[0]))
 
     @cute.jit
     def launch_coll(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, block: Int32,
@@ -337,59 +250,52 @@ def launch_spin(us: Int32, stream: cudrv.CUstream):
 
 
 LAUNCHERS = {
-    "put_thread": launch_put_thread, "put_warp": launch_put_warp, "put_block": launch_put_block,
-    "get_thread": launch_get_thread, "get_warp": launch_get_warp, "get_block": launch_get_block,
+    **{s.kernel: _launch_bw(s) for s in shapes.BW},
     "p_lat": launch_p_lat, "g_lat": launch_g_lat, "amo_lat": launch_amo_lat, "pingpong": launch_pingpong,
     "barrier_lat": launch_barrier_lat, "empty_kernel": launch_empty, "spin": launch_spin,
-    **{f"coll_{f}_{s}": _launch_coll(f, s) for f in C.COLL_FAMILIES for s in C.SCOPES},
+    **{s.kernel: _launch_coll(s) for s in shapes.COLL},
 }
 
 
+def block_at_launch(name: str) -> bool:
+    """Whether launcher ``name`` takes its block size as an argument (bandwidth and collective
+    kernels, see above); the others launch a static shape."""
+    s = shapes.SHAPES[name]
+    return s.workers in ("block", "warp") or s.bench == "coll"
+
+
 def block_of(name: str) -> int:
-    """Threads a block of bandwidth kernel ``name`` (the launchers' ``block`` argument)."""
-    return C.THREAD_SCOPE_BLOCK if name.endswith("_thread") else BW_BLOCK
+    """Threads a block of kernel ``name`` (the launchers' ``block`` argument)."""
+    return shapes.SHAPES[name].block
+
+
+def launch_args(name: str, args: tuple, stream, block_type=int) -> tuple:
+    """The launcher's arguments: the kernel's (bench/shapes.py order), the block size where it is
+    given at launch, the stream."""
+    return (*args, *((block_type(block_of(name)),) if block_at_launch(name) else ()), stream)
 
 
 def example_args(name: str, t: dict, stream) -> tuple:
-    """Arguments of launcher ``name`` given tensors t["a"], t["b"], t["lat"], t["res"], t["u64"], t["flag"],
-    t["csrc"], t["cdst"]."""
-    i32, i64 = Int32(1), Int64(1)
-    if name.startswith(("put_", "get_")):
-        return (t["a"], t["b"], i64, i32, i32, i32, Int32(block_of(name)), stream)
-    if name.startswith("coll_"):
-        return (t["cdst"], t["csrc"], i64, i32, Int32(C.coll_threads(name.rsplit("_", 1)[1])), stream)
-    return {
-        "p_lat": (t["lat"], i32, i32, stream),
-        "g_lat": (t["lat"], t["res"], i32, i32, stream),
-        "amo_lat": (t["u64"], i32, i32, stream),
-        "pingpong": (t["u64"], i32, i32, i32, stream),
-        "barrier_lat": (i32, stream),
-        "empty_kernel": (t["flag"], i32, stream),
-        "spin": (i32, stream),
-    }[name]
+    """Arguments of launcher ``name`` given tensors ``t`` (bench/shapes.py BUFFERS), scalars 1."""
+    one = {"int32": Int32(1), "int64": Int64(1)}
+    args = tuple(t[a] if a in t else one[shapes.SCALARS[a]] for a in shapes.SHAPES[name].args)
+    return launch_args(name, args, stream, Int32)
+
+
+_CUTE_TYPES = {"float32": Float32, "uint64": Uint64, "int32": Int32}
 
 
 def fake_tensors(max_bytes: int, npes: int = 2) -> dict:
     """Tensors with no memory behind them, for compiling without a GPU."""
     T = cute.runtime.make_fake_compact_tensor
-    coll = C.coll_buffer_elems(npes)
-    return {"a": T(Float32, (max_bytes // 4,), assumed_align=16), "b": T(Float32, (max_bytes // 4,), assumed_align=16),
-            "lat": T(Float32, (C.LAT_SLOTS,), assumed_align=16), "res": T(Float32, (16,), assumed_align=16),
-            "u64": T(Uint64, (C.U64_LEN,), assumed_align=16), "flag": T(Int32, (16,), assumed_align=16),
-            "csrc": T(Float32, (coll,), assumed_align=16), "cdst": T(Float32, (coll,), assumed_align=16)}
-
-
-#: The launchers each benchmark of --only needs (spin: always)
-NEEDS = {"put_bw": [f"put_{s}" for s in C.SCOPES], "get_bw": [f"get_{s}" for s in C.SCOPES],
-         "p_lat": ["p_lat"], "g_lat": ["g_lat"], "amo_lat": ["amo_lat"], "pingpong": ["pingpong"],
-         "barrier": ["barrier_lat"], "launch": ["empty_kernel"]}
+    return {name: T(_CUTE_TYPES[shapes.BUFFERS[name]], (n,), assumed_align=16)
+            for name, n in shapes.buffer_elems(max_bytes, npes).items()}
 
 
 def needed(p: C.Params, coll: list) -> list:
     """The launchers a run of ``p`` uses (the collectives': those of the points ``coll``); each
     collective costs CuTe 5-80 s to compile (NVSHMEM's routine inlined), so only those are compiled."""
-    names = ["spin"] + [n for bench, ns in NEEDS.items() if p.enabled(bench) for n in ns]
-    return names + sorted({f"coll_{pt.name}" for pt in coll})
+    return shapes.needed(p, coll, LAUNCHERS)
 
 
 def compile_all(tensors: dict, arch=None, names=None, keep_ptx: bool = False) -> dict:
@@ -409,99 +315,24 @@ def compile_all(tensors: dict, arch=None, names=None, keep_ptx: bool = False) ->
 def main(argv=None) -> int:
     import time
 
-    args = C.parse_args("cute", argv)
-    p = C.make_params(args.quick, args.reps, args.only)
-    out = C.Output("cute")
-    host = C.Host()
-    host.init(["nvshmem_dsl.cute._compile"])
-    me, npes = host.my_pe(), host.n_pes()
-    out.pe, out.npes = me, npes
-    peer = (me + 1) % npes
-
+    args, p, out, host, arrays = shapes.start("cute", ["nvshmem_dsl.cute._compile"], argv)
     from cutlass.cute.runtime import from_dlpack
 
-    max_bytes = max(p.sizes)
-    arrays = {
-        "a": host.array(max_bytes // 4, "float32"), "b": host.array(max_bytes // 4, "float32"),
-        "lat": host.array(C.LAT_SLOTS, "float32"), "res": host.array(16, "float32"),
-        "u64": host.array(C.U64_LEN, "uint64"), "flag": host.array(16, "int32"),
-        "csrc": host.array(C.coll_buffer_elems(npes), "float32"), "cdst": host.array(C.coll_buffer_elems(npes), "float32"),
-    }
-    arrays["csrc"].set(C.coll_src_values(me, arrays["csrc"].size))
-    coll = C.coll_points(p, npes, "cute")
+    coll = C.coll_points(p, out.npes, "cute")
     t = {k: from_dlpack(v, assumed_align=16) for k, v in arrays.items()}
-    host.sync()
-    host.barrier_all()
 
     t0 = time.perf_counter()
     K = compile_all(t, arch=args.arch, names=needed(p, coll))
     compile_s = time.perf_counter() - t0
     arch = next(iter(K.values())).arch
-    out.line(bench="meta", quick=p.quick, init_s=round(host.init_s, 3), api=_cute_api.SOURCE, arch=arch,
-             compile_all_s=round(compile_s, 2), cutlass_dsl=getattr(cutlass, "__version__", "?"),
-             **host.device_info(), **host.versions(), env=C.env_summary())
+    shapes.meta(out, host, p, api=_cute_api.SOURCE, arch=arch, compile_all_s=round(compile_s, 2),
+                cutlass_dsl=getattr(cutlass, "__version__", "?"))
     stream = cudrv.CUstream(0)
 
-    def spin_launch(us: int) -> None:
-        K["spin"](us, stream)
+    def launch(s, args):
+        K[s.kernel](*launch_args(s.kernel, args, stream))
 
-    timer = C.Timer(host, spin_launch)
-    a, b = t["a"], t["b"]
-    for op in ("put", "get"):
-        if not p.enabled(f"{op}_bw"):
-            continue
-        for scope in C.SCOPES:
-            kern = K[f"{op}_{scope}"]
-            block = block_of(f"{op}_{scope}")
-            for nbytes in p.sizes:
-                nelems = max(1, nbytes // 4)
-                iters = C.bw_iters(p, nbytes)
-                nwin = C.bw_windows(p, op, nelems)
-                secs = timer.run(p.reps, lambda: kern(a, b, nelems, iters, peer, nwin, block, stream))
-                out.emit(f"{op}_bw", scope, nbytes, [nbytes * iters / s / 1e9 for s in secs], "GB/s", True, iters)
-
-    if p.enabled("p_lat"):
-        it = p.lat_iters
-        arrays["lat"].fill(-1)
-        secs = timer.run(p.reps, lambda: K["p_lat"](t["lat"], it, peer, stream))
-        ok = C.p_pattern_ok(arrays["lat"], it) and C.lands_on_peer(
-            host, me, lambda: arrays["lat"].fill(-1), lambda: K["p_lat"](t["lat"], it, peer, stream),
-            lambda: C.p_pattern_ok(arrays["lat"], it))
-        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
-    if p.enabled("g_lat"):
-        it = p.lat_iters
-        secs = timer.run(p.reps, lambda: K["g_lat"](t["lat"], t["res"], it, peer, stream))
-        out.emit("g_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
-    if p.enabled("amo_lat"):
-        it = p.amo_iters
-        arrays["u64"][C.U64_COUNTER] = 0
-        secs = timer.run(p.reps, lambda: K["amo_lat"](t["u64"], it, peer, stream))
-        ok = C.amo_count_ok(arrays["u64"], p.reps + 1, it) and C.lands_on_peer(
-            host, me, lambda: arrays["u64"].__setitem__(C.U64_COUNTER, 0),
-            lambda: K["amo_lat"](t["u64"], it, peer, stream), lambda: C.amo_count_ok(arrays["u64"], 1, it))
-        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
-    if p.enabled("pingpong") and npes >= 2:
-        it = p.pingpong_iters
-        sig = arrays["u64"][C.U64_SIGNAL:C.U64_SIGNAL + 1]
-        secs = timer.run(p.reps, lambda: K["pingpong"](t["u64"], it, me, peer, stream), before=lambda: sig.fill(0))
-        out.emit("put_signal_pingpong", "thread", 8, C.per_op(secs, 2 * it, 1e6), "us", False, it)
-    if p.enabled("barrier"):
-        it = p.barrier_iters
-        secs = timer.run(p.reps, lambda: K["barrier_lat"](it, stream))
-        out.emit("barrier_all_block_lat", "block", 0, C.per_op(secs, it, 1e6), "us", False, it)
-    for pt in coll:
-        kern = K[f"coll_{pt.name}"]
-        arrays["cdst"].fill(-1)
-        secs = timer.run(p.reps, lambda: kern(t["cdst"], t["csrc"], pt.nelems, pt.iters, pt.threads, stream))
-        C.emit_coll(out, pt, secs, **C.coll_check(pt, me, npes, arrays["cdst"]))
-    if p.enabled("launch"):
-        kern, flag = K["empty_kernel"], t["flag"]
-        kern(flag, 1, stream)
-        vals = C.launch_overhead(host, spin_launch, lambda: kern(flag, 1, stream), p.launches, p.reps)
-        out.emit("launch_overhead", "", 0, vals, "us", False, p.launches)
-    if p.enabled("host"):
-        C.host_benchmarks(out, host, p)
-
+    shapes.run_rows(out, host, p, arrays, t, launch, list(K))
     host.sync()
     del t
     host.finalize()

@@ -23,6 +23,7 @@ os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 from numba import cuda, float32, int32, int64, uint64  # noqa: E402
 
 import _common as C  # noqa: E402
+import shapes  # noqa: E402
 
 nv = C.numba_api()
 SIG_SET, CMP_GE = C.signal_constants()
@@ -81,12 +82,8 @@ def rma_bw(name, op, worker, window=nv.window):
     return kernel
 
 
-put_thread = rma_bw("put_thread", nv.put, block_worker)
-put_warp = rma_bw("put_warp", nv.put_warp, warp_worker)
-put_block = rma_bw("put_block", nv.put_block, block_worker)
-get_thread = rma_bw("get_thread", nv.get, block_worker)
-get_warp = rma_bw("get_warp", nv.get_warp, warp_worker)
-get_block = rma_bw("get_block", nv.get_block, block_worker)
+_WORKERS = {"block": block_worker, "warp": warp_worker}
+BW_KERNELS = {s.kernel: rma_bw(s.kernel, getattr(nv, s.call), _WORKERS[s.workers]) for s in shapes.BW}
 
 
 def p_lat(dst, iters, peer):
@@ -168,8 +165,8 @@ def coll(name, op, shape):
     return kernel
 
 
-COLL_KERNELS = {f"coll_{f}_{s}": coll(f"coll_{f}_{s}", getattr(nv, C.coll_api(f, s)), C.coll_shape(f))
-                for f in C.COLL_FAMILIES for s in C.SCOPES}
+COLL_KERNELS = {s.kernel: coll(s.kernel, getattr(nv, s.call), C.coll_shape(s.scope.rsplit("_", 1)[0]))
+                for s in shapes.COLL}
 
 
 def empty_kernel(flag, v):
@@ -182,37 +179,22 @@ def spin(us):
         cuda.nanosleep(1000)
 
 
-BW_KERNELS = {
-    ("put", "thread"): put_thread, ("put", "warp"): put_warp, ("put", "block"): put_block,
-    ("get", "thread"): get_thread, ("get", "warp"): get_warp, ("get", "block"): get_block,
-}
-
-# name -> (python function, Numba signature); the signatures are those the host code launches.
-_F32, _U64, _I32 = "float32[::1]", "uint64[::1]", "int32"
-SIGNATURES = {
-    **{f"{op}_{scope}": f"void({_F32}, {_F32}, int64, {_I32}, {_I32}, {_I32})" for op, scope in BW_KERNELS},
-    "p_lat": f"void({_F32}, {_I32}, {_I32})",
-    "g_lat": f"void({_F32}, {_F32}, {_I32}, {_I32})",
-    "p_lat_peer_ptr": f"void({_F32}, {_I32}, {_I32})",
-    "g_lat_peer_ptr": f"void({_F32}, {_F32}, {_I32}, {_I32})",
-    "amo_lat": f"void({_U64}, {_I32}, {_I32})",
-    "pingpong": f"void({_U64}, {_I32}, {_I32}, {_I32})",
-    "barrier_lat": f"void({_I32})",
-    **{name: f"void({_F32}, {_F32}, int64, {_I32})" for name in COLL_KERNELS},
-    "empty_kernel": f"void(int32[::1], {_I32})",
-    "spin": f"void({_I32})",
-}
+#: Numba types of the parameter types of bench/shapes.py
+NUMBA_TYPES = {"float32[]": "float32[::1]", "uint64[]": "uint64[::1]", "int32[]": "int32[::1]",
+               "int32": "int32", "int64": "int64"}
 KERNELS = {
-    **{f"{op}_{scope}": fn for (op, scope), fn in BW_KERNELS.items()},
-    "p_lat": p_lat, "g_lat": g_lat, "p_lat_peer_ptr": p_lat_peer_ptr, "g_lat_peer_ptr": g_lat_peer_ptr, "amo_lat": amo_lat, "pingpong": pingpong,
-    "barrier_lat": barrier_lat, **COLL_KERNELS, "empty_kernel": empty_kernel, "spin": spin,
+    **BW_KERNELS, "p_lat": p_lat, "g_lat": g_lat, "p_lat_peer_ptr": p_lat_peer_ptr, "g_lat_peer_ptr": g_lat_peer_ptr,
+    "amo_lat": amo_lat, "pingpong": pingpong, "barrier_lat": barrier_lat, **COLL_KERNELS,
+    "empty_kernel": empty_kernel, "spin": spin,
 }
-
+# name -> Numba signature, from the parameters of bench/shapes.py (those the host code launches with)
+SIGNATURES = {name: f"void({', '.join(NUMBA_TYPES[shapes.arg_type(a)] for a in shapes.SHAPES[name].args)})"
+              for name in KERNELS}
 
 #: The one-thread latency kernels declare their launch shape, as bench.cu's do (ONE_THREAD) and
 #: CuTe's static launches do (.reqntid 1): with it ptxas does not aggregate a warp's atomics.
 #: BENCH_ONE_THREAD_BOUNDS=0 leaves it out (bench/experiments/one_thread_bounds.sh).
-ONE_THREAD = ("p_lat", "p_lat_peer_ptr", "g_lat", "g_lat_peer_ptr", "amo_lat", "pingpong")
+ONE_THREAD = shapes.ONE_THREAD
 
 
 def jit_options(name: str) -> dict:
@@ -231,109 +213,27 @@ def jit_kernels() -> dict:
 
 
 def main(argv=None) -> int:
-    args = C.parse_args("numba", argv)
-    p = C.make_params(args.quick, args.reps, args.only)
-    out = C.Output("numba")
-    host = C.Host()
-    host.init(["nvshmem_dsl.numba"])
-    me, npes = host.my_pe(), host.n_pes()
-    out.pe, out.npes = me, npes
-    peer = (me + 1) % npes
+    args, p, out, host, arrays = shapes.start("numba", ["nvshmem_dsl.numba"], argv)
     import numba_cuda
 
-    out.line(bench="meta", quick=p.quick, init_s=round(host.init_s, 3), api=nv.__name__,
-             numba_cuda=getattr(numba_cuda, "__version__", "?"), **host.device_info(), **host.versions(),
-             env=C.env_summary())
+    shapes.meta(out, host, p, api=nv.__name__, numba_cuda=getattr(numba_cuda, "__version__", "?"))
 
     K = jit_kernels()
     stream = cuda.legacy_default_stream()
-    max_bytes = max(p.sizes)
-    a_cp = host.array(max_bytes // 4, "float32")
-    b_cp = host.array(max_bytes // 4, "float32")
-    lat_cp = host.array(C.LAT_SLOTS, "float32")
-    res_cp = host.array(16, "float32")
-    u64_cp = host.array(C.U64_LEN, "uint64")
-    flag_cp = host.array(16, "int32")
-    csrc_cp = host.array(C.coll_buffer_elems(npes), "float32")
-    cdst_cp = host.array(C.coll_buffer_elems(npes), "float32")
-    csrc_cp.set(C.coll_src_values(me, csrc_cp.size))
-    a, b, lat, res, u64, flag, csrc, cdst = (cuda.as_cuda_array(x) for x in (
-        a_cp, b_cp, lat_cp, res_cp, u64_cp, flag_cp, csrc_cp, cdst_cp))
-    host.sync()
-    host.barrier_all()
+    bufs = {name: cuda.as_cuda_array(x) for name, x in arrays.items()}
 
-    def spin_launch(us: int) -> None:
-        K["spin"][1, 1, stream](us)
+    def launch(s, args):
+        K[s.kernel][s.grid, s.block, stream](*args)
 
-    timer = C.Timer(host, spin_launch)
+    def cupy_args() -> None:
+        """cupy arrays straight in: Numba converts (and stream-synchronises) them at every launch."""
+        if p.enabled("launch"):
+            kern, flag = K["empty_kernel"], arrays["flag"]
+            vals = C.launch_overhead(host, lambda us: None, lambda: kern[1, 1, stream](flag, 1), p.launches, p.reps)
+            out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
 
-    for op in ("put", "get"):
-        if not p.enabled(f"{op}_bw"):
-            continue
-        for scope in C.SCOPES:
-            kern = K[f"{op}_{scope}"]
-            block = C.THREAD_SCOPE_BLOCK if scope == "thread" else C.BW_BLOCK
-            for nbytes in p.sizes:
-                nelems = max(1, nbytes // 4)
-                iters = C.bw_iters(p, nbytes)
-                nwin = C.bw_windows(p, op, nelems)
-                secs = timer.run(p.reps, lambda: kern[C.BW_GRID, block, stream](a, b, nelems, iters, peer, nwin))
-                out.emit(f"{op}_bw", scope, nbytes, [nbytes * iters / s / 1e9 for s in secs], "GB/s", True, iters)
-
-    if p.enabled("p_lat"):
-        it = p.lat_iters
-        lat_cp.fill(-1)
-        secs = timer.run(p.reps, lambda: K["p_lat"][1, 1, stream](lat, it, peer))
-        ok = C.p_pattern_ok(lat_cp, it) and C.lands_on_peer(
-            host, me, lambda: lat_cp.fill(-1), lambda: K["p_lat"][1, 1, stream](lat, it, peer),
-            lambda: C.p_pattern_ok(lat_cp, it))
-        out.emit("p_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
-        lat_cp.fill(-1)
-        secs = timer.run(p.reps, lambda: K["p_lat_peer_ptr"][1, 1, stream](lat, it, peer))
-        out.emit("p_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it,
-                 checked=C.p_pattern_ok(lat_cp, it))
-    if p.enabled("g_lat"):
-        it = p.lat_iters
-        secs = timer.run(p.reps, lambda: K["g_lat"][1, 1, stream](lat, res, it, peer))
-        out.emit("g_lat", "thread", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
-        secs = timer.run(p.reps, lambda: K["g_lat_peer_ptr"][1, 1, stream](lat, res, it, peer))
-        out.emit("g_lat", "peer_ptr", 4, C.per_op(secs, it, 1e9), "ns/op", False, it)
-    if p.enabled("amo_lat"):
-        it = p.amo_iters
-        u64_cp[C.U64_COUNTER] = 0
-        secs = timer.run(p.reps, lambda: K["amo_lat"][1, 1, stream](u64, it, peer))
-        ok = C.amo_count_ok(u64_cp, p.reps + 1, it) and C.lands_on_peer(
-            host, me, lambda: u64_cp.__setitem__(C.U64_COUNTER, 0),
-            lambda: K["amo_lat"][1, 1, stream](u64, it, peer), lambda: C.amo_count_ok(u64_cp, 1, it))
-        out.emit("atomic_fetch_add_lat", "thread", 8, C.per_op(secs, it, 1e9), "ns/op", False, it, checked=ok)
-    if p.enabled("pingpong") and npes >= 2:
-        it = p.pingpong_iters
-        sig = u64_cp[C.U64_SIGNAL:C.U64_SIGNAL + 1]
-        secs = timer.run(p.reps, lambda: K["pingpong"][1, 1, stream](u64, it, me, peer),
-                         before=lambda: sig.fill(0))
-        out.emit("put_signal_pingpong", "thread", 8, C.per_op(secs, 2 * it, 1e6), "us", False, it)
-    if p.enabled("barrier"):
-        it = p.barrier_iters
-        secs = timer.run(p.reps, lambda: K["barrier_lat"][1, C.BARRIER_BLOCK, stream](it))
-        out.emit("barrier_all_block_lat", "block", 0, C.per_op(secs, it, 1e6), "us", False, it)
-    for pt in C.coll_points(p, npes, "numba"):
-        kern = K[f"coll_{pt.name}"]
-        cdst_cp.fill(-1)
-        secs = timer.run(p.reps, lambda: kern[1, pt.threads, stream](cdst, csrc, pt.nelems, pt.iters))
-        C.emit_coll(out, pt, secs, **C.coll_check(pt, me, npes, cdst_cp))
-    if p.enabled("launch"):
-        kern = K["empty_kernel"]
-        kern[1, 1, stream](flag, 1)  # compile
-        vals = C.launch_overhead(host, spin_launch, lambda: kern[1, 1, stream](flag, 1), p.launches, p.reps)
-        out.emit("launch_overhead", "", 0, vals, "us", False, p.launches)
-        # cupy arrays straight in: Numba converts (and stream-synchronises) them at every launch
-        vals = C.launch_overhead(host, lambda us: None, lambda: kern[1, 1, stream](flag_cp, 1),
-                                 p.launches, p.reps)
-        out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
-    if p.enabled("host"):
-        C.host_benchmarks(out, host, p)
-
-    del a, b, lat, res, u64, flag, csrc, cdst
+    shapes.run_rows(out, host, p, arrays, bufs, launch, list(K), extra=cupy_args)
+    del bufs
     host.finalize()
     return 0
 

@@ -1,6 +1,6 @@
-"""`make bench`: NVSHMEM benchmarks in CUDA C++, Numba and CuTe, side by side, in one run.
+"""`make bench`: NVSHMEM benchmarks in CUDA C++, Numba, CuTe and Triton, side by side, in one run.
 
-    python bench/run.py [--quick] [--impls cpp,numba,cute] [--only put_bw,p_lat] [--nproc 2]
+    python bench/run.py [--quick] [--impls cpp,numba,cute,triton] [--only put_bw,p_lat] [--nproc 2]
     python bench/run.py --compile-families [--families reduce,...] [--scopes ...] [--outline auto,none]
 
 Steps (each in its own processes, each with a timeout):
@@ -12,8 +12,10 @@ Steps (each in its own processes, each with a timeout):
    (``python -m nvshmem_dsl.run -n 2 bench/cpp/exec.py bench/cpp/build/bench_cpp ...``; NVSHMEM's
    unique-id bootstrap, the id handed over in a file of a private temporary directory), or by
    ``mpirun -n 2`` with ``--cpp-launcher mpirun``;
-4. bench/numba_bench.py and bench/cute_bench.py under ``python -m nvshmem_dsl.run -n 2``, with the
-   (now warm) cache of step 2.
+4. bench/numba_bench.py, bench/cute_bench.py and bench/triton_bench.py under ``python -m
+   nvshmem_dsl.run -n 2``, with the (now warm) cache of step 2; the kernels of the three are those
+   of bench/shapes.py.  Triton runs where ``--python`` can import triton and nvshmem_dsl.triton;
+   elsewhere its steps are skipped with a one-line reason (not a failure).
 
 Every process prints one JSON line per result; this script collects them, averages each result
 over the PEs, writes bench/results/latest.json, prints a table of absolute numbers with ratios
@@ -26,7 +28,7 @@ rows ``coll_lat | <family>_<scope> | 8 B`` (microseconds per collective) and ``c
 <family>_<scope> | 1 MiB`` (bytes per PE / time per collective).
 
 ``--compile-families`` runs nothing else and needs no GPU: bench/compile_families.py, the
-compile time of one collective kernel per family and scope by Numba and CuTe (cold and warm
+compile time of one collective kernel per family and scope by Numba, CuTe and Triton (cold and warm
 cache) beside nvcc's; its records go to the results file (default
 bench/results/compile-families.json), its table and the ratios to nvcc are printed.
 """
@@ -56,8 +58,8 @@ import _common as C  # noqa: E402
 
 RESULTS = HERE / "results"
 CPP_BINARY = HERE / "cpp" / "build" / "bench_cpp"
-IMPLS = ("cpp", "numba", "cute")
-DSLS = ("numba", "cute")
+IMPLS = ("cpp", "numba", "cute", "triton")
+DSLS = ("numba", "cute", "triton")
 
 # Forced / defaulted for every benchmark process.
 FORCED_ENV = {"NVSHMEM_DISABLE_NVLS": "1"}  # multicast (NVLS) must stay off on shared hosts
@@ -69,8 +71,27 @@ DEFAULT_ENV = {
 
 #: Seconds a benchmark step may take beyond --timeout when it runs the collectives, per collective
 #: kernel it compiles: NVSHMEM's collectives cost CuTe 5-80 s each (2 CPUs, NVSHMEM 3.8), Numba
-#: up to 20 s where they are inlined (NVSHMEM_DSL_OUTLINE=none) or their objects not cached yet.
-COLL_COMPILE_ALLOWANCE = {"cpp": 0.0, "numba": 20.0, "cute": 60.0}
+#: up to 20 s where they are inlined (NVSHMEM_DSL_OUTLINE=none) or their objects not cached yet;
+#: Triton links them out of line as Numba does.
+COLL_COMPILE_ALLOWANCE = {"cpp": 0.0, "numba": 20.0, "cute": 60.0, "triton": 20.0}
+
+#: What a DSL's benchmark imports; an implementation whose modules --python cannot import is skipped.
+REQUIRES = {"triton": "triton, nvshmem_dsl.triton"}
+
+
+def unavailable(impl: str, python: str) -> str | None:
+    """Why ``impl`` cannot run under ``python`` (one line), None when it can (or needs no check)."""
+    mods = REQUIRES.get(impl)
+    if not mods:
+        return None
+    try:
+        proc = subprocess.run([python, "-c", f"import {mods}"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot import {mods}: {exc}"
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    return f"cannot import {mods} ({last[:200]})"
 
 
 def nproc_env(nproc: int) -> dict:
@@ -271,15 +292,19 @@ def sort_key(key: tuple) -> tuple:
 
 
 def table(agg: dict) -> str:
+    """One row per result: each implementation's value, then each DSL's ratio to C++ (columns of the
+    implementations cpp, numba and cute always, of the others where they have results)."""
     keys = sorted({k for impl in agg.values() for k in impl}, key=sort_key)
-    head = ["bench", "scope", "size", "unit", "cpp", "numba", "cute", "numba/cpp", "cute/cpp"]
+    impls = [i for i in IMPLS if i in ("cpp", "numba", "cute") or agg.get(i)]
+    dsls = [i for i in impls if i in DSLS]
+    head = ["bench", "scope", "size", "unit", *impls, *(f"{i}/cpp" for i in dsls)]
     rows = [head]
     for key in keys:
-        vals = {impl: agg.get(impl, {}).get(key) for impl in IMPLS}
+        vals = {impl: agg.get(impl, {}).get(key) for impl in impls}
         unit = next(v["unit"] for v in vals.values() if v)
         row = [key[0], key[1], human_bytes(key[2]), unit]
-        row += [_num(vals[i]["value"]) if vals[i] else "-" for i in IMPLS]
-        for impl in DSLS:
+        row += [_num(vals[i]["value"]) if vals[i] else "-" for i in impls]
+        for impl in dsls:
             if vals[impl] and vals["cpp"] and vals["cpp"]["value"]:
                 row.append(f"{vals[impl]['value'] / vals['cpp']['value']:.2f}")
             else:
@@ -305,7 +330,7 @@ def plot(agg: dict, path: Path) -> str:
         return f"no plot: matplotlib is not importable ({type(exc).__name__}: {exc})"
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     colors = {"thread": "tab:blue", "warp": "tab:orange", "block": "tab:green"}
-    styles = {"cpp": ("-", "o"), "numba": ("--", "s"), "cute": (":", "^")}
+    styles = {"cpp": ("-", "o"), "numba": ("--", "s"), "cute": (":", "^"), "triton": ("-.", "D")}
     drawn = 0
     for ax, bench in zip(axes, ("put_bw", "get_bw")):
         for impl in IMPLS:
@@ -377,7 +402,9 @@ def mpirun_cmd(nproc: int) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (whole run < 4 min)")
-    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of cpp,numba,cute")
+    ap.add_argument("--impls", default=",".join(IMPLS),
+                    help=f"comma-separated subset of {','.join(IMPLS)} (default all; triton is skipped, with "
+                         "the reason, where --python cannot import it)")
     ap.add_argument("--only", default="", help="benchmarks to run (see bench/_common.py BENCHES); default all")
     ap.add_argument("--reps", type=int, default=0, help="timed repetitions per point (default 10, quick 3)")
     ap.add_argument("--nproc", type=int, default=2, help="PEs (processes, one GPU each)")
@@ -394,7 +421,7 @@ def main(argv=None) -> int:
     cf = ap.add_argument_group("compile time of the collectives (no GPU needed)")
     cf.add_argument("--compile-families", action="store_true",
                     help="only bench/compile_families.py: one collective kernel per family and scope compiled by "
-                         "Numba and CuTe (cold, warm) and nvcc (--impls cpp)")
+                         "Numba, CuTe and Triton (cold, warm) and nvcc (--impls cpp)")
     cf.add_argument("--families", default="", help="comma-separated collective families (default all)")
     cf.add_argument("--scopes", default="", help="comma-separated scopes (default thread,warp,block)")
     cf.add_argument("--outline", default="", help="NVSHMEM_DSL_OUTLINE modes to compile the DSLs under, e.g. "
@@ -405,6 +432,14 @@ def main(argv=None) -> int:
     bad = set(impls) - set(IMPLS)
     if bad:
         ap.error(f"unknown implementation(s): {', '.join(sorted(bad))}")
+    skipped = {}
+    if not args.compile_families:
+        for impl in impls:
+            why = unavailable(impl, args.python)
+            if why:
+                _log(f"{impl}: skipped: {why}")
+                skipped[impl] = why
+        impls = [i for i in impls if i not in skipped]
     timeout = args.timeout or (300.0 if args.quick else 900.0)
     only = [x for x in args.only.split(",") if x]
     ncoll = len(C.COLL_FAMILIES) * len(C.SCOPES) if not only or {"coll_lat", "coll_bw"} & set(only) else 0
@@ -463,6 +498,7 @@ def main(argv=None) -> int:
                 for label in ("cold", "warm"):
                     env = bench_env(str(cache_root / f"{impl}-nvshmem_dsl"))
                     env["CUTE_DSL_CACHE_DIR"] = str(cache_root / f"{impl}-cute")
+                    env["TRITON_CACHE_DIR"] = str(cache_root / f"{impl}-triton")
                     step(f"compile_{impl}_{label}", [args.python, str(HERE / "compile_time.py"), "--impl", impl,
                                                      "--label", label, "--arch", args.arch], env)
             # the benchmarks below start with the bitcode cache that the numba runs just filled
@@ -509,6 +545,7 @@ def main(argv=None) -> int:
         "steps": steps,
         "seconds": round(time.time() - started, 1),
         "iters_mismatch": mismatched,
+        "skipped": skipped,
     }
     doc = {
         "meta": meta,
@@ -529,6 +566,8 @@ def main(argv=None) -> int:
     print(f"results: {out_path} ({len(records)} records, {meta['seconds']} s)")
     if mismatched:
         print(f"WARNING: iteration counts differ from C++ for: {', '.join(mismatched)}")
+    for impl, why in skipped.items():
+        print(f"{impl}: skipped: {why}")
     failed = [name for name, s in steps.items() if s["status"] != 0]
     if failed:
         print(f"FAILED steps: {', '.join(failed)} (logs in {log_dir})")

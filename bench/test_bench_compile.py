@@ -8,6 +8,9 @@
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
   or called in their objects, nvshmem_dsl.outline);
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
+* every Triton kernel compiles to PTX for sm_90 (``GPUTarget("cuda", 90, 32)``, Triton's ptxas stage
+  left out) with the fine-grained NVSHMEM functions inlined (skipped without triton);
+* the kernel table (bench/shapes.py) is what every DSL instantiates;
   of the 18 collective ones (5-80 s each on 2 CPUs) the barriers and fcollect at thread scope,
   all of them with BENCH_TEST_CUTE_COLL=all;
 * the parameters of bench/_common.py are those of bench/cpp/bench.cu;
@@ -85,15 +88,20 @@ def test_cpp_builds(tmp_path):
 # ------------------------------------------------------------------ Numba
 
 
-@pytest.fixture(scope="module")
-def numba_bench():
-    pytest.importorskip("numba.cuda")
+def _need(module: str, arch: str) -> None:
+    """Skip without ``module`` or NVSHMEM's device bitcode for ``arch``."""
+    pytest.importorskip(module)
     try:
         from nvshmem_dsl._libs import bitcode_path
 
-        bitcode_path("sm_90")
+        bitcode_path(arch)
     except Exception as exc:  # pragma: no cover
         pytest.skip(f"no NVSHMEM device bitcode: {exc}")
+
+
+@pytest.fixture(scope="module")
+def numba_bench():
+    _need("numba.cuda", "sm_90")
     import numba_bench as nb
 
     return nb
@@ -105,6 +113,9 @@ def test_numba_kernel_table(numba_bench):
 
 
 COLL_NAMES = [f"coll_{f}_{s}" for f in C.COLL_FAMILIES for s in C.SCOPES]
+SHAPE_NAMES = ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", "get_block", "p_lat", "g_lat",
+               "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin",
+               *COLL_NAMES]
 
 
 def _coll_symbol(name: str) -> str:
@@ -116,12 +127,24 @@ def _coll_symbol(name: str) -> str:
     return table.get("float32") or table[None]
 
 
+def _outline_module():
+    """nvshmem_dsl's outlining module (nvshmem_dsl.linker.outline; nvshmem_dsl.outline before the
+    runtime's reorganisation), None where it has none (every routine inlined)."""
+    import importlib
+
+    for name in ("nvshmem_dsl.linker.outline", "nvshmem_dsl.outline"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
 def _large_outlined(ptx: str, name: str) -> frozenset:
     """The NVSHMEM functions kernel ``name``'s PTX calls in their objects (nvshmem_dsl.outline links
     NVSHMEM's large routines so): at most the kernel's own collective or barrier, the rest is inlined."""
-    try:
-        from nvshmem_dsl import outline
-    except ImportError:
+    outline = _outline_module()
+    if outline is None:
         return frozenset()
     outlined = outline.extern_calls(ptx)
     large = {_coll_symbol(name)} if name.startswith("coll_") else {"nvshmemx_barrier_all_block"}
@@ -129,9 +152,7 @@ def _large_outlined(ptx: str, name: str) -> frozenset:
     return outlined
 
 
-@pytest.mark.parametrize("name", ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", "get_block",
-                                  "p_lat", "g_lat", "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin",
-                                  *COLL_NAMES])
+@pytest.mark.parametrize("name", SHAPE_NAMES)
 def test_numba_kernel_compiles(numba_bench, name):
     from numba import cuda
 
@@ -154,13 +175,7 @@ CUTE_COLL = COLL_NAMES if os.environ.get("BENCH_TEST_CUTE_COLL") == "all" else C
 
 @pytest.fixture(scope="module")
 def cute_compiled():
-    pytest.importorskip("cutlass.cute")
-    try:
-        from nvshmem_dsl._libs import bitcode_path
-
-        bitcode_path("sm_90a")
-    except Exception as exc:  # pragma: no cover
-        pytest.skip(f"no NVSHMEM device bitcode: {exc}")
+    _need("cutlass.cute", "sm_90a")
     import cute_bench as cb
 
     names = [n for n in cb.LAUNCHERS if not n.startswith("coll_")] + CUTE_COLL
@@ -212,8 +227,110 @@ def test_cute_launcher_table():
     assert {n for n in cb.LAUNCHERS if n.startswith("coll_")} == set(COLL_NAMES)
     p = C.make_params(True, only=["coll_lat", "p_lat"])
     names = cb.needed(p, C.coll_points(p, 2))
-    assert names[:2] == ["spin", "p_lat"] and set(names[2:]) == set(COLL_NAMES)
-    assert cb.needed(C.make_params(True, only=["put_bw"]), []) == ["spin", "put_thread", "put_warp", "put_block"]
+    assert names[0] == "p_lat" and names[-1] == "spin" and set(names[1:-1]) == set(COLL_NAMES)  # no p_lat_peer_ptr
+    assert cb.needed(C.make_params(True, only=["put_bw"]), []) == ["put_thread", "put_warp", "put_block", "spin"]
+    assert [cb.block_at_launch(n) for n in ("put_warp", "coll_reduce_block", "p_lat", "barrier_lat")] == \
+        [True, True, False, False]
+
+
+# ------------------------------------------------------------------ Triton
+
+
+@pytest.fixture(scope="module")
+def triton_bench(tmp_path_factory):
+    _need("triton", "sm_90")
+    import triton
+
+    import triton_bench as tb
+    # PTX only: Triton's ptxas of ~300 KB of inlined NVSHMEM per kernel would add minutes
+    hook = triton.knobs.runtime.add_stages_inspection_hook
+
+    def ptx_only(*args, **kwargs):
+        if not args and not kwargs:
+            key, hsh = hook()
+            return key + "-ptx-only", hsh + "-ptx-only"
+        hook(*args, **kwargs)
+        args[1]["cubin"] = lambda src, metadata: b""
+
+    old = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache"))
+    triton.knobs.runtime.add_stages_inspection_hook = ptx_only
+    yield tb
+    triton.knobs.runtime.add_stages_inspection_hook = hook
+    if old is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = old
+
+
+def test_triton_kernel_table(triton_bench):
+    import shapes
+
+    assert set(triton_bench.KERNELS) == set(shapes.SHAPES)
+    for name in triton_bench.KERNELS:
+        sig = triton_bench.signature(name)
+        assert len([t for t in sig.values() if t != "constexpr"]) == len(shapes.SHAPES[name].args), name
+
+
+@pytest.mark.parametrize("name", [*SHAPE_NAMES])
+def test_triton_kernel_compiles(triton_bench, name):
+    import shapes
+
+    ck = triton_bench.compile_kernel(name)
+    ptx = ck.asm["ptx"]
+    assert re.search(r"^\.target sm_90a?\b", ptx, re.M)
+    assert re.search(r"\.entry\s", ptx), f"{name}: no kernel entry"
+    _check_inlined(ptx, name, _large_outlined(ptx, name))
+    if name != "spin":
+        assert "nvshmemi_device_state_d" in ptx, f"{name}: no NVSHMEM device state referenced"
+    # a program is one CTA of num_warps warps (shapes.triton_geometry): Triton declares it
+    _, num_warps = shapes.triton_geometry(shapes.SHAPES[name])
+    assert re.search(rf"^\.reqntid {32 * num_warps}\b", ptx, re.M), name
+
+
+def test_triton_geometry():
+    """Triton's warp workers are programs of one warp: as many, in the same order, as C++'s warps."""
+    import shapes
+
+    S = shapes.SHAPES
+    assert shapes.triton_geometry(S["put_warp"]) == (C.BW_GRID * C.BW_BLOCK // 32, 1)
+    assert shapes.triton_geometry(S["put_thread"]) == (C.BW_GRID, 1)
+    assert shapes.triton_geometry(S["get_block"]) == (C.BW_GRID, C.BW_BLOCK // 32)
+    assert shapes.triton_geometry(S["coll_reduce_block"]) == (1, C.COLL_BLOCK // 32)
+    assert shapes.triton_geometry(S["barrier_lat"]) == (1, C.BARRIER_BLOCK // 32)
+    assert shapes.triton_geometry(S["p_lat"]) == (1, 1)
+
+
+# ------------------------------------------------------------------ the kernel table
+
+
+def test_shapes_table():
+    """One entry per kernel; the rows, geometry and iterations the host code of every DSL uses."""
+    import shapes
+
+    S = shapes.SHAPES
+    assert [s.kernel for s in shapes.BW] == [f"{op}_{sc}" for op in ("put", "get") for sc in C.SCOPES]
+    assert {s.kernel for s in shapes.COLL} == set(COLL_NAMES)
+    assert shapes.ONE_THREAD == ("p_lat", "p_lat_peer_ptr", "g_lat", "g_lat_peer_ptr", "amo_lat", "pingpong")
+    for s in S.values():
+        assert s.bench in ("", "coll", *C.BENCHES), s
+        assert all(a in shapes.BUFFERS or a in shapes.SCALARS for a in s.args), s
+        if s.iters:
+            assert hasattr(C.make_params(True), s.iters), s
+    assert (S["put_thread"].block, S["put_warp"].block, S["barrier_lat"].block) == (1, C.BW_BLOCK, C.BARRIER_BLOCK)
+    assert S["pingpong"].ops == 2 and S["pingpong"].min_pes == 2
+    p = C.make_params(True, only=["p_lat", "coll_lat"])
+    assert shapes.needed(p, C.coll_points(p, 2))[:3] == ["p_lat", "p_lat_peer_ptr", "coll_broadcast_thread"]
+    assert shapes.needed(C.make_params(True, only=["put_bw"]), []) == ["put_thread", "put_warp", "put_block",
+                                                                      "spin"]
+    elems = shapes.buffer_elems(256 << 20, 2)
+    assert list(elems) == list(shapes.BUFFERS) and elems["a"] == (256 << 20) // 4
+
+
+def test_numba_signatures_from_the_table(numba_bench):
+    assert numba_bench.SIGNATURES["put_warp"] == "void(float32[::1], float32[::1], int64, int32, int32, int32)"
+    assert numba_bench.SIGNATURES["amo_lat"] == "void(uint64[::1], int32, int32)"
+    assert numba_bench.SIGNATURES["coll_broadcast_block"] == "void(float32[::1], float32[::1], int64, int32)"
 
 
 # ------------------------------------------------------------------ parameters = bench.cu
@@ -330,6 +447,24 @@ def test_run_aggregates_and_ratios():
     assert not rats[("cute", "p_lat|thread|4")]["higher_is_better"]
     text = run.table(agg)
     assert "put_bw" in text and "1 MiB" in text and "1.25" in text
+
+
+def test_run_table_triton_column(monkeypatch):
+    """A triton column (and triton/cpp) where Triton has results; an implementation --python cannot
+    import is named with its reason."""
+    import run
+
+    agg = run.aggregate([_rec("cpp", "p_lat", "thread", 4, 40.0, "ns/op"), _rec("triton", "p_lat", "thread", 4, 60.0,
+                                                                                  "ns/op")])
+    lines = run.table(agg).splitlines()
+    assert lines[0].split()[-3:] == ["numba/cpp", "cute/cpp", "triton/cpp"]
+    row = next(line.split() for line in lines if line.startswith("p_lat"))
+    assert row[-1] == "1.50"
+    assert "triton" not in run.table(run.aggregate([_rec("cpp", "p_lat", "thread", 4, 40.0, "ns/op")]))
+    assert run.unavailable("cpp", sys.executable) is None
+    monkeypatch.setitem(run.REQUIRES, "triton", "no_such_module_for_the_bench_test")
+    why = run.unavailable("triton", sys.executable)
+    assert why and "no_such_module_for_the_bench_test" in why and "\n" not in why
 
 
 def test_compile_time_reports_first_and_later_kernel():
