@@ -21,7 +21,7 @@ One compile at a time.  Prints one JSON line per result (impl numba / cute / cpp
 is the cpp result of both benches, so that bench/run.py gives each DSL figure its ratio to nvcc),
 then the table family x scope x (numba cold, numba warm, cute cold, cute warm, nvcc).
 ``--outline auto,none``: the DSL runs once per NVSHMEM_DSL_OUTLINE mode (how Numba links NVSHMEM's
-large routines: nvshmem_dsl.outline), the bench names suffixed ``_outline_<mode>``.
+large routines: nvshmem_dsl.linker.outline), the bench names suffixed ``_outline_<mode>``.
 Exit status 1 when a compile failed (the others are reported).
 """
 

@@ -106,7 +106,7 @@ def _trace_phases(marks: dict) -> None:
     prefetch (the store's build started by ``init()``, with ``--init``), the closure's
     extraction, within it the parse of the bodies it needs and the GlobalDCE, and the link of
     the kernel."""
-    from nvshmem_dsl import bitcode
+    from nvshmem_dsl.linker import pieces, store
     from nvshmem_dsl.numba import _linker
 
     def wrap(owner, name, label):
@@ -120,10 +120,10 @@ def _trace_phases(marks: dict) -> None:
                 marks.setdefault(label, (start, time.perf_counter()))
         setattr(owner, name, timed)
 
-    wrap(bitcode, "prefetch", "prefetch")
-    wrap(bitcode, "_parse", "parse")
-    wrap(bitcode, "_global_dce", "dce")
-    wrap(bitcode, "_closure", "closure")
+    wrap(store, "prefetch", "prefetch")
+    wrap(pieces, "_parse", "parse")
+    wrap(pieces, "_global_dce", "dce")
+    wrap(pieces, "_closure", "closure")
     wrap(_linker, "link", "link")
 
 
@@ -169,11 +169,11 @@ def _triton(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -
 
 
 def _outline_mode() -> str:
-    """How NVSHMEM's large routines were linked: nvshmem_dsl.outline's mode (NVSHMEM_DSL_OUTLINE), or
+    """How NVSHMEM's large routines were linked: nvshmem_dsl.linker.outline's mode (NVSHMEM_DSL_OUTLINE), or
     "n/a" where nvshmem_dsl has no outlining (every routine inlined)."""
     import importlib
 
-    for name in ("nvshmem_dsl.linker.outline", "nvshmem_dsl.outline"):
+    for name in ("nvshmem_dsl.linker.outline", "nvshmem_dsl.linker.outline"):
         try:
             return importlib.import_module(name).mode()
         except ImportError:

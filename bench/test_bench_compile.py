@@ -6,7 +6,7 @@
 * the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc);
 * every Python file of bench/ byte-compiles;
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
-  or called in their objects, nvshmem_dsl.outline);
+  or called in their objects, nvshmem_dsl.linker.outline);
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
 * every Triton kernel compiles to PTX for sm_90 (``GPUTarget("cuda", 90, 32)``, Triton's ptxas stage
   left out) with the fine-grained NVSHMEM functions inlined (skipped without triton);
@@ -127,25 +127,11 @@ def _coll_symbol(name: str) -> str:
     return table.get("float32") or table[None]
 
 
-def _outline_module():
-    """nvshmem_dsl's outlining module (nvshmem_dsl.linker.outline; nvshmem_dsl.outline before the
-    runtime's reorganisation), None where it has none (every routine inlined)."""
-    import importlib
-
-    for name in ("nvshmem_dsl.linker.outline", "nvshmem_dsl.outline"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    return None
-
-
 def _large_outlined(ptx: str, name: str) -> frozenset:
-    """The NVSHMEM functions kernel ``name``'s PTX calls in their objects (nvshmem_dsl.outline links
+    """The NVSHMEM functions kernel ``name``'s PTX calls in their objects (nvshmem_dsl.linker.outline links
     NVSHMEM's large routines so): at most the kernel's own collective or barrier, the rest is inlined."""
-    outline = _outline_module()
-    if outline is None:
-        return frozenset()
+    from nvshmem_dsl.linker import outline
+
     outlined = outline.extern_calls(ptx)
     large = {_coll_symbol(name)} if name.startswith("coll_") else {"nvshmemx_barrier_all_block"}
     assert outlined <= large, (name, sorted(outlined))

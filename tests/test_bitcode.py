@@ -238,7 +238,7 @@ def test_closure_from_the_bodies_it_needs_is_the_same(bc, names, monkeypatch):
     parsed = []
     real = pieces._parse
     monkeypatch.setattr(pieces, "_parse", lambda path, data=None: (parsed.append(data), real(path, data))[1])
-    closure = store._Store.from_part(pieces._closure(bc, names, "k"), "k").assemble(names).decode()
+    closure = store._Store.from_part(pieces._closure(bc, names), "k").assemble(names).decode()
     whole = store._Store.from_part(pieces._part(bc, 0, 1, own=names), "k").assemble(names).decode()
     assert canonical(closure) == canonical(whole)
     assert parsed[0] is not None and parsed[0] != bc.read_bytes()  # bodies dropped
@@ -250,7 +250,7 @@ def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):
         raise bodies.BitcodeLayoutError("no")
 
     monkeypatch.setattr(bodies, "functions", unreadable)
-    part = pieces._closure(bc, ["nvshmem_baz"], "k")
+    part = pieces._closure(bc, ["nvshmem_baz"])
     assert "nvshmem_baz" in part["functions"]
 
 
@@ -263,7 +263,7 @@ def test_every_kernel_before_the_store_links_a_closure(bc, tmp_path, monkeypatch
     monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
     closures = []
     real = pieces._closure
-    monkeypatch.setattr(pieces, "_closure", lambda path, names, key: (closures.append(names), real(path, names, key))[1])
+    monkeypatch.setattr(pieces, "_closure", lambda path, names: (closures.append(names), real(path, names))[1])
     assert _functions(store.api_module(["nvshmem_baz"], 90, bc_path=bc)) == ["helper", "nvshmem_baz", "nvshmem_foo"]
     assert _functions(store.api_module(["nvshmem_bar"], 90, bc_path=bc)) == ["nvshmem_bar"]
     assert closures == [["nvshmem_baz"], ["nvshmem_bar"]]

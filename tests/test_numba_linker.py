@@ -511,7 +511,7 @@ def test_closure_of_the_real_bitcode_is_the_stores(names):
 
     st = store._store(None, 90)
     bc = store._default_bitcode(90)
-    closure = store._Store.from_part(pieces._closure(bc, names, "k"), "k")
+    closure = store._Store.from_part(pieces._closure(bc, names), "k")
     assert len(closure.functions) < len(st.functions) / 10
     assert canonical(closure.assemble(names).decode()) == canonical(st.assemble(names).decode())
 

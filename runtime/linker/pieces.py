@@ -243,7 +243,7 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
         "blob": bytes(blob),
     }
 
-_listed: dict = {}  # store key -> bodies.functions() of its file, for _closure
+_listed: dict = {}  # (path, size, mtime) of a bitcode file -> bodies.functions() of it, for _closure
 
 
 def _api_of(listed) -> set:
@@ -270,7 +270,7 @@ def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:
     return _part(bc_path, part, parts, threads, parsed=parsed, prototypes=True, listing=(api, public))
 
 
-def _closure(bc_path: Path, names, key: str) -> dict:
+def _closure(bc_path: Path, names) -> dict:
     """The closure of ``names`` (:func:`_part` with ``own``), from a parse of the function bodies
     it needs only (:mod:`nvshmem_dsl.linker.bodies`): ``names`` and every function that is not
     an API function, then the API functions those call, until nothing is missing.  Almost all of
@@ -279,6 +279,8 @@ def _closure(bc_path: Path, names, key: str) -> dict:
     :mod:`~nvshmem_dsl.linker.bodies` does not read is parsed whole."""
     data = bc_path.read_bytes()
     try:
+        st = bc_path.stat()
+        key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
         fns = _listed.get(key) or _listed.setdefault(key, bodies.functions(data))
         api = _api_of(fns)
         keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}

@@ -126,7 +126,7 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
             if set(names) <= st.api:
                 return st
     try:
-        part = pieces._closure(bc_path, sorted(names), key)
+        part = pieces._closure(bc_path, sorted(names))
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
     st = _Store.from_part(part, key)
