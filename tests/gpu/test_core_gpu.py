@@ -1,8 +1,10 @@
 """The seed programs, ported to nvshmem_dsl.core (examples/nvshmem4py/), run on 2 GPUs.
 
-Each test starts its own 2-PE job (``python -m nvshmem_dsl.run --gpus 0,1 ...``, or torchrun
-for seed 004) and checks what the program printed or, through tests/gpu/nvshmem4py_probe.py,
-what it moved.  Run this file in ONE process (it launches the PEs itself):
+Each test starts its own 2-PE job and checks what the program printed or, through
+tests/gpu/nvshmem4py_probe.py, what it moved: the programs that start MPI (seeds 000, 001, 003:
+``MPI.COMM_WORLD``) under ``mpirun -n 2``, as their authors ran them (an MPI singleton inside our
+launcher cannot start Open MPI's local daemon in every image), the others under
+``python -m nvshmem_dsl.run -n 2``, seed 004 under torchrun.  Run this file in ONE process (it launches the PEs itself):
 
     python -m pytest -m gpu tests/gpu/test_core_gpu.py
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,26 +60,45 @@ def two_gpus():
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_INIT_TIMEOUT"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    # the MPI seeds call MPI_Init as singletons under our launcher; Open MPI wants an rsh agent
-    # path even for its local daemon, and root needs its consent
-    env.setdefault("OMPI_MCA_ess_singleton_isolated", "1")  # Open MPI 4.1: no local daemon for a singleton
-    env.setdefault("OMPI_MCA_plm_rsh_agent", "/bin/false")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # Open MPI refuses root without its consent
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return env
 
 
-def _job(*args: str, launcher: list[str] | None = None) -> dict[int, list[str]]:
-    """Run a 2-PE job; its output lines by rank (rc 0 required)."""
-    gpus = ["--gpus", "0,1"] if _gpus() >= 2 else []  # one GPU: both PEs on it (under MPS)
-    cmd = launcher or [sys.executable, "-m", "nvshmem_dsl.run", "-n", "2", *gpus]
-    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
-    assert proc.returncode == 0, f"{' '.join(cmd + list(args))}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+def _mpirun() -> list[str]:
+    """``mpirun -n 2`` with each output line tagged by rank (Open MPI or MPICH)."""
+    exe = shutil.which("mpirun") or shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("the program starts MPI and no mpirun is installed")
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version:
+        return [exe, "-n", "2", "--oversubscribe", "--tag-output"]
+    return [exe, "-n", "2", "-prepend-rank"]
+
+
+#: A line of a 2-PE job's output: our launcher's "[rank N] ", Open MPI's "[job,N]<stdout>:",
+#: MPICH's "[N] ".
+_TAGGED = re.compile(r"^(?:\[rank (\d+)\] |\[\d+,(\d+)\]<stdout>: ?|\[(\d+)\] )(.*)$")
+
+
+def _job(*args: str, mpi: bool = False) -> dict[int, list[str]]:
+    """Run a 2-PE job (``mpi``: under mpirun); its output lines by rank (rc 0 required).
+    ``args`` may start with ``--as-nvshmem4py``: the program runs with the import alias."""
+    alias = args[:1] == ("--as-nvshmem4py",)
+    if mpi:
+        target = list(args[1:] if alias else args)
+        cmd = [*_mpirun(), sys.executable, *(["-m", "nvshmem_dsl.core.alias"] if alias else []), *target]
+    else:
+        gpus = ["--gpus", "0,1"] if _gpus() >= 2 else []  # one GPU: both PEs on it (under MPS)
+        cmd = [sys.executable, "-m", "nvshmem_dsl.run", "-n", "2", *gpus, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
     lines: dict[int, list[str]] = {0: [], 1: []}
     for line in proc.stdout.splitlines():
-        if line.startswith("[rank "):
-            rank, _, text = line[6:].partition("] ")
-            lines[int(rank)].append(text)
+        m = _TAGGED.match(line)
+        if m:
+            rank = next(g for g in m.groups()[:3] if g is not None)
+            lines[int(rank)].append(m.group(4))
     return lines
 
 
@@ -116,21 +138,24 @@ def _as_nvshmem4py_program(name: str, tmp_path: Path) -> Path:
 
 def test_seed000_numba_example():
     pytest.importorskip("cupy")
-    _check_ring(_probes(_job(str(PROBE), str(PORTS / "seed000_numba_put_get.py"), "src,dst,remote_buf")))
+    pytest.importorskip("mpi4py")
+    _check_ring(_probes(_job(str(PROBE), str(PORTS / "seed000_numba_put_get.py"), "src,dst,remote_buf", mpi=True)))
 
 
 def test_seed000_unchanged_through_the_alias(tmp_path):
     pytest.importorskip("cupy")
+    pytest.importorskip("mpi4py")
     program = _as_nvshmem4py_program("seed000_numba_put_get", tmp_path)
     assert "import nvshmem\n" in program.read_text()
-    lines = _job("--as-nvshmem4py", str(PROBE), str(program), "src,dst,remote_buf")
+    lines = _job("--as-nvshmem4py", str(PROBE), str(program), "src,dst,remote_buf", mpi=True)
     _check_ring(_probes(lines))
 
 
 def test_seed001_cute_example():
     pytest.importorskip("cutlass.cute")
     pytest.importorskip("cupy")
-    _check_ring(_probes(_job(str(PROBE), str(PORTS / "seed001_cute_put_get.py"), "src,dst,remote_buf")))
+    pytest.importorskip("mpi4py")
+    _check_ring(_probes(_job(str(PROBE), str(PORTS / "seed001_cute_put_get.py"), "src,dst,remote_buf", mpi=True)))
 
 
 @pytest.mark.parametrize("alias", [False, True], ids=["ported", "unchanged-imports"])
@@ -138,9 +163,9 @@ def test_seed003_tutorial_every_cell(alias, tmp_path):
     pytest.importorskip("cupy")
     pytest.importorskip("mpi4py")
     if alias:
-        lines = _job("--as-nvshmem4py", str(_as_nvshmem4py_program("seed003_tutorial", tmp_path)))
+        lines = _job("--as-nvshmem4py", str(_as_nvshmem4py_program("seed003_tutorial", tmp_path)), mpi=True)
     else:
-        lines = _job(str(PORTS / "seed003_tutorial.py"))
+        lines = _job(str(PORTS / "seed003_tutorial.py"), mpi=True)
     out = {rank: "\n".join(texts) for rank, texts in lines.items()}
     for pe in (0, 1):
         assert "NVSHMEM Library version:" in out[pe] and f"\n{pe}\n2\n" in out[pe]
