@@ -21,7 +21,12 @@
 #                single-collective compile times (bench/compile_families.py) and the examples
 #   core         tests/gpu/test_core_gpu.py (the NVSHMEM4Py programs through nvshmem_dsl.core; it starts its
 #                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
+#   coll-ab      collective and p/g/atomic latency of C++ and IMPLS (default cpp,numba,triton), NVSHMEM_DSL_OUTLINE
+#                auto and none (OUTLINE_MODES), 2 PEs (one GPU: under MPS)
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
+#
+# IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
+# prelude points NVSHMEM_HOME at 3.8), so that one call can run both versions.
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
 # printed summary. ../shared/device/README.md explains .dw (bash ../shared/device/pack.sh .dw cute).
@@ -32,6 +37,9 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 work=/tmp/gpu-$step; rm -rf "$work"; mkdir -p "$work"
 . tests/gpu/prelude.sh > "$work/prelude.log" 2>&1
 tail -3 "$work/prelude.log"
+if [ "${IMAGE_NVSHMEM:-0}" = 1 ] && [ -n "${NVSHMEM_HOME:-}" ]; then
+  unset NVSHMEM_HOME; echo "IMAGE_NVSHMEM=1: the image's NVSHMEM, not the carried 3.8"
+fi
 export NVSHMEM_DSL_INIT_TIMEOUT=${NVSHMEM_DSL_INIT_TIMEOUT:-90} NVSHMEM_DSL_TEST_TIMEOUT=${NVSHMEM_DSL_TEST_TIMEOUT:-240}
 export PYTEST_ADDOPTS="--tb=short -rfEs ${PYTEST_ADDOPTS:-}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpus.txt" 2>&1
@@ -140,6 +148,17 @@ case "$step" in
     timeout 400 python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m pytest -q -m gpu -p no:cacheprovider \
       tests/gpu/test_core_gpu.py --junitxml="$work/core.xml" > "$work/core.txt" 2>&1 || rc=$?
     tail -30 "$work/core.txt"
+    ;;
+  coll-ab)  # device-side latency (collectives at 8 B, p/g/atomics) of C++ and the DSLs in IMPLS in one
+            # run, with NVSHMEM's large routines out of line (auto) and inlined (none); one GPU: 2 PEs
+            # share it under MPS (latency only: no bandwidth from a shared GPU)
+    ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu ))
+    for m in ${OUTLINE_MODES:-auto none}; do
+      NVSHMEM_DSL_OUTLINE=$m timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/run.py \
+        --quick --impls "${IMPLS:-cpp,numba,triton}" --no-compile-time --only coll_lat,p_lat,g_lat,amo_lat \
+        --out "$work/coll-$m.json" > "$work/coll-$m.log" 2>&1 || rc=$?
+      grep -E "^(coll_lat|p_lat|g_lat|atomic|bench )" "$work/coll-$m.log" | sed "s/^/$m /"
+    done
     ;;
   limited-mpg)
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \
