@@ -1,5 +1,8 @@
 """The CuTe DSL kernels of tests/gpu/test_cute_gpu.py, importable without a GPU or cupy.
 
+The shapes they run are those of tests/gpu/shapes.py that CuTe runs; :func:`call` maps a shape
+and its arrays to the case that runs it and the case's runtime arguments.
+
 Every launcher the GPU test runs is a :class:`Case` of :data:`CASES`: the ``@cute.jit``
 launcher, the kinds of its arguments (tensors with element type and size, runtime scalars,
 ``cutlass.Constexpr`` values) and the NVSHMEM device functions it needs beyond those of
@@ -24,12 +27,7 @@ from cutlass import Float32, Int32, Int64, Uint64
 
 import nvshmem_dsl.cute as nv
 
-N = 1024          # elements of the RMA tests (as in test_numba_gpu)
-COLL_N = 64       # elements per PE of the collective tests
-REDUCE_N = 256    # elements of the reduction tests
-THREADS = 64      # threads per block, unless a case says otherwise
-
-SCOPES = ("thread", "warp", "block")
+from shapes import COLL_N, N, REDUCE_N, SCOPES, THREADS, coll_count, shapes  # noqa: F401
 
 # --------------------------------------------------------------- argument specs
 
@@ -229,7 +227,7 @@ def put_block(dst: cute.Tensor, src: cute.Tensor, pe: Int32):
     k_put_block(dst, src, pe).launch(grid=[1, 1, 1], block=[THREADS, 1, 1])
 
 
-WIDTHS = ("int8", "uint16", "int32", "uint64", "float16", "float64", "bfloat16")
+WIDTHS = tuple(s.dtype for s in shapes("cute", "put_width"))
 for _d in WIDTHS:
     case(f"put_block_{_d}", put_block, Tensor(_d, N), Tensor(_d, N), Scalar(Int32))
 
@@ -251,7 +249,9 @@ def p_g(dst: cute.Tensor, src: cute.Tensor, pe: Int32, op: Int32):
     k_p_g(dst, src, pe, op).launch(grid=[N // 128, 1, 1], block=[128, 1, 1])
 
 
-case("p_g", p_g, Tensor("float32", N), Tensor("float32", N), Scalar(Int32), Scalar(Int32))
+for _d in sorted({s.dtype for s in shapes("cute", "p_g")}):
+    case("p_g" if _d == "float32" else f"p_g_{_d}", p_g, Tensor(_d, N), Tensor(_d, N), Scalar(Int32),
+         Scalar(Int32))
 
 
 # op (runtime): 0 iput, 1 iget; dst stride 2, src stride 3.
@@ -585,7 +585,7 @@ case("ptr_peer", ptr, Tensor("float32", 4), Tensor("int64", 2), Scalar(Int32))
 
 # --- collectives ----------------------------------------------------------------------------
 
-COLL_KINDS = ("broadcast", "fcollect", "alltoall")
+COLL_KINDS = tuple(dict.fromkeys(s.op for s in shapes("cute", "coll")))
 
 
 @cute.kernel
@@ -616,10 +616,9 @@ for _k in COLL_KINDS:
 
 
 # One <op>_reduce per kernel: block-scope reductions are large, and several in one kernel
-# take minutes to compile. The cases of test_numba_gpu.REDUCE_CASES.
+# take minutes to compile.
 
-REDUCE_CASES = [(op, "thread") for op in ("sum", "max", "min", "prod", "and", "or", "xor")] + \
-    [("sum", "warp"), ("sum", "block"), ("xor", "block")]
+REDUCE_CASES = [(s.op[:-len("_reduce")], s.scope) for s in shapes("cute", "reduce")]
 
 
 @cute.kernel
@@ -656,3 +655,47 @@ def reducescatter(dst: cute.Tensor, src: cute.Tensor, scope: cutlass.Constexpr):
 for _s in SCOPES:
     case(f"sum_reducescatter_{_s}", reducescatter, Tensor("float32", COLL_N),
          Tensor("float32", lambda p: COLL_N * p), Const(_s), collective=True)
+
+
+# --- the shapes of tests/gpu/shapes.py -> cases ---------------------------------------------
+
+
+def call(shape, b, pe: int) -> tuple[str, list]:
+    """(case name, runtime arguments) that run `shape` on arrays `b` (shapes.Bufs) towards `pe`."""
+    k, s = shape.kind, shape.scope
+    if k == "put_get":
+        return f"rma_{s}", [b.dst, b.src, pe, RMA_OPS.index(shape.op)]
+    if k == "put_count":
+        return "put_count", [b.dst, b.src, shape.count, pe]
+    if k == "put_width":
+        return f"put_block_{shape.dtype}", [b.dst, b.src, pe]
+    if k == "p_g":
+        name = "p_g" if shape.dtype == "float32" else f"p_g_{shape.dtype}"
+        return name, [b.dst, b.src, pe, ("p", "g").index(shape.op)]
+    if k == "strided":
+        return f"iput_iget_{s}", [b.dst, b.src, shape.count, pe, ("iput", "iget").index(shape.op)]
+    if k == "put_signal":
+        return f"put_signal_{s}", [b.dst, b.src, b.sig, pe, int(shape.nbi)]
+    if k == "signal_add":
+        return "signal_add", [b.sig, pe]
+    if k == "atomics":
+        return "atomics", [b.counter, b.out, pe]
+    if k == "atomics_scalar":
+        return "atomics_scalar", [b.x, b.out, pe]
+    if k == "float_atomic_add":
+        return "float_atomic_add", [b.x, pe]
+    if k == "wait":
+        return "wait_test", [b.ivars, b.out, b.idx, pe]
+    if k == "wait_vector":
+        return "wait_test_vector", [b.ivars, b.cmp_values, b.out, b.idx, b.idx2, pe]
+    if k == "barriers":
+        return f"barriers_{s}", [b.x, b.out, pe]
+    if k == "flush":
+        return "flush", [b.x, pe]
+    if k == "barrier_warpgroup":
+        return "barrier_warpgroup", [b.out]
+    if k == "ptr_peer":
+        return "ptr_peer", [b.x, b.out, pe]
+    if k in ("coll", "reduce", "reducescatter"):
+        return f"{shape.op}_{s}", [b.dst, b.src]
+    raise KeyError(f"no CuTe case for {k}")
