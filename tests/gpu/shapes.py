@@ -549,8 +549,8 @@ def skip_unless_runnable(shape: Shape, arrays) -> None:
     if npes() < shape.min_pes:
         pytest.skip(f"needs >= {shape.min_pes} PEs")
     if shape.requires:
-        from nvshmem_dsl import bitcode
-        have = bitcode.api_names(arrays.cc())
+        from nvshmem_dsl.linker import store
+        have = store.api_names(arrays.cc())
         missing = [s for s in shape.requires if s not in have]
         if missing:
             pytest.skip(f"not in this NVSHMEM's device library: {', '.join(missing)}")
