@@ -19,10 +19,28 @@ loaded on first use.  Device-side APIs live in ``nvshmem_dsl.numba`` and
 
 from ._generated.constants import Cmp, InitStatus, SignalOp, Status, Team, ThreadLevel
 from .host._lib import ffi, lib
-from .host._init import Session, finalize, get_uniqueid, global_exit, info, init, init_status, is_initialized, my_pe, n_pes, query_thread, session, team_my_pe, team_n_pes, versions
-from .errors import NvshmemArgumentError, NvshmemError, NvshmemInitError, NvshmemLeakWarning, NvshmemMemoryError, NvshmemMpgError, NvshmemNotFoundError, NvshmemOutOfMemoryError, NvshmemStateError, NvshmemStatusError, NvshmemTypeError, NvshmemUnsupportedError
-from .host.operations import REDUCE_OPS, alltoall, atomic_add, atomic_and, atomic_compare_swap, atomic_fetch, atomic_fetch_add, atomic_fetch_and, atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor, atomic_inc, atomic_or, atomic_set, atomic_swap, atomic_xor, barrier, barrier_all, broadcast, fcollect, fence, flush, g, get, get_nbi, iget, iput, p, put, put_nbi, put_signal, put_signal_nbi, quiet, reduce, reducescatter, signal_counted_reset, signal_fetch, signal_op, signal_wait_until, sync, sync_all, wait_until, wait_until_all, wait_until_all_vector
-from .host.memory import Buffer, array, buffer, empty, empty_like, free, full, is_symmetric, leak_report, live_allocations, mc_ptr, multicast, peer, peer_ptr, register_buffer, register_external, unregister_all_buffers, unregister_buffer, unregister_external, zeros, zeros_like
+from .host._init import (
+    Session, finalize, get_uniqueid, global_exit, info, init, init_status, is_initialized, my_pe,
+    n_pes, query_thread, session, team_my_pe, team_n_pes, versions,
+)
+from .errors import (
+    NvshmemArgumentError, NvshmemError, NvshmemInitError, NvshmemLeakWarning, NvshmemMemoryError,
+    NvshmemMpgError, NvshmemNotFoundError, NvshmemOutOfMemoryError, NvshmemStateError,
+    NvshmemStatusError, NvshmemTypeError, NvshmemUnsupportedError,
+)
+from .host.operations import (
+    REDUCE_OPS, alltoall, atomic_add, atomic_and, atomic_compare_swap, atomic_fetch,
+    atomic_fetch_add, atomic_fetch_and, atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor,
+    atomic_inc, atomic_or, atomic_set, atomic_swap, atomic_xor, barrier, barrier_all, broadcast,
+    fcollect, fence, flush, g, get, get_nbi, iget, iput, p, put, put_nbi, put_signal,
+    put_signal_nbi, quiet, reduce, reducescatter, signal_counted_reset, signal_fetch, signal_op,
+    signal_wait_until, sync, sync_all, wait_until, wait_until_all, wait_until_all_vector,
+)
+from .host.memory import (
+    Buffer, array, buffer, empty, empty_like, free, full, is_symmetric, leak_report,
+    live_allocations, mc_ptr, multicast, peer, peer_ptr, register_buffer, register_external,
+    unregister_all_buffers, unregister_buffer, unregister_external, zeros, zeros_like,
+)
 from .linker.module_init import install_dsl_hooks
 from .linker.module_init import library_finalize as culibrary_finalize
 from .linker.module_init import library_init as culibrary_init

@@ -34,7 +34,9 @@ from nvshmem_dsl.host import _state
 from nvshmem_dsl.core import _tracking
 from nvshmem_dsl.core.nvshmem_types import NvshmemError, NvshmemInvalid
 
-from nvshmem4py_world import HEAP, MC_SHIFT, PEER_SHIFT, FakeDevice, FakeStream, World, close, compile_cute_launches
+from nvshmem4py_world import (
+    HEAP, MC_SHIFT, PEER_SHIFT, FakeDevice, FakeStream, World, close, compile_cute_launches,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = ROOT / "examples" / "nvshmem4py"

@@ -27,16 +27,41 @@ import sys as _sys
 from typing import Any
 
 from .._generated.constants import SmemAmount
-from .amo import atomic_add, atomic_and, atomic_compare_swap, atomic_fetch, atomic_fetch_add, atomic_fetch_and, atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor, atomic_inc, atomic_or, atomic_set, atomic_swap, atomic_xor
-from .collective import alltoall, barrier, barrier_all, broadcast, collective_on_buffer, fcollect, reduce, reducescatter, sync, sync_all
+from .amo import (
+    atomic_add, atomic_and, atomic_compare_swap, atomic_fetch, atomic_fetch_add, atomic_fetch_and,
+    atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor, atomic_inc, atomic_or, atomic_set,
+    atomic_swap, atomic_xor,
+)
+from .collective import (
+    alltoall, barrier, barrier_all, broadcast, collective_on_buffer, fcollect, reduce,
+    reducescatter, sync, sync_all,
+)
 from .direct import ComparisonType, InitStatus, SignalOp, init_status, my_pe, n_pes, team_my_pe, team_n_pes
-from .init_fini import UniqueID, finalize, find_device_bitcode_library, get_unique_id, get_version, init, library_finalize, library_init, module_finalize, module_init
-from .interop.cupy import array, array_get_buffer, bytearray, free_array, get_multicast_array, get_peer_array, register_external_array, unregister_external_array
-from .interop.torch import bytetensor, free_tensor, get_multicast_tensor, get_peer_tensor, register_external_tensor, tensor, tensor_get_buffer, unregister_external_tensor
-from .memory import buffer, free, get_multicast_buffer, get_peer_buffer, register_external_buffer, unregister_external_buffer
-from .nvshmem_types import BufferTypes, MutableEnum, NvshmemError, NvshmemInvalid, NvshmemKernelObject, NvshmemStream, NvshmemStreamsType, NvshmemWarning, Teams, Version
+from .init_fini import (
+    UniqueID, finalize, find_device_bitcode_library, get_unique_id, get_version, init,
+    library_finalize, library_init, module_finalize, module_init,
+)
+from .interop.cupy import (
+    array, array_get_buffer, bytearray, free_array, get_multicast_array, get_peer_array,
+    register_external_array, unregister_external_array,
+)
+from .interop.torch import (
+    bytetensor, free_tensor, get_multicast_tensor, get_peer_tensor, register_external_tensor,
+    tensor, tensor_get_buffer, unregister_external_tensor,
+)
+from .memory import (
+    buffer, free, get_multicast_buffer, get_peer_buffer, register_external_buffer,
+    unregister_external_buffer,
+)
+from .nvshmem_types import (
+    BufferTypes, MutableEnum, NvshmemError, NvshmemInvalid, NvshmemKernelObject, NvshmemStream,
+    NvshmemStreamsType, NvshmemWarning, Teams, Version,
+)
 from .rma import get, put, put_signal, quiet, signal_op, signal_wait
-from .teams import TeamConfig, TeamUniqueId, get_team_unique_id, team_destroy, team_init, team_split_2d, team_split_strided, team_translate_pe
+from .teams import (
+    TeamConfig, TeamUniqueId, get_team_unique_id, team_destroy, team_init, team_split_2d,
+    team_split_strided, team_translate_pe,
+)
 
 __all__ = [
     # memory

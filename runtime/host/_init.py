@@ -29,8 +29,12 @@ from typing import Any
 
 from . import _bootstrap, _cuda, _lib, _state
 from .. import _libs
-from .._generated.constants import SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel
-from ..errors import NvshmemError, NvshmemInitError, NvshmemLeakWarning, NvshmemNotFoundError, NvshmemStateError
+from .._generated.constants import (
+    SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel,
+)
+from ..errors import (
+    NvshmemError, NvshmemInitError, NvshmemLeakWarning, NvshmemNotFoundError, NvshmemStateError,
+)
 
 __all__ = [
     "Session",

@@ -32,7 +32,10 @@ from typing import Any, Iterable, Sequence
 
 from . import _arrays, _lib, _table, _state
 from ._teamref import team_id
-from ..errors import NvshmemArgumentError, NvshmemError, NvshmemMemoryError, NvshmemOutOfMemoryError, NvshmemTypeError
+from ..errors import (
+    NvshmemArgumentError, NvshmemError, NvshmemMemoryError, NvshmemOutOfMemoryError,
+    NvshmemTypeError,
+)
 
 __all__ = [
     "Buffer",

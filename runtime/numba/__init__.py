@@ -21,7 +21,10 @@ from .._generated.constants import Cmp, SignalOp, SmemAmount, Team
 from . import c
 from ._calls import make_api
 from ._intrinsics import declare_device_function
-from ._linker import add_module_finalize_hook, add_module_init_hook, remove_module_finalize_hook, remove_module_init_hook, set_module_init_hook
+from ._linker import (
+    add_module_finalize_hook, add_module_init_hook, remove_module_finalize_hook,
+    remove_module_init_hook, set_module_init_hook,
+)
 from ._views import multicast, peer, window
 from ..linker.outline import override as outline
 

@@ -34,7 +34,10 @@ import triton.language as _tl
 from . import c
 from ._args import TritonPointer, pointer
 from ._calls import make_api, multicast, peer
-from ._compile import NvshmemLinkError, add_module_finalize_hook, add_module_init_hook, install, remove_module_finalize_hook, remove_module_init_hook, set_module_init_hook, uninstall
+from ._compile import (
+    NvshmemLinkError, add_module_finalize_hook, add_module_init_hook, install,
+    remove_module_finalize_hook, remove_module_init_hook, set_module_init_hook, uninstall,
+)
 from ..linker.outline import override as outline
 
 DISPATCH = _table.DISPATCH
