@@ -4,7 +4,8 @@
 
 Each int32 symmetric array or tensor that nvshmem_dsl.core allocates is filled, before the
 program sees it, with ``1000 * (my_pe + 1) + k`` (k: the allocation's number), so that every
-value is known and different.  When the program calls ``finalize``, the device is synchronized
+value is known and different.  When the program calls ``finalize``, the device is synchronized,
+every PE meets in a barrier (the programs end without one: a peer's put may not have landed yet),
 and the first element of each named global of the program is printed as one JSON line
 ``PROBE {"pe": ..., "NAME": value, ...}``; then the program's finalize runs.
 """
@@ -18,6 +19,7 @@ import sys
 
 import numpy as np
 
+import nvshmem_dsl
 import nvshmem_dsl.core as core
 from nvshmem_dsl.host import _arrays, _cuda, _state
 from nvshmem_dsl.core import _tracking
@@ -41,6 +43,9 @@ def main() -> None:
     finalize = core.finalize
 
     def reporting_finalize(*args, **kwargs):
+        # every PE's puts have landed (the seeds end without a barrier) before any PE reads
+        _cuda.synchronize()
+        nvshmem_dsl.barrier_all()
         _cuda.synchronize()
         scope = sys._getframe(1).f_globals
         report = {"pe": _state.STATE.my_pe}
