@@ -193,7 +193,7 @@ def main(argv=None) -> int:
                     help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
     ap.add_argument("--kernel", default=None,
-                    help="time this kernel of the benchmark (its name in bench/shapes.py SHAPES) "
+                    help="time this kernel of the benchmark (its name in bench/bench_shapes.py SHAPES) "
                          "alone instead of put_block, then p_lat")
     args = ap.parse_args(argv)
     marks = {} if args.phases and args.impl == "numba" else None

@@ -28,7 +28,7 @@ from cutlass import Float32, Int32, Int64, Uint64  # noqa: E402
 
 import _common as C  # noqa: E402
 import _cute_api  # noqa: E402
-import shapes  # noqa: E402
+import bench_shapes as shapes  # noqa: E402
 
 # the bandwidth launchers' block size is a runtime value on purpose (see the launchers)
 warnings.filterwarnings("ignore", message="Dynamic variable in block size")
@@ -192,7 +192,7 @@ def spin_k(us: Int32):
 
 
 def _launch_bw(shape):
-    """The launcher of bandwidth shape ``shape`` (bench/shapes.py), its block size given at launch."""
+    """The launcher of bandwidth shape ``shape`` (bench/bench_shapes.py), its block size given at launch."""
     kernel = _rma_bw_kernel(getattr(nvc, shape.call), _WORKERS[shape.workers])
 
     @cute.jit
@@ -228,7 +228,7 @@ def launch_barrier_lat(iters: Int32, stream: cudrv.CUstream):
 
 
 def _launch_coll(shape):
-    """The launcher of collective shape ``shape`` (bench/shapes.py): one block of ``block`` threads
+    """The launcher of collective shape ``shape`` (bench/bench_shapes.py): one block of ``block`` threads
     (given at launch, as C++ and Numba do: no ``.reqntid``)."""
     kernel = _coll_kernel(getattr(nvc, shape.call), C.coll_shape(shape.scope.rsplit("_", 1)[0]))
 
@@ -270,13 +270,13 @@ def block_of(name: str) -> int:
 
 
 def launch_args(name: str, args: tuple, stream, block_type=int) -> tuple:
-    """The launcher's arguments: the kernel's (bench/shapes.py order), the block size where it is
+    """The launcher's arguments: the kernel's (bench/bench_shapes.py order), the block size where it is
     given at launch, the stream."""
     return (*args, *((block_type(block_of(name)),) if block_at_launch(name) else ()), stream)
 
 
 def example_args(name: str, t: dict, stream) -> tuple:
-    """Arguments of launcher ``name`` given tensors ``t`` (bench/shapes.py BUFFERS), scalars 1."""
+    """Arguments of launcher ``name`` given tensors ``t`` (bench/bench_shapes.py BUFFERS), scalars 1."""
     one = {"int32": Int32(1), "int64": Int64(1)}
     args = tuple(t[a] if a in t else one[shapes.SCALARS[a]] for a in shapes.SHAPES[name].args)
     return launch_args(name, args, stream, Int32)

@@ -23,7 +23,7 @@ os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 from numba import cuda, float32, int32, int64, uint64  # noqa: E402
 
 import _common as C  # noqa: E402
-import shapes  # noqa: E402
+import bench_shapes as shapes  # noqa: E402
 
 nv = C.numba_api()
 SIG_SET, CMP_GE = C.signal_constants()
@@ -179,7 +179,7 @@ def spin(us):
         cuda.nanosleep(1000)
 
 
-#: Numba types of the parameter types of bench/shapes.py
+#: Numba types of the parameter types of bench/bench_shapes.py
 NUMBA_TYPES = {"float32[]": "float32[::1]", "uint64[]": "uint64[::1]", "int32[]": "int32[::1]",
                "int32": "int32", "int64": "int64"}
 KERNELS = {
@@ -187,7 +187,7 @@ KERNELS = {
     "amo_lat": amo_lat, "pingpong": pingpong, "barrier_lat": barrier_lat, **COLL_KERNELS,
     "empty_kernel": empty_kernel, "spin": spin,
 }
-# name -> Numba signature, from the parameters of bench/shapes.py (those the host code launches with)
+# name -> Numba signature, from the parameters of bench/bench_shapes.py (those the host code launches with)
 SIGNATURES = {name: f"void({', '.join(NUMBA_TYPES[shapes.arg_type(a)] for a in shapes.SHAPES[name].args)})"
               for name in KERNELS}
 

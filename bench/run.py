@@ -14,7 +14,7 @@ Steps (each in its own processes, each with a timeout):
    ``mpirun -n 2`` with ``--cpp-launcher mpirun``;
 4. bench/numba_bench.py, bench/cute_bench.py and bench/triton_bench.py under ``python -m
    nvshmem_dsl.run -n 2``, with the (now warm) cache of step 2; the kernels of the three are those
-   of bench/shapes.py.  Triton runs where ``--python`` can import triton and nvshmem_dsl.triton;
+   of bench/bench_shapes.py.  Triton runs where ``--python`` can import triton and nvshmem_dsl.triton;
    elsewhere its steps are skipped with a one-line reason (not a failure).
 
 Every process prints one JSON line per result; this script collects them, averages each result

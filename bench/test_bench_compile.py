@@ -10,7 +10,7 @@
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
 * every Triton kernel compiles to PTX for sm_90 (``GPUTarget("cuda", 90, 32)``, Triton's ptxas stage
   left out) with the fine-grained NVSHMEM functions inlined (skipped without triton);
-* the kernel table (bench/shapes.py) is what every DSL instantiates;
+* the kernel table (bench/bench_shapes.py) is what every DSL instantiates;
   of the 18 collective ones (5-80 s each on 2 CPUs) the barriers and fcollect at thread scope,
   all of them with BENCH_TEST_CUTE_COLL=all;
 * the parameters of bench/_common.py are those of bench/cpp/bench.cu;
@@ -250,7 +250,7 @@ def triton_bench(tmp_path_factory):
 
 
 def test_triton_kernel_table(triton_bench):
-    import shapes
+    import bench_shapes as shapes
 
     assert set(triton_bench.KERNELS) == set(shapes.SHAPES)
     for name in triton_bench.KERNELS:
@@ -260,7 +260,7 @@ def test_triton_kernel_table(triton_bench):
 
 @pytest.mark.parametrize("name", [*SHAPE_NAMES])
 def test_triton_kernel_compiles(triton_bench, name):
-    import shapes
+    import bench_shapes as shapes
 
     ck = triton_bench.compile_kernel(name)
     ptx = ck.asm["ptx"]
@@ -276,7 +276,7 @@ def test_triton_kernel_compiles(triton_bench, name):
 
 def test_triton_geometry():
     """Triton's warp workers are programs of one warp: as many, in the same order, as C++'s warps."""
-    import shapes
+    import bench_shapes as shapes
 
     S = shapes.SHAPES
     assert shapes.triton_geometry(S["put_warp"]) == (C.BW_GRID * C.BW_BLOCK // 32, 1)
@@ -292,7 +292,7 @@ def test_triton_geometry():
 
 def test_shapes_table():
     """One entry per kernel; the rows, geometry and iterations the host code of every DSL uses."""
-    import shapes
+    import bench_shapes as shapes
 
     S = shapes.SHAPES
     assert [s.kernel for s in shapes.BW] == [f"{op}_{sc}" for op in ("put", "get") for sc in C.SCOPES]

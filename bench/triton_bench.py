@@ -6,7 +6,7 @@ Run one process per PE:
     mpirun -n 2 python bench/triton_bench.py
 
 Prints one JSON line per result (impl "triton"); bench/run.py collects them.  What each kernel
-is (parameters, geometry, rows) is bench/shapes.py's; ``compile_kernel`` compiles one for a
+is (parameters, geometry, rows) is bench/bench_shapes.py's; ``compile_kernel`` compiles one for a
 ``GPUTarget`` without a GPU (bench/test_bench_compile.py).
 
 Triton specifics (nvshmem_dsl.triton): a program is one CTA of ``num_warps`` warps whose scalar
@@ -38,7 +38,7 @@ import triton.language as tl  # noqa: E402
 import nvshmem_dsl.triton as nv  # noqa: E402
 
 import _common as C  # noqa: E402
-import shapes  # noqa: E402
+import bench_shapes as shapes  # noqa: E402
 
 ALIGN = tl.constexpr(C.ALIGN_ELEMS)
 SLOT_MASK = tl.constexpr(C.LAT_SLOTS - 1)
@@ -220,7 +220,7 @@ rma_bw, p_lat, p_lat_peer_ptr, g_lat, g_lat_peer_ptr, amo_lat, pingpong, barrier
     _jit(f) for f in (rma_bw, p_lat, p_lat_peer_ptr, g_lat, g_lat_peer_ptr, amo_lat, pingpong, barrier_lat, coll,
                       empty_kernel, spin))
 
-#: name (bench/shapes.py) -> (triton.jit function, its constexpr arguments): the bandwidth and
+#: name (bench/bench_shapes.py) -> (triton.jit function, its constexpr arguments): the bandwidth and
 #: collective shapes are one kernel each, instantiated with the NVSHMEM function they call.
 KERNELS = {
     **{s.kernel: (rma_bw, {"CALL": s.call}) for s in shapes.BW},
@@ -231,7 +231,7 @@ KERNELS = {
     **{s.kernel: (coll, {"CALL": s.call}) for s in shapes.COLL},
 }
 
-#: Triton signature types of the parameter types of bench/shapes.py
+#: Triton signature types of the parameter types of bench/bench_shapes.py
 TRITON_TYPES = {"float32[]": "*fp32", "uint64[]": "*u64", "int32[]": "*i32", "int32": "i32", "int64": "i64"}
 
 
