@@ -31,7 +31,10 @@ cute = pytest.importorskip("cutlass.cute")
 import cutlass  # noqa: E402
 
 from nvshmem_dsl.cute import _compile  # noqa: E402
-from nvshmem_dsl.cute._compile import ArchNotSetError, CompiledKernel, compile, compile_to_ptx, loaded_libraries, resolve_arch, set_module_finalize_hook, set_module_init_hook
+from nvshmem_dsl.cute._compile import (
+    ArchNotSetError, CompiledKernel, compile, compile_to_ptx, loaded_libraries, resolve_arch,
+    set_module_finalize_hook, set_module_init_hook,
+)
 from nvshmem_dsl.cute._extern import _parse, extern  # noqa: E402
 
 try:
@@ -138,13 +141,21 @@ def test_other_archs(arch):
 
 
 def test_bitcode_per_arch():
-    if not re.search(r"_sm_\d+\.bc$", int_p.bitcode("sm_90a")):
+    """The bitcode (or its libNVVM copy, named after it) is the arch's; with hybrid linking
+    the copy without the outlined functions, without it (``none``) the whole library."""
+    from nvshmem_dsl.linker import outline
+
+    if not re.search(r"_sm_\d+\.bc$", str(bitcode_path("sm_90a"))):
         pytest.skip("single-file bitcode layout (NVSHMEM < 3.5)")
-    assert int_p.bitcode("sm_90a").endswith("_sm_90.bc")
-    assert int_p.bitcode("sm_80").endswith("_sm_80.bc")
-    assert int_p.bitcode("sm_86").endswith("_sm_80.bc")
-    assert int_p.bitcode("sm_100a").endswith("_sm_100.bc")
-    assert int_p.bitcode("sm_120a").endswith("_sm_100.bc")
+    with outline.override("none"):
+        for arch, sm in [("sm_90a", 90), ("sm_80", 80), ("sm_86", 80), ("sm_100a", 100),
+                         ("sm_120a", 100)]:
+            name = Path(int_p.bitcode(arch)).name
+            assert re.match(rf"libnvshmem_device_sm_{sm}[.-]", name) and "-inline-" not in name
+    with outline.override("auto"):
+        name = Path(int_p.bitcode("sm_90a")).name
+    if outline.ptxas() is not None:
+        assert re.match(r"libnvshmem_device_sm_90-inline-auto-\w+\.nvvm\.bc$", name)
 
 
 def test_arch_missing(monkeypatch):

@@ -13,6 +13,8 @@ Inside ``@cute.kernel`` / ``@cute.jit`` device code::
 
 and compile with :func:`compile` (``cute.compile`` with an explicit GPU arch and
 the NVSHMEM module-init hook), e.g. ``nv.compile(host_fn, *args, arch="sm_90a")``.
+NVSHMEM's collectives and barriers are linked from cached objects (hybrid linking,
+``nvshmem_dsl.linker.outline``); ``with nv.outline("none"):`` around a compile inlines them.
 
 The device functions are generated from the spec (``nvshmem_dsl._generated.cute_api``);
 each dispatches on the element type of its first tensor argument; the calling
@@ -31,8 +33,12 @@ from ._calls import make_api, mc_tensor, peer_tensor
 # The names nvshmem_dsl.numba uses for the same views.
 peer = peer_tensor
 multicast = mc_tensor
-from ._compile import ArchNotSetError, CompiledKernel, compile, compile_to_ptx, set_module_finalize_hook, set_module_init_hook
+from ._compile import (
+    ArchNotSetError, CompiledKernel, compile, compile_to_ptx, set_module_finalize_hook,
+    set_module_init_hook,
+)
 from ..errors import NvshmemTypeError
+from ..linker.outline import override as outline
 
 DISPATCH = _table.DISPATCH
 # The generated API: one function per DSL function of the spec.
@@ -49,6 +55,7 @@ __all__ = [
     "multicast",
     "compile",
     "compile_to_ptx",
+    "outline",
     "CompiledKernel",
     "ArchNotSetError",
     "set_module_init_hook",

@@ -14,6 +14,11 @@ returned here makes sure each loaded library is passed to the registered init
 hook before the first launch; finalization goes through CuTe's own
 ``cutlass.register_library_unload_callback``, which fires while the handle is
 still valid (explicit ``release()``, or the DSL unloading on garbage collection).
+
+Kernels that call NVSHMEM's large routines (collectives, barriers) are linked with their
+cached objects after CuTe's own compile (hybrid linking, :mod:`nvshmem_dsl.cute._link`): the
+library CuTe loads, and the hooks see, is the linked cubin.  ``with
+nvshmem_dsl.cute.outline("none"):`` around :func:`compile` inlines everything for that kernel.
 """
 
 from __future__ import annotations
@@ -196,10 +201,16 @@ class CompiledKernel:
     ``export_to_c`` ...) go to the wrapped ``cute.compile`` result.
     """
 
-    def __init__(self, fn: Any, arch: str) -> None:
+    def __init__(self, fn: Any, arch: str, linked: Optional[list] = None) -> None:
         self._fn = fn
         self.arch = arch
         self._ready: Any = None  # (jit_module, hook generation) once prepared
+        linked = linked or []
+        #: The NVSHMEM functions the kernels call out of line (hybrid linking).
+        self.outlined = frozenset().union(*(names for names, _ in linked))
+        #: The executable cubin CuTe loads when hybrid linking linked one (``None`` otherwise:
+        #: then ``keep_cubin=True`` gives CuTe's own in ``__cubin__``).
+        self.linked_cubin: Optional[bytes] = linked[-1][1] if linked else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fn, name)
@@ -286,9 +297,14 @@ def compile(
 
     ``arch``: ``"sm_90a"`` etc.; default ``--gpu-arch`` in ``options``, else
     ``$CUTE_DSL_ARCH``, else the current device, else :class:`ArchNotSetError`.  ``keep_ptx`` / ``keep_cubin`` keep the PTX text / cubin bytes on the
-    result (``.__ptx__`` / ``.__cubin__``).
+    result (``.__ptx__`` / ``.__cubin__``; with hybrid linking ``__cubin__`` is the linked
+    cubin and ``__ptx__`` the kernel's own, which declares the outlined functions
+    ``.extern .func``).  ``with nvshmem_dsl.cute.outline("none"):`` around it inlines every
+    NVSHMEM function into this kernel.
     """
     import cutlass.cute as cute
+
+    from . import _link
 
     options, arch = _with_arch(options, arch)
     with contextlib.ExitStack() as stack:
@@ -296,13 +312,16 @@ def compile(
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="nvshmem_dsl_cute_"))
             options += " --keep-ptx" * keep_ptx + " --keep-cubin" * keep_cubin
             options += f" --dump-dir {shlex.quote(tmp)}"
+        linked: list = []
         token = _compile_arch.set(arch)
+        sink = _link.linked_binaries.set(linked)
         try:
             # the artifacts are read into memory before the temp dir goes away
             compiled = cute.compile(fn, *args, options=options, **kwargs)
         finally:
+            _link.linked_binaries.reset(sink)
             _compile_arch.reset(token)
-    return CompiledKernel(compiled, arch)
+    return CompiledKernel(compiled, arch, linked)
 
 
 def compile_to_ptx(fn: Any, *args: Any, arch: Any = None, **kwargs: Any) -> str:

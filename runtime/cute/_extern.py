@@ -1,4 +1,4 @@
-"""Calling NVSHMEM device functions from CuTe DSL kernels, inlined.
+"""Calling NVSHMEM device functions from CuTe DSL kernels, inlined or out of line.
 
 Generated code declares each NVSHMEM function once with the LLVM types of its
 bitcode definition and calls it from ``@cute.kernel`` code::
@@ -35,6 +35,14 @@ The bitcode is chosen when the call is traced, for the arch being compiled
 (:func:`nvshmem_dsl.cute._compile.current_arch`), by
 :func:`nvshmem_dsl._libs.bitcode_path`: the highest ``libnvshmem_device_sm_NN.bc``
 with NN <= the target (NVSHMEM >= 3.5), else the single ``libnvshmem_device.bc``.
+
+Hybrid linking (:mod:`nvshmem_dsl.cute._link`): a function that
+:func:`nvshmem_dsl.linker.outline.split` outlines (collectives, barriers; all of them with
+``NVSHMEM_DSL_OUTLINE=all``, none with ``none``) is declared ``inline=False`` and linked from
+its cached object after CuTe's compile; every call links the bitcode without those functions
+(:func:`nvshmem_dsl.linker.nvvm.inline_bitcode`).  The choice is made when the call is traced,
+for :func:`nvshmem_dsl.linker.outline.mode` then (``with nvshmem_dsl.cute.outline("none"):``
+around the compile).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from . import _link
 from ._compile import current_arch
 
 __all__ = [
@@ -61,11 +70,37 @@ __all__ = [
 
 def bitcode_for_arch(arch: str) -> str:
     """The NVSHMEM device bitcode to link for ``arch`` (e.g. ``"sm_90a"``), in a form
-    libNVVM accepts (see :func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`)."""
-    from .._libs import bitcode_path
-    from ..linker.nvvm import nvvm_bitcode
+    libNVVM accepts, for the outlining mode in effect (:func:`._link.effective_mode`): without
+    the outlined functions (:func:`nvshmem_dsl.linker.nvvm.inline_bitcode`), or in mode
+    ``none`` the whole library (:func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`)."""
+    return _bitcode(arch, _link.effective_mode())
 
-    return str(nvvm_bitcode(bitcode_path(arch)))
+
+@functools.lru_cache(maxsize=None)
+def _bitcode(arch: str, how: str) -> str:
+    from .._libs import bitcode_path
+    from ..linker import outline
+    from ..linker.nvvm import inline_bitcode, nvvm_bitcode
+    from ..linker.store_file import _arch_number
+
+    if how == "none":
+        return str(nvvm_bitcode(bitcode_path(arch)))
+    with outline.override(how):
+        return str(inline_bitcode(bitcode_path(arch), _arch_number(arch)))
+
+
+@functools.lru_cache(maxsize=None)
+def _outlined(symbol: str, arch: str, how: str) -> bool:
+    """Whether a call of ``symbol`` in a kernel for ``arch`` goes out of line (mode ``how``)."""
+    if how == "none":
+        return False
+    from .._libs import bitcode_path
+    from ..linker import outline
+    from ..linker.store_file import _arch_number
+
+    with outline.override(how):
+        _, out = outline.split([symbol], _arch_number(arch), bitcode_path(arch))
+    return symbol in out
 
 
 # --------------------------------------------------------------- LLVM types
@@ -216,8 +251,8 @@ def unpack_struct(v: Any, struct: str) -> Any:
 class Extern:
     """An NVSHMEM device function callable from CuTe kernel code.
 
-    The bitcode is bound when the call is traced (by the compile's arch) and
-    the binding is cached per (symbol, arch) in :meth:`bitcode`.
+    The bitcode and whether the call is inlined are chosen when the call is traced (by the
+    compile's arch and the outlining mode), cached per (arch, mode).
     """
 
     def __init__(self, symbol: str, ret: str, params: Sequence[str]) -> None:
@@ -229,9 +264,13 @@ class Extern:
         sig = ", ".join(p.text for p in self.params)
         return f"extern({self.symbol}: {self.ret.text} ({sig}))"
 
-    @functools.lru_cache(maxsize=None)
     def bitcode(self, arch: str) -> str:
+        """The bitcode a call traced now for ``arch`` links (:func:`bitcode_for_arch`)."""
         return bitcode_for_arch(arch)
+
+    def outlined(self, arch: str) -> bool:
+        """Whether a call traced now for ``arch`` is out of line (hybrid linking)."""
+        return _outlined(self.symbol, arch, _link.effective_mode())
 
     def _convert(self, arg: Any, ty: _Ty) -> Any:
         if ty.byval is not None:
@@ -245,13 +284,16 @@ class Extern:
             raise TypeError(f"{self.symbol} takes {len(self.params)} arguments, got {len(args)}")
         from cutlass.cute import ffi, BitCode
 
-        source = BitCode(self.bitcode(current_arch()))
+        arch, how = current_arch(), _link.effective_mode()
+        # an outlined call links the same bitcode: it defines the device state the object uses
+        source = BitCode(_bitcode(arch, how))
+        inline = not _outlined(self.symbol, arch, how)
         values = [self._convert(a, t) for a, t in zip(args, self.params)]
         ret = None if self.ret.base == "void" else _mlir_type(self.ret.base)
         # MLIR types belong to the compile's context: build the FFI per call
         # (cheap; the prototype is created once per module by symbol name).
         call = ffi(name=self.symbol, params_types=[_mlir_type(t.base) for t in self.params],
-                   return_type=ret, inline=True, source=source)
+                   return_type=ret, inline=inline, source=source)
         result = call(*values)
         if ret is None:
             return None

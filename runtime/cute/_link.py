@@ -1,0 +1,313 @@
+"""Hybrid linking for CuTe DSL kernels: NVSHMEM's large routines called in cached objects.
+
+CuTe compiles a kernel in one step inside its own library (libNVVM, then ptxas, then a fatbin
+embedded in the host module as ``llvm.mlir.global @kernels_binary``, which ``cuda_init`` loads
+with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
+(:mod:`nvshmem_dsl.linker.outline`, as for Numba and Triton) is added around that step:
+
+1. While a kernel is traced, each NVSHMEM call that :func:`nvshmem_dsl.linker.outline.split`
+   says to outline is declared ``ffi(inline=False)`` (``func.func private @f {no_inline}``:
+   ``.extern .func f`` in the PTX); the small ones stay ``inline=True``.  Both link
+   :func:`nvshmem_dsl.linker.nvvm.inline_bitcode`, NVSHMEM's bitcode *without* the outlined
+   functions (so that libNVVM cannot inline them) and with the device state kept.
+2. :func:`install` wraps CuTe's ``compiler_provider.compile`` (the step that runs the
+   ``cute-to-nvvm`` pipeline).  When the module declares outlined NVSHMEM functions, the wrapper
+   adds ``-c`` to the pipeline's ``ptx-options`` (ptxas makes a relocatable cubin), and after the
+   pipeline :func:`link_module` links that cubin with the functions' objects
+   (:func:`nvshmem_dsl.linker.outline.objects`, capped at
+   :data:`~nvshmem_dsl.linker.outline.MAX_REGISTERS` registers or the kernel's lower
+   ``-maxrregcount``) with nvJitLink and puts the executable cubin in place of the fatbin.  What
+   CuTe loads, caches and (``--keep-cubin``) dumps is the linked cubin.
+
+A kernel that calls no outlined function compiles exactly as before (the smaller bitcode aside).
+
+Private CuTe surfaces used (nvidia-cutlass-dsl 4.8): ``CuTeDSL._get_dsl().compiler_provider``
+and its ``compile(module, pipeline, ...)``, the pipeline option spelling ``ptx-options='...'``,
+the ``@kernels_binary`` global, ``compile_options.full_cubin_path``.  If the hook cannot be
+installed (CuTe changed), :func:`effective_mode` is ``none`` with one warning: every NVSHMEM
+function is inlined, as before hybrid linking.  If CuTe's output is not what the link step
+expects, the compile fails with :class:`~nvshmem_dsl.linker.link.NvshmemLinkError` naming the
+installed nvidia-cutlass-dsl and the way out, ``NVSHMEM_DSL_OUTLINE=none``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import re
+import struct
+import threading
+import warnings
+from typing import Optional
+
+from ..linker import outline
+from ..linker.link import NvshmemLinkError, min_ptx
+
+__all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "undefined_symbols",
+           "relocatable_pipeline", "stats"]
+
+#: Counters for tests and diagnostics: kernels linked by nvJitLink.
+stats = {"linked": 0}
+
+_lock = threading.Lock()
+_installed: Optional[bool] = None
+_HINT = f"{outline.ENV}=none (or `with nvshmem_dsl.cute.outline('none'):`) inlines everything instead"
+
+#: Set by :func:`nvshmem_dsl.cute.compile`: a list the hook appends ``(outlined names, linked
+#: cubin)`` to, one per binary linked.
+linked_binaries: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_cute_linked", default=None)
+
+
+def _cute_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-cutlass-dsl")
+    except Exception:  # noqa: BLE001
+        return "(version unknown)"
+
+
+# --------------------------------------------------------------------------
+# The hook
+
+
+def install() -> bool:
+    """Wrap CuTe's ``compiler_provider.compile`` (once).  False, with one warning, when that is
+    not possible with the installed nvidia-cutlass-dsl or there is no nvJitLink."""
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return _installed
+        try:
+            from cuda.bindings import nvjitlink  # noqa: F401
+            from cutlass.cutlass_dsl import CuTeDSL
+
+            dsl = CuTeDSL._get_dsl()
+            provider = dsl.compiler_provider
+            orig = provider.compile
+            if not callable(orig):
+                raise TypeError("compiler_provider.compile is not callable")
+            if not getattr(orig, "_nvshmem_dsl_hybrid", False):
+                provider.compile = _wrap(orig, dsl)
+            _installed = True
+        except Exception as exc:  # noqa: BLE001 - any change in CuTe's internals
+            _installed = False
+            warnings.warn(
+                f"nvshmem_dsl.cute: hybrid linking cannot hook into nvidia-cutlass-dsl "
+                f"{_cute_version()} ({type(exc).__name__}: {exc}); NVSHMEM's collectives and "
+                "barriers are inlined into CuTe kernels (as with NVSHMEM_DSL_OUTLINE=none), "
+                "which is slow to compile", RuntimeWarning, stacklevel=3)
+        return _installed
+
+
+def effective_mode() -> str:
+    """:func:`nvshmem_dsl.linker.outline.mode` for CuTe kernels: ``none`` when the link step
+    cannot be installed (:func:`install`)."""
+    how = outline.mode()
+    if how != "none" and not install():
+        return "none"
+    return how
+
+
+def _wrap(orig, dsl):
+    @functools.wraps(orig)
+    def compile(module, pipeline, *args, **kwargs):
+        names = outlined_declarations(module) if "cute-to-nvvm" in pipeline else frozenset()
+        if not names:
+            return orig(module, pipeline, *args, **kwargs)
+        pipeline, cap = relocatable_pipeline(pipeline)
+        arch = _pipeline_arch(pipeline)
+        result = orig(module, pipeline, *args, **kwargs)
+        compiled = result if result is not None and hasattr(result, "operation") else module
+        linked = link_module(compiled, arch, names, cap)
+        _replace_kept_cubin(dsl, linked[-1][1])
+        sink = linked_binaries.get()
+        if sink is not None:
+            sink.extend(linked)
+        return result
+
+    compile._nvshmem_dsl_hybrid = True
+    return compile
+
+
+def outlined_declarations(module) -> frozenset:
+    """The NVSHMEM functions a traced module declares ``no_inline`` (those called out of line),
+    read from its ``gpu.module`` before the pipeline runs."""
+    names = set()
+    for op in module.body.operations:
+        if op.operation.name != "gpu.module":
+            continue
+        for f in op.regions[0].blocks[0].operations:
+            if f.operation.name == "func.func" and "no_inline" in f.attributes:
+                name = f.attributes["sym_name"].value
+                if name.startswith("nvshmem"):
+                    names.add(name)
+    return frozenset(names)
+
+
+_PTX_OPTIONS = re.compile(r"ptx-options='([^']*)'")
+_MAXRREG = re.compile(r"(?:^|\s)--?maxrregcount[= ]?(\d+)")
+
+
+def relocatable_pipeline(pipeline: str) -> tuple[str, Optional[int]]:
+    """``pipeline`` with ``-c`` in its ptxas options, and the ``-maxrregcount`` they give."""
+    m = _PTX_OPTIONS.search(pipeline)
+    if m:
+        opts = m.group(1)
+        cap = _MAXRREG.search(opts)
+        if "-c" not in opts.split():
+            pipeline = f"{pipeline[:m.start()]}ptx-options='-c {opts}'{pipeline[m.end():]}"
+        return pipeline, int(cap.group(1)) if cap else None
+    if "cute-to-nvvm{" not in pipeline:
+        raise NvshmemLinkError(
+            f"nvshmem_dsl.cute: cannot make CuTe's ptxas step relocatable: no cute-to-nvvm{{...}} "
+            f"in the pipeline of nvidia-cutlass-dsl {_cute_version()}; {_HINT}")
+    return pipeline.replace("cute-to-nvvm{", "cute-to-nvvm{ptx-options='-c' ", 1), None
+
+
+def _pipeline_arch(pipeline: str) -> str:
+    m = re.search(r"cubin-chip='?(sm_\w+)", pipeline)
+    if m:
+        return m.group(1)
+    from ._compile import current_arch
+
+    return current_arch()
+
+
+def _replace_kept_cubin(dsl, cubin: bytes) -> None:
+    """``--keep-cubin``: the dumped cubin (``__cubin__``) is the linked one."""
+    try:
+        path = dsl.compile_options.full_cubin_path
+    except Exception:  # noqa: BLE001
+        return
+    if path:
+        with open(path, "wb") as f:
+            f.write(cubin)
+
+
+# --------------------------------------------------------------------------
+# The link
+
+
+_FATBIN_MAGIC = b"\x50\xed\x55\xba"
+_ELF_MAGIC = b"\x7fELF"
+
+
+def _binaries(module):
+    """``(op, bytes)`` of each global of ``module`` that holds a fatbin or a cubin."""
+    from cutlass._mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name != "llvm.mlir.global" or "value" not in op.attributes:
+            continue
+        value = op.attributes["value"]
+        if not isinstance(value, ir.StringAttr):
+            if not ir.StringAttr.isinstance(value):
+                continue
+            value = ir.StringAttr(value)
+        data = value.value_bytes
+        if data[:4] in (_FATBIN_MAGIC, _ELF_MAGIC):
+            yield op, data
+
+
+def _elf_of(data: bytes) -> bytes:
+    """The cubin in ``data`` (a cubin, or a fatbin holding one uncompressed ELF entry)."""
+    if data[:4] == _ELF_MAGIC:
+        return data
+    _, _, header, size = struct.unpack_from("<IHHQ", data, 0)
+    at, end = header, header + size
+    while at + 16 <= min(end, len(data)):
+        kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, at)
+        body = data[at + entry_header:at + entry_header + payload]
+        if kind == 2 and body[:4] == _ELF_MAGIC:
+            return body
+        at += entry_header + payload
+    raise NvshmemLinkError(
+        f"nvshmem_dsl.cute: no uncompressed cubin in the fatbin nvidia-cutlass-dsl {_cute_version()} "
+        f"made; {_HINT}")
+
+
+def _elf_symbols(cubin: bytes):
+    """``(name, defined)`` of each named symbol of an ELF cubin."""
+    cubin = bytes(cubin)
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, _ = struct.unpack_from("<HHH", cubin, 0x3A)
+    secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize)
+            for i in range(shnum)]
+    for (_, kind, off, size, link) in secs:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strtab = cubin[secs[link][2]:secs[link][2] + secs[link][3]]
+        for at in range(off, off + size, 24):
+            st_name, _, _, st_shndx = struct.unpack_from("<IBBH", cubin, at)
+            if st_name:
+                yield strtab[st_name:strtab.index(b"\0", st_name)].decode(), st_shndx != 0
+
+
+def undefined_symbols(cubin: bytes) -> frozenset:
+    """The symbols an ELF cubin references but does not define."""
+    return frozenset(n for n, defined in _elf_symbols(cubin) if not defined)
+
+
+def _nvjitlink(arch: str, inputs) -> bytes:
+    """An executable cubin for ``arch`` linked from ``inputs``, ``(name, cubin bytes)``."""
+    from cuda.bindings import nvjitlink
+
+    opts = [f"-arch={arch}"]
+    handle = nvjitlink.create(len(opts), opts)
+    try:
+        try:
+            for name, data in inputs:
+                nvjitlink.add_data(handle, nvjitlink.InputType.CUBIN, data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            size = nvjitlink.get_error_log_size(handle)
+            log = bytearray(size)
+            nvjitlink.get_error_log(handle, log)
+            log = bytes(log).decode(errors="replace").rstrip("\0").strip()
+            raise NvshmemLinkError(
+                f"nvshmem_dsl.cute: nvJitLink failed to link a CuTe kernel for {arch} with "
+                f"NVSHMEM's objects ({exc}):\n{log}\n{_HINT}") from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def link_module(module, arch: str, declared, max_registers: Optional[int] = None) -> list:
+    """Replace each binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the
+    executable cubin nvJitLink makes of it and the objects of the outlined NVSHMEM functions it
+    calls (of ``declared``); returns ``[(names, cubin), ...]``."""
+    from cutlass._mlir import ir
+
+    from .._libs import bitcode_path
+    from ..linker.store_file import _arch_number
+
+    sm = _arch_number(arch)
+    features = f"+ptx{max(85, min_ptx(sm))}"
+    bc_path = bitcode_path(arch)
+    done = []
+    for op, data in list(_binaries(module)):
+        cubin = _elf_of(data)
+        if struct.unpack_from("<H", cubin, 16)[0] != 1:  # ET_REL
+            raise NvshmemLinkError(
+                f"nvshmem_dsl.cute: nvidia-cutlass-dsl {_cute_version()} did not make a relocatable "
+                f"cubin (ptxas -c) for a kernel calling NVSHMEM out of line; {_HINT}")
+        names = undefined_symbols(cubin) & frozenset(declared)
+        paths = outline.objects(names, sm, arch, features, max_registers, bc_path) if names else []
+        inputs = [("kernel.cubin", cubin)] + [(p.name, p.read_bytes()) for p in paths]
+        linked = _nvjitlink(arch, inputs)
+        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem"))
+        if missing:
+            raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
+        op.attributes["value"] = ir.StringAttr.get(linked)
+        op.attributes["global_type"] = ir.TypeAttr.get(ir.Type.parse(f"!llvm.array<{len(linked)} x i8>"))
+        stats["linked"] += 1
+        done.append((names, linked))
+    if not done:
+        raise NvshmemLinkError(
+            f"nvshmem_dsl.cute: found no kernel binary in the module nvidia-cutlass-dsl "
+            f"{_cute_version()} compiled; {_HINT}")
+    return done

@@ -1,0 +1,250 @@
+"""Hybrid linking for CuTe DSL kernels (nvshmem_dsl.cute._link), on CPU for sm_90a.
+
+A kernel calling a thread-scope collective (``sum_reduce``) and ``p``: the collective is
+declared ``.extern .func`` and called in its cached object (nvJitLink links it after CuTe's
+compile), ``p`` is inlined exactly as before; with ``outline("none")`` everything is inlined.
+The linked cubin defines the collective and the device state once and references no NVSHMEM
+symbol it lacks.  The first test may build the reduction's object and the bitcode without the
+outlined functions (10-30 s once per cache); the rest reuses them.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+import warnings
+
+import pytest
+
+cute = pytest.importorskip("cutlass.cute")
+import cutlass  # noqa: E402
+from cutlass import Int32  # noqa: E402
+
+import nvshmem_dsl.cute as nv  # noqa: E402
+from nvshmem_dsl.cute import _link  # noqa: E402
+from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker.link import NvshmemLinkError  # noqa: E402
+
+try:
+    from nvshmem_dsl._libs import bitcode_path
+
+    bitcode_path("sm_90a")
+except Exception as e:  # pragma: no cover
+    pytest.skip(f"no NVSHMEM device bitcode: {e}", allow_module_level=True)
+
+if outline.ptxas() is None:  # pragma: no cover
+    pytest.skip("no ptxas to build NVSHMEM's objects", allow_module_level=True)
+
+REDUCE, P = "nvshmem_int32_sum_reduce", "nvshmem_int32_p"
+STATE = "nvshmemi_device_state_d"
+
+
+@cute.kernel
+def _kernel(dst: cute.Tensor, src: cute.Tensor):
+    tid, _, _ = cute.arch.thread_idx()
+    if tid == 0:
+        nv.sum_reduce(nv.Team.TEAM_WORLD, dst, src, cute.size(dst))
+    nv.p(dst, Int32(7), Int32(1))
+
+
+@cute.jit
+def _host(dst: cute.Tensor, src: cute.Tensor):
+    _kernel(dst, src).launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+
+def _args():
+    def make():
+        return cute.runtime.make_fake_compact_tensor(cutlass.Int32, (256,), assumed_align=16)
+
+    return make(), make()
+
+
+def _compile(**kw):
+    return nv.compile(_host, *_args(), arch="sm_90a", keep_ptx=True, keep_cubin=True, **kw)
+
+
+def _calls(ptx: str) -> set:
+    return set(re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)", ptx))
+
+
+def _undefined(cubin: bytes) -> set:
+    return {n for n in _link.undefined_symbols(cubin) if n.startswith("nvshmem")}
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    with outline.override("auto"):
+        _compile()  # builds what is not cached yet
+        t0 = time.perf_counter()
+        k = _compile()
+        k.warm_seconds = time.perf_counter() - t0
+    return k
+
+
+def test_collective_is_called_out_of_line(hybrid):
+    ptx = hybrid.__ptx__
+    assert outline.extern_calls(ptx) == {REDUCE}
+    assert re.search(rf"^\.extern \.func\s+\([^)]*\)\s*{REDUCE}\b", ptx, re.M)
+    assert _calls(ptx) == {REDUCE}  # p inlined: no call
+    assert P not in ptx
+    assert hybrid.outlined == {REDUCE}
+
+
+def test_linked_cubin(hybrid):
+    cubin = hybrid.__cubin__
+    assert cubin == hybrid.linked_cubin and cubin[:4] == b"\x7fELF"
+    assert struct.unpack_from("<H", cubin, 16)[0] == 2  # ET_EXEC: what CuTe loads
+    defined, registers = outline.cubin_info(cubin)
+    assert defined[REDUCE] == 1
+    assert defined[STATE] == 1
+    assert not _undefined(cubin)
+    assert registers[REDUCE] <= outline.MAX_REGISTERS
+
+
+def test_warm_compile_is_quick(hybrid):
+    # a sanity bound, not a benchmark (everything inlined takes 15-25 s on 2 CPUs)
+    assert hybrid.warm_seconds < 10
+
+
+def test_none_inlines_everything():
+    with nv.outline("none"):
+        k = nv.compile(_host, *_args(), arch="sm_90a", keep_ptx=True)
+    ptx = k.__ptx__
+    assert not outline.extern_calls(ptx) and not _calls(ptx)
+    assert k.outlined == frozenset() and k.linked_cubin is None
+    assert STATE in ptx
+
+
+def test_only_small_functions_unchanged():
+    """A kernel calling no outlined function is not linked by nvJitLink."""
+
+    @cute.kernel
+    def k_p(dst: cute.Tensor):
+        nv.p(dst, Int32(7), Int32(1))
+
+    @cute.jit
+    def host_p(dst: cute.Tensor):
+        k_p(dst).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+    with outline.override("auto"):
+        k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True, keep_cubin=True)
+    assert not outline.extern_calls(k.__ptx__) and not _calls(k.__ptx__)
+    assert k.linked_cubin is None
+    defined, _ = outline.cubin_info(k.__cubin__)
+    assert defined[STATE] == 1
+
+
+def test_user_register_cap():
+    with outline.override("auto"):
+        k = _compile(options="--ptxas-options=-maxrregcount=32")
+    defined, registers = outline.cubin_info(k.linked_cubin)
+    assert defined[REDUCE] == 1 and registers[REDUCE] <= 32
+    assert max(v for n, v in registers.items() if n.startswith("kernel")) <= 32
+
+
+def test_relocatable_pipeline():
+    p, cap = _link.relocatable_pipeline("builtin.module(cute-to-nvvm{opt-level=3 ptx-options='-O0 "
+                                        "-maxrregcount=40' cubin-chip='sm_90a'})")
+    assert "ptx-options='-c -O0 -maxrregcount=40'" in p and cap == 40
+    p, cap = _link.relocatable_pipeline("builtin.module(cute-to-nvvm{opt-level=3})")
+    assert "cute-to-nvvm{ptx-options='-c' opt-level=3}" in p and cap is None
+    with pytest.raises(NvshmemLinkError, match="NVSHMEM_DSL_OUTLINE=none"):
+        _link.relocatable_pipeline("builtin.module(something-else)")
+
+
+def test_nvjitlink_error_is_clear():
+    with pytest.raises(NvshmemLinkError, match=r"nvJitLink failed.*\n(.|\n)*NVSHMEM_DSL_OUTLINE=none"):
+        _link._nvjitlink("sm_90a", [("broken.cubin", b"\x7fELF not a cubin at all")])
+
+
+def test_hook_unavailable_falls_back_to_inlining(monkeypatch):
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    monkeypatch.setattr(_link, "_installed", None)
+
+    def broken():
+        raise AttributeError("no compiler_provider")
+
+    monkeypatch.setattr(CuTeDSL, "_get_dsl", staticmethod(broken))
+    with outline.override("auto"), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert _link.effective_mode() == "none"
+        assert _link.effective_mode() == "none"
+    msgs = [str(w.message) for w in seen]
+    assert len(msgs) == 1 and "nvidia-cutlass-dsl" in msgs[0] and "inlined" in msgs[0]
+
+
+# ------------------------------------------------------------------ measuring
+# python tests/test_cute_outline.py [--cold]: compile time (one process per kernel) of one
+# thread-scope collective kernel per family and of a p-only kernel, NVSHMEM_DSL_OUTLINE=none vs
+# auto (bench/results/cute-outline-cpu-2026-11-24.txt).  --cold: hybrid with an empty object
+# cache (a cache directory of links to the prepared bitcode files, without outline/).
+
+_BENCH = {
+    "broadcast": lambda d, s: nv.broadcast(nv.Team.TEAM_WORLD, d, s, cute.size(s), 0),
+    "fcollect": lambda d, s: nv.fcollect(nv.Team.TEAM_WORLD, d, s, 8),
+    "alltoall": lambda d, s: nv.alltoall(nv.Team.TEAM_WORLD, d, s, 8),
+    "sum_reduce": lambda d, s: nv.sum_reduce(nv.Team.TEAM_WORLD, d, s, cute.size(d)),
+    "sum_reducescatter": lambda d, s: nv.sum_reducescatter(nv.Team.TEAM_WORLD, d, s, 8),
+    "barrier_all": lambda d, s: nv.barrier_all(),
+    "p": lambda d, s: None,  # p only
+}
+
+
+def _bench_one(case: str) -> None:
+    call = _BENCH[case]
+
+    @cute.kernel
+    def k(dst: cute.Tensor, src: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        if tid == 0:
+            call(dst, src)
+        nv.p(dst, Int32(7), Int32(1))
+
+    @cute.jit
+    def host(dst: cute.Tensor, src: cute.Tensor):
+        k(dst, src).launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+    t0 = time.perf_counter()
+    c = nv.compile(host, *_args(), arch="sm_90a", keep_ptx=True)
+    print(f"{time.perf_counter() - t0:.1f} {len(c.__ptx__)} {','.join(sorted(c.outlined))}")
+
+
+def _bench(cold: bool) -> None:
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from nvshmem_dsl.linker.store_file import cache_dir
+
+    env = dict(os.environ)
+    tmp = None
+    if cold:
+        tmp = tempfile.mkdtemp(prefix="cute-outline-cold-")
+        for f in cache_dir().iterdir():
+            if f.is_file() and "sm_90" in f.name and f.suffix in (".pieces", ".bc"):
+                (Path(tmp) / f.name).symlink_to(f)
+        env["NVSHMEM_DSL_CACHE"] = tmp
+    modes = ["auto"] if cold else ["none", "auto"]
+    print(f"{'kernel':<20}" + "".join(f"{m + (' cold' if cold else ''):>22}" for m in modes)
+          + "   (seconds, PTX bytes)")
+    for case in _BENCH:
+        row = f"{case:<20}"
+        for m in modes:
+            out = subprocess.run([sys.executable, __file__, "--one", case],
+                                 env={**env, "NVSHMEM_DSL_OUTLINE": m}, capture_output=True,
+                                 text=True, check=True).stdout.split()
+            row += f"{out[0] + ' s, ' + out[1]:>22}"
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["--one"]:
+        _bench_one(sys.argv[2])
+    else:
+        _bench("--cold" in sys.argv)
