@@ -9,6 +9,7 @@ and my_pe, a few seconds each).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -218,3 +219,22 @@ def test_extern_calls():
            ".extern .func nvshmem_barrier_all\n()\n.extern .func vprintf(\n"
            ".visible .func nvshmem_quiet()\n")
     assert outline.extern_calls([ptx]) == {"nvshmem_int32_broadcast", "nvshmem_barrier_all"}
+
+
+def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
+    from nvshmem_dsl.linker import outline
+
+    monkeypatch.delenv(outline.OPT_ENV, raising=False)
+    assert outline.opt_level() == "light"
+    monkeypatch.setenv(outline.OPT_ENV, "fast")
+    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast'"):
+        outline.opt_level()
+    if outline.ptxas() is None:
+        pytest.skip("no ptxas")
+    bc = Path(__file__)  # any file: the key reads its size and mtime
+    monkeypatch.setattr(outline.store_file, "_cache_key", lambda path: "k")
+    paths = set()
+    for how in outline.OPT_LEVELS:
+        monkeypatch.setenv(outline.OPT_ENV, how)
+        paths.add(outline._object_path("nvshmem_int_sum_reduce", bc, "sm_90a", "+ptx85", 64))
+    assert len(paths) == len(outline.OPT_LEVELS)

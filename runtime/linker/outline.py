@@ -66,6 +66,13 @@ __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_cal
 ENV = "NVSHMEM_DSL_OUTLINE"
 MODES = ("auto", "none", "all")
 
+#: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
+#: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
+#: optimised it) or ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
+#: code gets it).  Part of each object's cache key.
+OPT_ENV = "NVSHMEM_DSL_OUTLINE_OPT"
+OPT_LEVELS = ("light", "o3")
+
 #: The criterion's threshold: an NVSHMEM function whose own body has at least this many
 #: instructions is linked out of line (between the largest small operation, 477, and the smallest
 #: sync, 811, of NVSHMEM 3.8).
@@ -185,10 +192,18 @@ def _objects_dir() -> Path:
     return folder
 
 
+def opt_level() -> str:
+    """How the objects are optimised: ``$NVSHMEM_DSL_OUTLINE_OPT`` (see :data:`OPT_ENV`)."""
+    how = os.environ.get(OPT_ENV, "").strip().lower() or "light"
+    if how not in OPT_LEVELS:
+        raise ValueError(f"{OPT_ENV}={how!r}: choose one of {', '.join(OPT_LEVELS)}")
+    return how
+
+
 def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) -> Path:
     st = os.stat(ptxas())
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns]
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level()]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
@@ -255,6 +270,13 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
     mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
     internalize(mod, set(names))
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
+    if opt_level() == "o3":
+        from .link import nontrivial_unswitching
+
+        with nontrivial_unswitching():
+            pb.getModulePassManager().run(mod, pb)
+        run(mod, pb, "global_dead_code_eliminate")
+        return tm.emit_assembly(mod)
     run(mod, pb, "ipsccp", "global_opt", "dead_arg_elimination")
     fpm = llvm.create_new_function_pass_manager()
     for p in ("instruction_combine", "simplify_cfg", "loop_unroll", "simplify_cfg"):
