@@ -248,3 +248,17 @@ if __name__ == "__main__":
         _bench_one(sys.argv[2])
     else:
         _bench("--cold" in sys.argv)
+
+
+def test_the_link_step_asks_cute_for_the_kernels_ptx(tmp_path):
+    """The PTX, not CuTe's relocatable cubin, goes to nvJitLink (CuTe's bundled ptxas may be newer
+    than the installed nvJitLink): the pipeline gets a dump path, or keeps the user's."""
+    pipeline = "builtin.module(cute-to-nvvm{cubin-chip=sm_90a ptx-options='-c'})"
+    added, prefix = _link.ptx_dump_pipeline(pipeline, str(tmp_path / "kernel"))
+    assert prefix == str(tmp_path / "kernel") and f"dump-ptx-path='{prefix}'" in added
+    users = pipeline.replace("{", "{dump-ptx-path='/keep/f' ")
+    assert _link.ptx_dump_pipeline(users, "/elsewhere") == (users, "/keep/f")
+    (tmp_path / "kernel.sm_90a.ptx").write_text(".version 8.8")
+    assert _link._read_dumped_ptx(prefix) == ".version 8.8"
+    with pytest.raises(NvshmemLinkError, match="wrote no PTX"):
+        _link._read_dumped_ptx(str(tmp_path / "other"))

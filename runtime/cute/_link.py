@@ -12,11 +12,15 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    functions (so that libNVVM cannot inline them) and with the device state kept.
 2. :func:`install` wraps CuTe's ``compiler_provider.compile`` (the step that runs the
    ``cute-to-nvvm`` pipeline).  When the module declares outlined NVSHMEM functions, the wrapper
-   adds ``-c`` to the pipeline's ``ptx-options`` (ptxas makes a relocatable cubin), and after the
-   pipeline :func:`link_module` links that cubin with the functions' objects
+   adds ``-c`` to the pipeline's ``ptx-options`` (CuTe's own ptxas then accepts the unresolved
+   calls) and asks for the kernel's PTX (``dump-ptx-path``); after the pipeline
+   :func:`link_module` links that PTX with the functions' objects
    (:func:`nvshmem_dsl.linker.outline.objects`, capped at
    :data:`~nvshmem_dsl.linker.outline.MAX_REGISTERS` registers or the kernel's lower
-   ``-maxrregcount``) with nvJitLink and puts the executable cubin in place of the fatbin.  What
+   ``-maxrregcount``) with nvJitLink and puts the executable cubin in place of the fatbin.  The
+   PTX, not CuTe's relocatable cubin, goes to nvJitLink: CuTe's bundled ptxas may be newer than
+   the nvJitLink installed (CUDA 13.0's rejects a cubin of CuTe's ``cu13`` build as "bad input"),
+   and the objects come from the installed ptxas, so the installed toolkit compiles both.  What
    CuTe loads, caches and (``--keep-cubin``) dumps is the linked cubin.
 
 A kernel that calls no outlined function compiles exactly as before (the smaller bitcode aside).
@@ -34,8 +38,11 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import glob
+import os
 import re
 import struct
+import tempfile
 import threading
 import warnings
 from typing import Optional
@@ -43,8 +50,8 @@ from typing import Optional
 from ..linker import outline
 from ..linker.link import NvshmemLinkError, min_ptx
 
-__all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "undefined_symbols",
-           "relocatable_pipeline", "stats"]
+__all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "ptx_dump_pipeline",
+           "relocatable_pipeline", "stats", "undefined_symbols"]
 
 #: Counters for tests and diagnostics: kernels linked by nvJitLink.
 stats = {"linked": 0}
@@ -117,9 +124,12 @@ def _wrap(orig, dsl):
             return orig(module, pipeline, *args, **kwargs)
         pipeline, cap = relocatable_pipeline(pipeline)
         arch = _pipeline_arch(pipeline)
-        result = orig(module, pipeline, *args, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-cute-") as tmp:
+            pipeline, prefix = ptx_dump_pipeline(pipeline, os.path.join(tmp, "kernel"))
+            result = orig(module, pipeline, *args, **kwargs)
+            ptx = _read_dumped_ptx(prefix)
         compiled = result if result is not None and hasattr(result, "operation") else module
-        linked = link_module(compiled, arch, names, cap)
+        linked = link_module(compiled, arch, names, cap, ptx=ptx)
         _replace_kept_cubin(dsl, linked[-1][1])
         sink = linked_binaries.get()
         if sink is not None:
@@ -163,6 +173,35 @@ def relocatable_pipeline(pipeline: str) -> tuple[str, Optional[int]]:
             f"nvshmem_dsl.cute: cannot make CuTe's ptxas step relocatable: no cute-to-nvvm{{...}} "
             f"in the pipeline of nvidia-cutlass-dsl {_cute_version()}; {_HINT}")
     return pipeline.replace("cute-to-nvvm{", "cute-to-nvvm{ptx-options='-c' ", 1), None
+
+
+_DUMP_PTX = re.compile(r"dump-ptx-path='([^']*)'")
+
+
+def ptx_dump_pipeline(pipeline: str, prefix: str) -> tuple[str, str]:
+    """``pipeline`` with CuTe's PTX written to a file (``dump-ptx-path``, a path prefix: CuTe
+    writes ``<prefix>.<arch>.ptx``), and that prefix: the user's, when ``--keep-ptx`` asked for
+    one already, else ``prefix``."""
+    m = _DUMP_PTX.search(pipeline)
+    if m:
+        return pipeline, m.group(1)
+    if "cute-to-nvvm{" not in pipeline:
+        raise NvshmemLinkError(
+            f"nvshmem_dsl.cute: cannot ask for the PTX: no cute-to-nvvm{{...}} in the pipeline of "
+            f"nvidia-cutlass-dsl {_cute_version()}; {_HINT}")
+    return pipeline.replace("cute-to-nvvm{", f"cute-to-nvvm{{dump-ptx-path='{prefix}' ", 1), prefix
+
+
+def _read_dumped_ptx(prefix: str) -> str:
+    """The PTX CuTe wrote for dump path ``prefix`` (the newest ``<prefix>.*ptx``)."""
+    found = sorted(glob.glob(glob.escape(prefix) + ".*ptx") + glob.glob(glob.escape(prefix)),
+                   key=lambda p: os.stat(p).st_mtime_ns)
+    found = [p for p in found if os.path.isfile(p)]
+    if not found:
+        raise NvshmemLinkError(
+            f"nvshmem_dsl.cute: nvidia-cutlass-dsl {_cute_version()} wrote no PTX at {prefix}.*; {_HINT}")
+    with open(found[-1]) as f:
+        return f.read()
 
 
 def _pipeline_arch(pipeline: str) -> str:
@@ -249,16 +288,18 @@ def undefined_symbols(cubin: bytes) -> frozenset:
     return frozenset(n for n, defined in _elf_symbols(cubin) if not defined)
 
 
-def _nvjitlink(arch: str, inputs) -> bytes:
-    """An executable cubin for ``arch`` linked from ``inputs``, ``(name, cubin bytes)``."""
+def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:
+    """An executable cubin for ``arch`` linked from ``inputs``, ``(name, bytes)``: PTX (``.ptx``,
+    compiled here by nvJitLink's ptxas, at most ``max_registers`` registers) or cubins."""
     from cuda.bindings import nvjitlink
 
-    opts = [f"-arch={arch}"]
+    opts = [f"-arch={arch}", *([f"-maxrregcount={max_registers}"] if max_registers else [])]
     handle = nvjitlink.create(len(opts), opts)
     try:
         try:
             for name, data in inputs:
-                nvjitlink.add_data(handle, nvjitlink.InputType.CUBIN, data, len(data), name)
+                kind = nvjitlink.InputType.PTX if name.endswith(".ptx") else nvjitlink.InputType.CUBIN
+                nvjitlink.add_data(handle, kind, data, len(data), name)
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
             size = nvjitlink.get_error_log_size(handle)
@@ -276,10 +317,12 @@ def _nvjitlink(arch: str, inputs) -> bytes:
         nvjitlink.destroy(handle)
 
 
-def link_module(module, arch: str, declared, max_registers: Optional[int] = None) -> list:
+def link_module(module, arch: str, declared, max_registers: Optional[int] = None,
+                ptx: Optional[str] = None) -> list:
     """Replace each binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the
-    executable cubin nvJitLink makes of it and the objects of the outlined NVSHMEM functions it
-    calls (of ``declared``); returns ``[(names, cubin), ...]``."""
+    executable cubin nvJitLink makes of it, or of the module's ``ptx`` where given (one binary),
+    and the objects of the outlined NVSHMEM functions it calls (of ``declared``); returns
+    ``[(names, cubin), ...]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
@@ -289,16 +332,26 @@ def link_module(module, arch: str, declared, max_registers: Optional[int] = None
     features = f"+ptx{max(85, min_ptx(sm))}"
     bc_path = bitcode_path(arch)
     done = []
-    for op, data in list(_binaries(module)):
-        cubin = _elf_of(data)
-        if struct.unpack_from("<H", cubin, 16)[0] != 1:  # ET_REL
-            raise NvshmemLinkError(
-                f"nvshmem_dsl.cute: nvidia-cutlass-dsl {_cute_version()} did not make a relocatable "
-                f"cubin (ptxas -c) for a kernel calling NVSHMEM out of line; {_HINT}")
-        names = undefined_symbols(cubin) & frozenset(declared)
+    binaries = list(_binaries(module))
+    if ptx is not None and len(binaries) > 1:
+        raise NvshmemLinkError(
+            f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
+            f"{_cute_version()}, one PTX; {_HINT}")
+    for op, data in binaries:
+        if ptx is not None:
+            names = outline.extern_calls(ptx) & frozenset(declared)
+            kernel = ("kernel.ptx", ptx.encode())
+        else:
+            cubin = _elf_of(data)
+            if struct.unpack_from("<H", cubin, 16)[0] != 1:  # ET_REL
+                raise NvshmemLinkError(
+                    f"nvshmem_dsl.cute: nvidia-cutlass-dsl {_cute_version()} did not make a relocatable "
+                    f"cubin (ptxas -c) for a kernel calling NVSHMEM out of line; {_HINT}")
+            names = undefined_symbols(cubin) & frozenset(declared)
+            kernel = ("kernel.cubin", cubin)
         paths = outline.objects(names, sm, arch, features, max_registers, bc_path) if names else []
-        inputs = [("kernel.cubin", cubin)] + [(p.name, p.read_bytes()) for p in paths]
-        linked = _nvjitlink(arch, inputs)
+        inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
+        linked = _nvjitlink(arch, inputs, max_registers if ptx is not None else None)
         missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem"))
         if missing:
             raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
