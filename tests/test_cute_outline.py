@@ -262,3 +262,16 @@ def test_the_link_step_asks_cute_for_the_kernels_ptx(tmp_path):
     assert _link._read_dumped_ptx(prefix) == ".version 8.8"
     with pytest.raises(NvshmemLinkError, match="wrote no PTX"):
         _link._read_dumped_ptx(str(tmp_path / "other"))
+
+
+def test_ptx_newer_than_nvjitlink_is_lowered(monkeypatch):
+    """CuTe's cu13 build writes PTX 9.4; CUDA 13.0's nvJitLink compiles up to 9.0 (measured on the
+    GPU image): the .version line is lowered to what the installed nvJitLink takes, never raised."""
+    from nvshmem_dsl.linker import link
+
+    ptx = "//\n.version 9.4\n.target sm_90a\n.address_size 64\n"
+    monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 90)
+    assert link.ptx_for_nvjitlink(ptx) == ptx.replace("9.4", "9.0")
+    assert link.ptx_for_nvjitlink(ptx.replace("9.4", "8.8")) == ptx.replace("9.4", "8.8")
+    monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: None)
+    assert link.ptx_for_nvjitlink(ptx) == ptx

@@ -48,7 +48,7 @@ import warnings
 from typing import Optional
 
 from ..linker import outline
-from ..linker.link import NvshmemLinkError, min_ptx
+from ..linker.link import NvshmemLinkError, min_ptx, ptx_for_nvjitlink
 
 __all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "ptx_dump_pipeline",
            "relocatable_pipeline", "stats", "undefined_symbols"]
@@ -340,7 +340,7 @@ def link_module(module, arch: str, declared, max_registers: Optional[int] = None
     for op, data in binaries:
         if ptx is not None:
             names = outline.extern_calls(ptx) & frozenset(declared)
-            kernel = ("kernel.ptx", ptx.encode())
+            kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
         else:
             cubin = _elf_of(data)
             if struct.unpack_from("<H", cubin, 16)[0] != 1:  # ET_REL

@@ -23,7 +23,8 @@ from . import outline, store
 from ._llvm import function_shape, internalize, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
-           "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvshmem_functions", "unswitching"]
+           "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_ptx_isa", "nvshmem_functions",
+           "ptx_for_nvjitlink", "unswitching"]
 
 #: A whole declaration line of an nvshmem* function; group 1 is its name.
 DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)
@@ -42,6 +43,33 @@ def min_ptx(sm: int) -> int:
     """The PTX ISA (x10) needed to target the SM at all: sm_90a 8.0, sm_100 8.6 ..."""
     table = {100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88}
     return table.get(sm, 80 if sm >= 90 else 70)
+
+
+def nvjitlink_ptx_isa() -> int | None:
+    """The highest PTX ISA (x10) the installed nvJitLink compiles (CUDA 12.x: 8.0 ... 8.8, 13.x:
+    9.x), None without nvJitLink."""
+    try:
+        from cuda.bindings import nvjitlink
+
+        major, minor = nvjitlink.version()
+    except Exception:  # noqa: BLE001 - no cuda.bindings, no libnvJitLink
+        return None
+    if major == 12:
+        return 80 + minor if minor < 6 else 79 + minor
+    return 90 + minor if major == 13 else None
+
+
+_PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
+
+
+def ptx_for_nvjitlink(ptx: str) -> str:
+    """``ptx`` with its ``.version`` lowered to what the installed nvJitLink compiles, where it says
+    more (a DSL's bundled compiler may be newer than the toolkit: CuTe's cu13 build writes 9.4,
+    CUDA 13.0's nvJitLink reads up to 9.0); kernels that use no newer instruction compile the same."""
+    have, m = nvjitlink_ptx_isa(), _PTX_VERSION.search(ptx)
+    if have is None or m is None or int(m.group(1)) * 10 + int(m.group(2)) <= have:
+        return ptx
+    return f"{ptx[:m.start()]}.version {have // 10}.{have % 10}{ptx[m.end():]}"
 
 
 def check_declarations(main, api, names, outlined=frozenset()) -> None:

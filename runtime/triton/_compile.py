@@ -320,15 +320,9 @@ def _target_machine(cpu: str, features: str, short_ptr: bool):
 
 def _nvjitlink_ptx() -> int | None:
     """The highest PTX ISA (x10) nvJitLink reads, None without nvJitLink."""
-    try:
-        from cuda.bindings import nvjitlink
+    from ..linker.link import nvjitlink_ptx_isa
 
-        major, minor = nvjitlink.version()
-    except Exception:  # noqa: BLE001 - no cuda.bindings, no libnvJitLink
-        return None
-    from triton.backends.nvidia.compiler import ptx_get_version
-
-    return ptx_get_version(f"{major}.{minor}")
+    return nvjitlink_ptx_isa()
 
 
 def _triton_target(options, capability: int) -> tuple[str, str, int]:
