@@ -203,10 +203,11 @@ def test_shims_of_every_device_function_are_valid_llvm():
     mod.verify()
     defined = {f.name for f in mod.functions if not f.is_declaration}
     assert defined == {_calls.SHIM_PREFIX + s for s in OPS}
-    # thread scope: thread 0 calls, the CTA synchronises; block scope: every thread calls
-    p = text[text.index("@__nvshmem_dsl_tt_nvshmem_int_p("):]
-    p = p[:p.index("\n}")]
-    assert "icmp ult i32 %tid, 1" in p and "barrier.cta.sync.all" in p
+    # thread scope: thread 0 calls (the CTA synchronises after a put: its source is local);
+    # block scope: every thread calls
+    put = text[text.index("@__nvshmem_dsl_tt_nvshmem_int_put("):]
+    put = put[:put.index("\n}")]
+    assert "icmp ult i32 %tid, 1" in put and "barrier.cta.sync.all" in put
     blk = text[text.index("@__nvshmem_dsl_tt_nvshmemx_int_put_block("):]
     blk = blk[:blk.index("\n}")]
     assert "%tid" not in blk and "barrier" not in blk
@@ -588,3 +589,15 @@ def test_another_triton_version(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     print("compiled with triton", done.stdout.strip())
+
+
+def test_only_calls_with_local_effects_make_the_program_wait():
+    """The leader's p / non-fetching atomic / signal_op: no barrier after it (a loop of them is
+    then unswitched like Numba's); put (local source), get (local destination), g (a result),
+    quiet and waits keep it."""
+    barrier = "@llvm.nvvm.barrier.cta.sync.all(i32 0)\n"
+    for sym in ("nvshmem_int_p", "nvshmem_int_atomic_add", "nvshmemx_signal_op"):
+        assert "call void " + barrier not in _compile._shim(sym)[0], sym
+    for sym in ("nvshmem_int_put", "nvshmem_int_get", "nvshmem_int_g", "nvshmem_quiet",
+                "nvshmem_int_wait_until"):
+        assert "call void " + barrier in _compile._shim(sym)[0], sym

@@ -97,7 +97,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 1
+SHIM_VERSION = 2
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -183,6 +183,17 @@ def _decl_params(op: dict) -> str:
                      for p in op["params"])
 
 
+def only_sends(op: dict) -> bool:
+    """Whether a call's only effects are at another PE (the op table's parameter roles: it names a
+    ``pe`` and touches no local buffer: ``p``, non-fetching atomics, ``signal_op``): the program's
+    other threads need not wait for the leader that makes it.  (A put reads a local source the
+    program may write again after it, a get writes a local destination: those keep the barrier.)
+    Without it a loop of such calls can be unswitched on NVSHMEM's P2P test, as in Numba kernels;
+    the barrier, convergent, forbids that."""
+    roles = [p["role"] for p in op["params"]]
+    return "pe" in roles and not any(r.startswith("local_") for r in roles)
+
+
 def _shim(symbol: str) -> tuple[str, str]:
     """(definition of ``__nvshmem_dsl_tt_<symbol>``, declaration of ``symbol``)."""
     f = form(symbol)
@@ -227,7 +238,9 @@ def _shim(symbol: str) -> tuple[str, str]:
                 f"  %lead = icmp ult i32 %tid, {leaders}",
                 "  br i1 %lead, label %do, label %join",
                 "do:"]
-        if cret == "void":
+        if cret == "void" and only_sends(op):  # nothing for the other threads to wait for
+            out += [f"  {call}", "  br label %join", "join:", "  ret i32 0", "}"]
+        elif cret == "void":
             out += [f"  {call}", "  br label %join",
                     "join:", "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
             out += ["  ret i32 0", "}"]
