@@ -36,10 +36,11 @@ from .host.operations import (
     put_signal_nbi, quiet, reduce, reducescatter, signal_counted_reset, signal_fetch, signal_op,
     signal_wait_until, sync, sync_all, wait_until, wait_until_all, wait_until_all_vector,
 )
-from .host.memory import (
-    Buffer, array, buffer, empty, empty_like, free, full, is_symmetric, leak_report,
-    live_allocations, mc_ptr, multicast, peer, peer_ptr, register_buffer, register_external,
-    unregister_all_buffers, unregister_buffer, unregister_external, zeros, zeros_like,
+from .host.memory import Buffer, array, buffer, empty, empty_like, free, full, zeros, zeros_like
+from .host.symmetric import leak_report, live_allocations
+from .host.views import (
+    is_symmetric, mc_ptr, multicast, peer, peer_ptr, register_buffer, register_external,
+    unregister_all_buffers, unregister_buffer, unregister_external,
 )
 from .linker.module_init import install_dsl_hooks
 from .linker.module_init import library_finalize as culibrary_finalize

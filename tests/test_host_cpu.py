@@ -24,7 +24,7 @@ import pytest
 from pathlib import Path
 
 import nvshmem_dsl as nv
-from nvshmem_dsl.host import _arrays, _cuda, _lib, _table, _init, _state, operations, memory, teams
+from nvshmem_dsl.host import _arrays, _cuda, _lib, _table, _init, _state, operations, memory, symmetric, teams, views
 from nvshmem_dsl import _libs
 from nvshmem_dsl.linker import module_init
 from nvshmem_dsl.linker.hooks import ModuleHooks
@@ -96,8 +96,8 @@ def fake(monkeypatch):
 
     monkeypatch.setattr(_lib, "_interceptor", intercept)
     with _state.fake(n_pes=4, my_pe=1):
-        a = memory._testing_register(SYM, ALLOC)
-        b = memory._testing_register(SYM2, ALLOC)
+        a = symmetric._testing_register(SYM, ALLOC)
+        b = symmetric._testing_register(SYM2, ALLOC)
         try:
             yield Fake(calls=calls, responses=responses, allocs=(a, b))
         finally:
@@ -687,7 +687,7 @@ def test_symmetric_memory_checks(fake):
         nv.reduce(Team.TEAM_WORLD, local(), sym2(), "sum")
     with pytest.raises(nv.NvshmemMemoryError, match="'signal' is not symmetric"):
         nv.signal_op(local(1, "uint64"), 1, 0)
-    memory._testing_unregister(fake.allocs[0])  # "free" the first allocation
+    symmetric._testing_unregister(fake.allocs[0])  # "free" the first allocation
     with pytest.raises(nv.NvshmemMemoryError, match="no longer valid: freed by nvshmem_dsl.free"):
         nv.put(sym(), local(), 0)
     with pytest.raises(nv.NvshmemMemoryError, match="no longer valid"):
@@ -817,14 +817,14 @@ def test_host_atomics_follow_the_spec():
 
 
 def test_registry():
-    reg = memory._Registry()
-    a = memory.Allocation(0x1000, 0x100, "fake")
+    reg = symmetric._Registry()
+    a = symmetric.Allocation(0x1000, 0x100, "fake")
     reg.add(a)
     with pytest.raises(nv.NvshmemMemoryError, match="overlaps"):
-        reg.add(memory.Allocation(0x10F0, 0x100, "fake"))
+        reg.add(symmetric.Allocation(0x10F0, 0x100, "fake"))
     with pytest.raises(nv.NvshmemMemoryError, match="overlaps"):
-        reg.add(memory.Allocation(0x0F00, 0x101, "fake"))
-    b = memory.Allocation(0x1100, 0x10, "fake")
+        reg.add(symmetric.Allocation(0x0F00, 0x101, "fake"))
+    b = symmetric.Allocation(0x1100, 0x10, "fake")
     reg.add(b)
     assert reg.containing(0x1000) is a and reg.containing(0x10FF) is a and reg.containing(0x1100) is b
     assert reg.containing(0x0FFF) is None and reg.containing(0x1110) is None
@@ -921,7 +921,7 @@ def test_peer_and_multicast(fake):
 
 
 def test_register_external_checks(fake):
-    gran = memory.cumem_granularity()
+    gran = views.cumem_granularity()
     assert gran == 512 << 20
     with pytest.raises(nv.NvshmemArgumentError, match="granularity"):
         nv.register_external(FakeArray(LOCAL, 1000))
@@ -944,7 +944,7 @@ def test_register_external_checks(fake):
 def test_granularity_env(monkeypatch):
     for text, value in [("2M", 2 << 20), ("1g", 1 << 30), ("4096", 4096), ("512MiB", 512 << 20)]:
         monkeypatch.setenv("NVSHMEM_CUMEM_GRANULARITY", text)
-        assert memory.cumem_granularity() == value, text
+        assert views.cumem_granularity() == value, text
 
 
 # --------------------------------------------------------------------------- arrays

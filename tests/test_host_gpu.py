@@ -297,9 +297,9 @@ def test_register_external_vmm(pe):
     small = cupy.from_dlpack(resource.allocate(2 << 20)).view(cupy.float32)
     with pytest.raises(nv.NvshmemArgumentError, match="granularity"):
         nv.register_external(small)  # NVSHMEM would crash on it
-    from nvshmem_dsl.host import memory
+    from nvshmem_dsl.host import views
 
-    vbuf = resource.allocate(memory.cumem_granularity())
+    vbuf = resource.allocate(views.cumem_granularity())
     arr = cupy.from_dlpack(vbuf).view(cupy.float32)
     sym = nv.register_external(arr)
     assert nv.is_symmetric(sym) and sym.shape == arr.shape

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..host import _state
 from ..host import memory as _native
+from ..host import views as _views
 from . import _tracking
 from ._tracking import CAIView, Entry, translated
 from .nvshmem_types import BufferTypes, NvshmemError, NvshmemInvalid
@@ -91,7 +92,7 @@ def peer_entry(entry: Entry, pe: Any, function: str) -> Entry:
         raise NvshmemInvalid(f"{function}(): the peer PE is required")
     if entry.kind in (BufferTypes.PEER, BufferTypes.MULTIMEM):
         raise NvshmemInvalid(f"{function}(): pass the allocation itself, not a {entry.kind.name.lower()} view of it")
-    address = _native.peer_ptr(entry.native, pe)
+    address = _views.peer_ptr(entry.native, pe)
     if not address:
         raise NvshmemError(
             f"Failed to retrieve peer buffer: PE {pe} is not reachable by load/store from PE "
@@ -113,7 +114,7 @@ def multicast_entry(team: Any, entry: Entry, function: str) -> Entry:
         raise NvshmemInvalid(f"{function}(): pass the allocation itself, not a {entry.kind.name.lower()} view of it")
     from .teams import team_value
 
-    address = _native.mc_ptr(entry.native, team_value(team, function))
+    address = _views.mc_ptr(entry.native, team_value(team, function))
     if not address:
         raise NvshmemError(
             "Failed to retrieve multicast buffer: NVSHMEM has no multicast address for this memory and team "
@@ -147,7 +148,7 @@ def get_multicast_buffer(team: Any, buffer: Any):
 
 def register_entry(native_obj: Any, source_ptr: int, function: str) -> Entry:
     """Register memory with NVSHMEM (collective) and track the symmetric view that comes back."""
-    view = _native.register_external(native_obj)
+    view = _views.register_external(native_obj)
     from ..host import _arrays
 
     info = _arrays.describe(view, function=function, argument="x")
@@ -172,7 +173,7 @@ def register_external_buffer(buffer: Any):
 
 
 def unregister_entry(entry: Entry) -> None:
-    _native.unregister_external(entry.native)
+    _views.unregister_external(entry.native)
     _tracking.drop(entry)
 
 

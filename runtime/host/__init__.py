@@ -8,7 +8,9 @@ Layered bottom-up, each module importing only those above it in this list:
   (address, size, dtype) for any array library; :mod:`._teamref` a team argument's handle;
 * :mod:`._bootstrap` this process's rank and the unique-id exchange; :mod:`._init`
   ``init()`` / ``finalize()`` and queries;
-* :mod:`.memory` symmetric allocation, peer and multicast views;
+* :mod:`.symmetric` the registry of live symmetric allocations (what every operation checks);
+* :mod:`.memory` symmetric allocation and free (buffers, arrays of any library);
+  :mod:`.views` peer and multicast views, registration of external memory;
 * :mod:`.operations` put/get, signals, atomics, collectives on a stream or blocking;
 * :mod:`.teams` team handles, splits and ``team_init``.
 

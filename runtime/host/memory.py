@@ -1,4 +1,4 @@
-"""Symmetric memory: allocation, array views, peer and multicast views, registration.
+"""Symmetric memory: allocation and free, as buffers or arrays of any array library.
 
 **Allocation and free are collective.**  Every PE must call :func:`buffer`,
 :func:`array`, :func:`zeros`, :func:`full`, :func:`empty_like`, :func:`free`,
@@ -14,32 +14,25 @@ collective call at a random moment on each PE): call :func:`free`, use the
 buffer as a context manager, or let :func:`nvshmem_dsl.finalize` report what
 is left (an :class:`~nvshmem_dsl.errors.NvshmemLeakWarning`).
 
-A registry of live allocations (address ranges) lets every host operation refuse
-memory that is not symmetric, was freed, or lies outside its allocation.
+Every allocation is entered in :data:`nvshmem_dsl.host.symmetric.REGISTRY`; peer and multicast
+views and registration of external memory are :mod:`nvshmem_dsl.host.views`.
 """
 
 from __future__ import annotations
 
-import bisect
-import collections
 import importlib.util
 import os
 import struct
 import sys
-import threading
 import warnings
 from typing import Any, Iterable, Sequence
 
 from . import _arrays, _lib, _table, _state
-from ._teamref import team_id
-from ..errors import (
-    NvshmemArgumentError, NvshmemError, NvshmemMemoryError, NvshmemOutOfMemoryError,
-    NvshmemTypeError,
-)
+from .symmetric import REGISTRY, Allocation, _caller, leak_report
+from ..errors import NvshmemArgumentError, NvshmemMemoryError, NvshmemOutOfMemoryError, NvshmemTypeError
 
 __all__ = [
     "Buffer",
-    "Allocation",
     "buffer",
     "array",
     "empty",
@@ -48,19 +41,6 @@ __all__ = [
     "empty_like",
     "zeros_like",
     "free",
-    "peer",
-    "peer_ptr",
-    "multicast",
-    "mc_ptr",
-    "is_symmetric",
-    "register_external",
-    "unregister_external",
-    "cumem_granularity",
-    "register_buffer",
-    "unregister_buffer",
-    "unregister_all_buffers",
-    "live_allocations",
-    "leak_report",
     "ENV_CHECK_SYMMETRY",
 ]
 
@@ -69,162 +49,6 @@ LIBRARIES = ("cupy", "torch", "numba")
 _SCRATCH_BYTES = 256  # internal symmetric scratch: size check (0..31), team uid (64..71)
 _SCRATCH_UID = 64
 
-
-# --------------------------------------------------------------------------- registry
-
-
-class Allocation:
-    """One symmetric allocation known to the registry."""
-
-    __slots__ = ("ptr", "nbytes", "kind", "freed", "where", "source", "generation", "__weakref__")
-
-    def __init__(self, ptr: int, nbytes: int, kind: str, where: str = "", source: int = 0) -> None:
-        self.ptr = ptr
-        self.nbytes = nbytes
-        self.kind = kind  #: "heap", "external", "internal" or "fake" (tests)
-        self.freed: str | None = None  #: why it is no longer valid
-        self.where = where  #: file:line of the allocating call
-        self.source = source  #: for "external": the registered buffer's own address
-        self.generation = _state.STATE.generation
-
-    @property
-    def end(self) -> int:
-        return self.ptr + self.nbytes
-
-    def __repr__(self) -> str:
-        state = f", freed ({self.freed})" if self.freed else ""
-        return f"<Allocation {self.kind} 0x{self.ptr:x} {self.nbytes} B{state}>"
-
-
-class _Registry:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._starts: list[int] = []
-        self._allocs: dict[int, Allocation] = {}
-        self._freed: collections.deque[tuple[int, int, str]] = collections.deque(maxlen=1024)
-
-    def add(self, alloc: Allocation) -> None:
-        with self._lock:
-            old = self._allocs.get(alloc.ptr)
-            if old is not None:
-                raise NvshmemMemoryError(f"internal: address 0x{alloc.ptr:x} is already registered ({old})")
-            i = bisect.bisect_left(self._starts, alloc.ptr)
-            if i < len(self._starts):
-                nxt = self._allocs[self._starts[i]]
-                if alloc.end > nxt.ptr:
-                    raise NvshmemMemoryError(f"internal: {alloc} overlaps {nxt}")
-            if i > 0:
-                prv = self._allocs[self._starts[i - 1]]
-                if prv.end > alloc.ptr:
-                    raise NvshmemMemoryError(f"internal: {alloc} overlaps {prv}")
-            self._starts.insert(i, alloc.ptr)
-            self._allocs[alloc.ptr] = alloc
-
-    def remove(self, alloc: Allocation, reason: str) -> None:
-        with self._lock:
-            if self._allocs.get(alloc.ptr) is alloc:
-                del self._allocs[alloc.ptr]
-                self._starts.pop(bisect.bisect_left(self._starts, alloc.ptr))
-            alloc.freed = reason
-            self._freed.append((alloc.ptr, alloc.end, reason))
-
-    def containing(self, address: int) -> Allocation | None:
-        with self._lock:
-            i = bisect.bisect_right(self._starts, address) - 1
-            if i < 0:
-                return None
-            alloc = self._allocs[self._starts[i]]
-            return alloc if address < alloc.end else None
-
-    def at(self, ptr: int) -> Allocation | None:
-        with self._lock:
-            return self._allocs.get(ptr)
-
-    def freed_reason(self, address: int) -> str | None:
-        with self._lock:
-            for lo, hi, reason in reversed(self._freed):
-                if lo <= address < hi:
-                    return reason
-        return None
-
-    def live(self) -> list[Allocation]:
-        with self._lock:
-            return [self._allocs[p] for p in self._starts]
-
-    def clear(self, reason: str) -> list[Allocation]:
-        with self._lock:
-            allocs = [self._allocs[p] for p in self._starts]
-            self._allocs.clear()
-            self._starts.clear()
-            for a in allocs:
-                a.freed = reason
-                self._freed.append((a.ptr, a.end, reason))
-            return allocs
-
-
-REGISTRY = _Registry()
-
-
-def _caller() -> str:
-    """file:line of the first frame outside nvshmem_dsl."""
-    frame = sys._getframe(1)
-    here = os.path.dirname(os.path.abspath(__file__))
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not os.path.abspath(path).startswith(here + os.sep):
-            return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return "?"
-
-
-def check_symmetric(info: _arrays.ArrayInfo, function: str, argument: str, nbytes: int | None = None) -> Allocation:
-    """The live allocation holding ``info``'s bytes (or its first ``nbytes``), else NvshmemMemoryError."""
-    lo, hi = info.span
-    if nbytes is not None:
-        hi = lo + nbytes
-    alloc = REGISTRY.containing(lo)
-    where = f"{function}(): argument '{argument}'"
-    if alloc is None:
-        reason = REGISTRY.freed_reason(lo)
-        if reason is not None:
-            raise NvshmemMemoryError(
-                f"{where} points at symmetric memory that is no longer valid: {reason} (0x{lo:x})"
-            )
-        raise NvshmemMemoryError(
-            f"{where} is not symmetric memory (0x{lo:x}); allocate it with nvshmem_dsl.array()/buffer() "
-            "or register it with nvshmem_dsl.register_external()"
-        )
-    if hi > alloc.end:
-        raise NvshmemMemoryError(
-            f"{where} needs bytes 0x{lo:x}..0x{hi:x}, past the end of its symmetric allocation "
-            f"(0x{alloc.ptr:x}, {alloc.nbytes} bytes)"
-        )
-    return alloc
-
-
-def check_valid_local(info: _arrays.ArrayInfo, function: str, argument: str) -> None:
-    """A local (non-symmetric) array must at least not be freed symmetric memory."""
-    alloc = REGISTRY.containing(info.ptr)
-    if alloc is None:
-        reason = REGISTRY.freed_reason(info.ptr)
-        if reason is not None:
-            raise NvshmemMemoryError(
-                f"{function}(): argument '{argument}' points at symmetric memory that is no longer valid: {reason}"
-            )
-
-
-# test hooks --------------------------------------------------------------------
-
-
-def _testing_register(ptr: int, nbytes: int, kind: str = "fake") -> Allocation:
-    """Tests only: enter a made-up address range in the registry (never dereferenced)."""
-    alloc = Allocation(ptr, nbytes, kind, _caller())
-    REGISTRY.add(alloc)
-    return alloc
-
-
-def _testing_unregister(alloc: Allocation, reason: str = "freed by nvshmem_dsl.free()") -> None:
-    REGISTRY.remove(alloc, reason)
 
 
 # --------------------------------------------------------------------------- raw buffers
@@ -658,208 +482,6 @@ def free(x: Any) -> None:
     if alloc.kind == "heap" and not s.fake:
         _lib.call("nvshmem_free", alloc.ptr)
     REGISTRY.remove(alloc, "freed by nvshmem_dsl.free()")
-
-
-# --------------------------------------------------------------------------- views
-
-
-def _pe_check(pe: Any, function: str, n_pes: int) -> int:
-    if isinstance(pe, bool) or not isinstance(pe, int):
-        try:
-            import operator
-
-            pe = operator.index(pe)
-        except TypeError:
-            raise NvshmemTypeError(f"{function}(): pe must be an int, not {type(pe).__name__}") from None
-    if not 0 <= pe < n_pes:
-        raise NvshmemArgumentError(f"{function}(): pe {pe} is out of range 0..{n_pes - 1}")
-    return pe
-
-
-def peer_ptr(x: Any, pe: int) -> int:
-    """Address by which this PE reaches PE ``pe``'s copy of ``x`` by load/store (0 when it cannot)."""
-    s = _state.require("peer_ptr()")
-    info = _arrays.describe(x, function="peer_ptr", argument="x")
-    check_symmetric(info, "peer_ptr", "x")
-    pe = _pe_check(pe, "peer_ptr", s.n_pes)
-    return _lib.call("nvshmem_ptr", info.ptr, pe)
-
-
-def peer(x: Any, pe: int):
-    """A view of PE ``pe``'s copy of symmetric ``x`` (same library, shape, dtype), via ``nvshmem_ptr``.
-
-    Loads and stores through it go straight to the peer's GPU memory (NVLink/P2P).
-    Raises NvshmemMemoryError when the peer is not reachable that way (use
-    put/get then).  torch reports such a view on the peer's device.
-    """
-    s = _state.require("peer()")
-    info = _arrays.describe(x, function="peer", argument="x")
-    check_symmetric(info, "peer", "x")
-    pe = _pe_check(pe, "peer", s.n_pes)
-    if pe == s.my_pe:
-        return x
-    address = _lib.call("nvshmem_ptr", info.ptr, pe)
-    if not address:
-        raise NvshmemMemoryError(
-            f"peer(): PE {pe}'s memory is not reachable by load/store from PE {s.my_pe} "
-            "(no NVLink/PCIe peer mapping); use put()/get() instead"
-        )
-    return _view_like(x, info, address)
-
-
-def mc_ptr(x: Any, team: Any = None) -> int:
-    """The multicast address of symmetric ``x`` for ``team`` (0 when multicast is unavailable)."""
-    _state.require("mc_ptr()")
-    info = _arrays.describe(x, function="mc_ptr", argument="x")
-    check_symmetric(info, "mc_ptr", "x")
-    return _lib.call("nvshmemx_mc_ptr", team_id(team, "mc_ptr"), info.ptr)
-
-
-def multicast(x: Any, team: Any = None):
-    """A view of ``x`` at its multicast address for ``team`` (``nvshmemx_mc_ptr``).
-
-    Only multimem instructions in kernels may use it.  Raises NvshmemMemoryError
-    when NVSHMEM gives no multicast address (NVLink SHARP absent or disabled,
-    e.g. ``NVSHMEM_DISABLE_NVLS=1``).
-    """
-    address = mc_ptr(x, team)
-    if not address:
-        raise NvshmemMemoryError(
-            "multicast(): NVSHMEM has no multicast address for this memory and team (needs NVLink SHARP "
-            "on sm_90+ with NVSHMEM_DISABLE_NVLS unset, and a team whose PEs share an NVLink domain)"
-        )
-    info = _arrays.describe(x, function="multicast", argument="x")
-    return _view_like(x, info, address)
-
-
-def is_symmetric(x: Any) -> bool:
-    """Whether all of ``x`` lies in one live symmetric allocation."""
-    if isinstance(x, Buffer):
-        return not x.freed and REGISTRY.at(x.allocation.ptr) is x.allocation
-    try:
-        info = _arrays.describe(x)
-    except NvshmemError:  # not an array, or a freed Buffer behind __cuda_array_interface__
-        return False
-    lo, hi = info.span
-    alloc = REGISTRY.containing(lo)
-    return alloc is not None and hi <= alloc.end
-
-
-# --------------------------------------------------------------------------- registration
-
-
-def register_external(x: Any):
-    """Make an array allocated outside NVSHMEM symmetric (collective; ``nvshmemx_buffer_register_symmetric``).
-
-    The memory must come from the CUDA VMM API, e.g. cuda.core's
-    ``VirtualMemoryResource(device).allocate(nbytes)``, with the same size on every
-    PE, and that size must be a multiple of NVSHMEM's heap granularity
-    (:func:`cumem_granularity`, 512 MiB unless ``NVSHMEM_CUMEM_GRANULARITY`` says
-    otherwise).  Returns an array of ``x``'s kind at the symmetric address
-    NVSHMEM maps it to: pass that one to NVSHMEM operations and kernels, and to
-    :func:`unregister_external` at the end.
-    """
-    _state.require("register_external()")
-    info = _arrays.describe(x, function="register_external", argument="x")
-    if not info.contiguous:
-        raise NvshmemArgumentError("register_external(): the array must be contiguous")
-    granularity = cumem_granularity()
-    if info.nbytes == 0 or info.nbytes % granularity:
-        # NVSHMEM would round the size up, fail to map it, and then crash in its next barrier
-        raise NvshmemArgumentError(
-            f"register_external(): the array has {info.nbytes} bytes; NVSHMEM registers whole multiples of its "
-            f"heap granularity, {granularity} bytes (NVSHMEM_CUMEM_GRANULARITY). Allocate a multiple of that "
-            "(e.g. VirtualMemoryResource(device).allocate(n * granularity)) and register all of it."
-        )
-    mapped = _lib.call("nvshmemx_buffer_register_symmetric", info.ptr, info.nbytes, 0)
-    if not mapped:
-        raise NvshmemMemoryError(
-            "register_external(): NVSHMEM refused the buffer. It must be allocated with the CUDA VMM API "
-            "(cuMemCreate/cuMemMap, e.g. cuda.core VirtualMemoryResource), on this PE's device, with the "
-            "same size on every PE (this call is collective)"
-        )
-    alloc = Allocation(mapped, info.nbytes, "external", _caller(), source=info.ptr)
-    REGISTRY.add(alloc)
-    return _view_like(x, info, mapped)
-
-
-_DEFAULT_CUMEM_GRANULARITY = 512 << 20
-
-
-def cumem_granularity() -> int:
-    """NVSHMEM's heap granularity in bytes: ``$NVSHMEM_CUMEM_GRANULARITY`` or 512 MiB."""
-    text = os.environ.get("NVSHMEM_CUMEM_GRANULARITY", "").strip()
-    if not text:
-        return _DEFAULT_CUMEM_GRANULARITY
-    scale = 1
-    suffix = text[-1].lower()
-    if suffix in "kmgt" and not suffix.isdigit():
-        scale = 1 << (10 * ("kmgt".index(suffix) + 1))
-        text = text[:-1]
-    if text.lower().endswith("i"):
-        text = text[:-1]
-    try:
-        return int(text) * scale
-    except ValueError:
-        return _DEFAULT_CUMEM_GRANULARITY
-
-
-def unregister_external(x: Any) -> None:
-    """Undo :func:`register_external` (collective); ``x`` is the array it returned."""
-    _state.require("unregister_external()")
-    alloc, _ = _allocation_of(x, "unregister_external")
-    if alloc.kind != "external":
-        raise NvshmemMemoryError("unregister_external(): this memory was not registered with register_external()")
-    _lib.call("nvshmemx_buffer_unregister_symmetric", alloc.ptr, alloc.nbytes)
-    REGISTRY.remove(alloc, "unregistered by nvshmem_dsl.unregister_external()")
-
-
-def register_buffer(x: Any) -> None:
-    """Register local (non-symmetric) device memory for use as a local buffer over remote transports
-    (``nvshmemx_buffer_register``; not needed over NVLink/P2P)."""
-    _state.require("register_buffer()")
-    info = _arrays.describe(x, function="register_buffer", argument="x")
-    lo, hi = info.span
-    _lib.call("nvshmemx_buffer_register", lo, hi - lo)
-
-
-def unregister_buffer(x: Any) -> None:
-    """Undo :func:`register_buffer` (``nvshmemx_buffer_unregister``)."""
-    _state.require("unregister_buffer()")
-    info = _arrays.describe(x, function="unregister_buffer", argument="x")
-    _lib.call("nvshmemx_buffer_unregister", info.span[0])
-
-
-def unregister_all_buffers() -> None:
-    """``nvshmemx_buffer_unregister_all``."""
-    _state.require("unregister_all_buffers()")
-    _lib.call("nvshmemx_buffer_unregister_all")
-
-
-# --------------------------------------------------------------------------- reports
-
-
-def live_allocations(*, include_internal: bool = False) -> list[dict]:
-    """The live symmetric allocations: ptr, nbytes, kind and where each was made."""
-    return [
-        {"ptr": a.ptr, "nbytes": a.nbytes, "kind": a.kind, "where": a.where}
-        for a in REGISTRY.live()
-        if include_internal or a.kind != "internal"
-    ]
-
-
-def leak_report() -> str | None:
-    """A text listing the live user allocations, or None when there are none."""
-    live = live_allocations()
-    if not live:
-        return None
-    total = sum(a["nbytes"] for a in live)
-    lines = [f"{len(live)} symmetric allocation(s), {total} bytes, were never freed:"]
-    for a in live[:20]:
-        lines.append(f"  0x{a['ptr']:x} {a['nbytes']} B ({a['kind']}) allocated at {a['where']}")
-    if len(live) > 20:
-        lines.append(f"  ... and {len(live) - 20} more")
-    return "\n".join(lines)
 
 
 def _on_finalize(free_internal: bool) -> str | None:

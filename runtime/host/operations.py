@@ -42,7 +42,7 @@ from ._arrays import ArrayInfo
 from .._generated.constants import Cmp, SignalOp, Team
 from .._generated.host_api import AMO
 from ..errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
-from .memory import check_symmetric, check_valid_local
+from .symmetric import check_symmetric, check_valid_local
 
 __all__ = [
     "put", "get", "put_nbi", "get_nbi", "p", "g", "iput", "iget",
@@ -785,11 +785,11 @@ COVERAGE: dict[str, str] = {
     **{row["family"]: f"host.operations.{api}" for api, row in AMO.items()},
     # memory
     "malloc": "host.memory.buffer", "calloc": "host.memory.zeros", "align": "host.memory.buffer", "free": "host.memory.free",
-    "ptr": "host.memory.peer", "mc_ptr": "host.memory.multicast",
-    "buffer_register": "host.memory.register_buffer", "buffer_unregister": "host.memory.unregister_buffer",
-    "buffer_unregister_all": "host.memory.unregister_all_buffers",
-    "buffer_register_symmetric": "host.memory.register_external",
-    "buffer_unregister_symmetric": "host.memory.unregister_external",
+    "ptr": "host.views.peer", "mc_ptr": "host.views.multicast",
+    "buffer_register": "host.views.register_buffer", "buffer_unregister": "host.views.unregister_buffer",
+    "buffer_unregister_all": "host.views.unregister_all_buffers",
+    "buffer_register_symmetric": "host.views.register_external",
+    "buffer_unregister_symmetric": "host.views.unregister_external",
     # teams
     "team_my_pe": "host.teams.my_pe", "team_n_pes": "host.teams.n_pes", "team_translate_pe": "host.teams.translate_pe",
     "team_split_strided": "host.teams.split_strided", "team_split_2d": "host.teams.split_2d",
