@@ -3,7 +3,8 @@
 Loaded lazily, once.  Accessors: :func:`table` (the whole parsed file),
 :func:`dtypes` (NVSHMEM dtype name -> description), :func:`device_ops` and
 :func:`host_ops` (C symbol -> entry), :func:`scalar_kind` (a C scalar type's
-kind: "signed", "unsigned", "float").
+kind: "signed", "unsigned", "float"), :func:`role_text` (what a parameter is, for
+messages), :func:`pointee` (bits and kind of what a C pointer points to).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 import json
 from importlib import resources
 
-__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind"]
+__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind", "role_text", "pointee"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,3 +86,29 @@ def api_doc(api: str, dispatch: dict, container: str, count_default: bool = True
         lines.append(f"Other C spellings of the same operation ({len(others)}, e.g. {others[0]}) "
                      "are reachable under their C names.")
     return "\n".join(lines) + "\n"
+
+
+def role_text(param: dict) -> str:
+    """What an op-table parameter is, in words (its role's text in the spec), for messages."""
+    return table()["roles"].get(param["role"], param["role"])
+
+
+@functools.lru_cache(maxsize=None)
+def _pointee_table() -> dict:
+    out = {}
+    for info in dtypes().values():
+        kind = info.get("kind")
+        if kind in ("signed", "unsigned", "float") and info.get("ctype"):
+            out.setdefault(info["ctype"], (info["bits"], "float" if kind == "float" else "int"))
+    for ctype, llvm in table()["ctypes"].items():  # handles and other integer typedefs of the spec
+        if llvm.startswith("i") and llvm[1:].isdigit():
+            out.setdefault(ctype, (int(llvm[1:]), "int"))
+    return out
+
+
+def pointee(ctype: str):
+    """``(bits, "int" | "float")`` of what C pointer type ``ctype`` points to (``const`` and ``*``
+    dropped), from the spec's dtypes and C types; None for structs and unknown types."""
+    text = " ".join(ctype.replace("const", " ").replace("*", " ").split())
+    return _pointee_table().get(text)
+

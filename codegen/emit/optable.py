@@ -29,6 +29,7 @@ def table(spec: Spec) -> dict:
                       for g in spec.constants.values()},
         "structs": {s.name: {"size": s.size, "version": s.version} for s in spec.structs},
         "roles": spec.roles,
+        "ctypes": dict(spec.ctypes),
         "device": [_op(o) for o in spec.ops_for("device")],
         "host": [_op(o) for o in spec.ops_for("host")],
     }

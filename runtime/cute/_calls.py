@@ -55,9 +55,6 @@ NULLABLE_ROLES = frozenset({"status"})
 # Roles of the tensors whose sizes give a left-out element count.
 COUNT_ROLES = ("sym_dest", "local_dest", "sym_src", "local_src", "ivars", "cmp_values",
                "qp_handles")
-# Pointee C types of dtype-free pointer parameters -> (bits, kind) for the dtype check.
-_POINTEE_EXTRA = {"nvshmemx_qp_handle_t": (32, "int"), "nvshmemx_region_handle_t": (64, "int")}
-
 
 # --------------------------------------------------------------------- helpers
 
@@ -127,27 +124,6 @@ def _type_name(x: Any) -> str:
     if isinstance(x, (bool, int, float)):
         return f"the Python {type(x).__name__} {x!r}"
     return type(x).__name__
-
-
-def _describe(p: dict) -> str:
-    return _optable.table()["roles"].get(p["role"], p["role"])
-
-
-@functools.lru_cache(maxsize=None)
-def _ctype_info() -> dict:
-    """C type -> (bits, 'int' | 'float') for the scalar C types of the dtype table."""
-    out = {}
-    for info in _optable.dtypes().values():
-        kind = info.get("kind")
-        if kind in ("signed", "unsigned", "float") and info.get("ctype"):
-            out.setdefault(info["ctype"], (info["bits"], "float" if kind == "float" else "int"))
-    out.update(_POINTEE_EXTRA)
-    return out
-
-
-def _pointee(ctype: str) -> Optional[tuple[int, str]]:
-    text = " ".join(ctype.replace("const", " ").replace("*", " ").split())
-    return _ctype_info().get(text)
 
 
 # ------------------------------------------------------------------- C forms
@@ -272,14 +248,14 @@ def _match(api: str, form: _Form, args: tuple, raw: bool) -> list[_Step]:
     def given(k: int, i: int) -> list[_Step]:
         p = params[k]
         if i >= len(args):
-            fail(i, f"missing argument '{p['name']}' ({_describe(p)})")
+            fail(i, f"missing argument '{p['name']}' ({_optable.role_text(p)})")
         a = args[i]
         if p["llvm"] == "ptr" and not p.get("byval"):
             if a is None and (p["role"] in NULLABLE_ROLES or raw):
                 return [_Step("null", i)] + walk(k + 1, i + 1)
             if not (_is_memory(a) or (raw and _is_address(a))):
                 what = "a tensor" + (" or None" if p["role"] in NULLABLE_ROLES else "")
-                fail(i, f"argument '{p['name']}' must be {what} ({_describe(p)}), "
+                fail(i, f"argument '{p['name']}' must be {what} ({_optable.role_text(p)}), "
                         f"got {_type_name(a)}")
             if k in form.single and not raw and _is_tensor(a):
                 try:
@@ -290,7 +266,7 @@ def _match(api: str, form: _Form, args: tuple, raw: bool) -> list[_Step]:
                     raise
             return [_Step("arg", i)] + walk(k + 1, i + 1)
         if not _is_scalar(a):
-            fail(i, f"argument '{p['name']}' must be a scalar ({_describe(p)}), "
+            fail(i, f"argument '{p['name']}' must be a scalar ({_optable.role_text(p)}), "
                     f"got {_type_name(a)}")
         return [_Step("arg", i)] + walk(k + 1, i + 1)
 
@@ -335,7 +311,7 @@ def _check_dtypes(api: str, form: _Form, plan: list[_Step], args: tuple) -> None
                            f"({et.width} bits), but the other arguments select {form.bits}-bit "
                            f"elements ({form.symbol})")
         elif not p.get("elem"):
-            want = _pointee(p["ctype"])
+            want = _optable.pointee(p["ctype"])
             if want is None:
                 continue
             bits, kind = want

@@ -132,7 +132,7 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
             plan.append(("count", None))
             continue
         if i >= len(argtys):
-            _fail(api, f"missing argument '{p['name']}' ({_describe(p)})")
+            _fail(api, f"missing argument '{p['name']}' ({_optable.role_text(p)})")
         t = argtys[i]
         if p["llvm"] == "ptr" and not p.get("byval"):
             if p["role"] in NULLABLE_ROLES and isinstance(t, (types.NoneType, types.Omitted)):
@@ -140,7 +140,7 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
                 i += 1
                 continue
             if not _is_array(t):
-                _fail(api, f"argument '{p['name']}' must be an array ({_describe(p)}), got {t}")
+                _fail(api, f"argument '{p['name']}' must be an array ({_optable.role_text(p)}), got {t}")
             idx = None
             if allow_index and p["role"] in SINGLE_ELEMENT_ROLES | {"sym_dest", "sym_src"} \
                     and i + 1 < len(argtys) and _is_int(argtys[i + 1]) \
@@ -150,7 +150,7 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
             i += 2 if idx is not None else 1
             continue
         if not _is_scalar(t):
-            _fail(api, f"argument '{p['name']}' must be a scalar ({_describe(p)}), got {t}")
+            _fail(api, f"argument '{p['name']}' must be a scalar ({_optable.role_text(p)}), got {t}")
         plan.append(("arg", i, None))
         i += 1
     if i != len(argtys):
@@ -163,9 +163,6 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
 def _expected_args(op: dict, default_count: bool) -> int:
     return sum(1 for p in op["params"] if not (p["role"] == "count" and default_count and not p.get("required")))
 
-
-def _describe(p: dict) -> str:
-    return _optable.table()["roles"].get(p["role"], p["role"])
 
 
 def _signature_text(op: dict, default_count: bool) -> str:

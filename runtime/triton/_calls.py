@@ -60,9 +60,6 @@ PURE_FAMILIES = frozenset({"my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_t
 
 # Roles of pointer parameters that may be passed as None (a null pointer).
 NULLABLE_ROLES = frozenset({"status"})
-# Pointee C types of dtype-free pointer parameters -> (bits, kind) for the dtype check.
-_POINTEE_EXTRA = {"nvshmemx_qp_handle_t": (32, "int"), "nvshmemx_region_handle_t": (64, "int")}
-
 
 # --------------------------------------------------------------------- helpers
 
@@ -139,27 +136,6 @@ def _type_name(x: Any) -> str:
             return f"a pointer to {sca.element_ty.name}"
         return f"a scalar {sca.name}"
     return type(x).__name__
-
-
-def _describe(p: dict) -> str:
-    return _optable.table()["roles"].get(p["role"], p["role"])
-
-
-@functools.lru_cache(maxsize=None)
-def _ctype_info() -> dict:
-    """C type -> (bits, 'int' | 'float') for the scalar C types of the dtype table."""
-    out = {}
-    for info in _optable.dtypes().values():
-        kind = info.get("kind")
-        if kind in ("signed", "unsigned", "float") and info.get("ctype"):
-            out.setdefault(info["ctype"], (info["bits"], "float" if kind == "float" else "int"))
-    out.update(_POINTEE_EXTRA)
-    return out
-
-
-def _pointee(ctype: str) -> Optional[tuple[int, str]]:
-    text = " ".join(ctype.replace("const", " ").replace("*", " ").split())
-    return _ctype_info().get(text)
 
 
 @functools.lru_cache(maxsize=None)
@@ -264,13 +240,13 @@ def _check_kinds(api: str, f: _Form, args: tuple, raw: bool) -> None:
             hint = ""
             if _is_block(a) and a.type.scalar.is_ptr():
                 hint = ": pass one pointer (base + offset), not a block of them"
-            _fail(api, f"argument '{p['name']}' must be {what} ({_describe(p)}), "
+            _fail(api, f"argument '{p['name']}' must be {what} ({_optable.role_text(p)}), "
                        f"got {_type_name(a)}{hint}; call as {sig}")
         elif not _is_scalar(a):
             hint = ""
             if _is_block(a):
                 hint = ": NVSHMEM calls take scalars (reduce the block first, e.g. tl.sum)"
-            _fail(api, f"argument '{p['name']}' must be a scalar ({_describe(p)}), "
+            _fail(api, f"argument '{p['name']}' must be a scalar ({_optable.role_text(p)}), "
                        f"got {_type_name(a)}{hint}; call as {sig}")
 
 
@@ -293,7 +269,7 @@ def _check_dtypes(api: str, f: _Form, args: tuple) -> None:
                            f"({et.primitive_bitwidth} bits), but the other arguments select "
                            f"{f.bits}-bit elements ({f.symbol})")
         elif not p.get("elem"):
-            want = _pointee(p["ctype"])
+            want = _optable.pointee(p["ctype"])
             if want is None:
                 continue
             bits, kind = want
