@@ -41,14 +41,13 @@ import functools
 import glob
 import os
 import re
-import struct
 import tempfile
 import threading
 import warnings
 from typing import Optional
 
 from ..linker import outline
-from ..linker.link import NvshmemLinkError, min_ptx, ptx_for_nvjitlink
+from ..linker.link import NvshmemLinkError, min_ptx, nvjitlink_cubin, ptx_for_nvjitlink
 
 __all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "ptx_dump_pipeline",
            "relocatable_pipeline", "stats", "undefined_symbols"]
@@ -129,7 +128,7 @@ def _wrap(orig, dsl):
             result = orig(module, pipeline, *args, **kwargs)
             ptx = _read_dumped_ptx(prefix)
         compiled = result if result is not None and hasattr(result, "operation") else module
-        linked = link_module(compiled, arch, names, cap, ptx=ptx)
+        linked = link_module(compiled, arch, names, ptx, cap)
         _replace_kept_cubin(dsl, linked[-1][1])
         sink = linked_binaries.get()
         if sink is not None:
@@ -249,80 +248,22 @@ def _binaries(module):
             yield op, data
 
 
-def _elf_of(data: bytes) -> bytes:
-    """The cubin in ``data`` (a cubin, or a fatbin holding one uncompressed ELF entry)."""
-    if data[:4] == _ELF_MAGIC:
-        return data
-    _, _, header, size = struct.unpack_from("<IHHQ", data, 0)
-    at, end = header, header + size
-    while at + 16 <= min(end, len(data)):
-        kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, at)
-        body = data[at + entry_header:at + entry_header + payload]
-        if kind == 2 and body[:4] == _ELF_MAGIC:
-            return body
-        at += entry_header + payload
-    raise NvshmemLinkError(
-        f"nvshmem_dsl.cute: no uncompressed cubin in the fatbin nvidia-cutlass-dsl {_cute_version()} "
-        f"made; {_HINT}")
-
-
-def _elf_symbols(cubin: bytes):
-    """``(name, defined)`` of each named symbol of an ELF cubin."""
-    cubin = bytes(cubin)
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, _ = struct.unpack_from("<HHH", cubin, 0x3A)
-    secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize)
-            for i in range(shnum)]
-    for (_, kind, off, size, link) in secs:
-        if kind != 2:  # SHT_SYMTAB
-            continue
-        strtab = cubin[secs[link][2]:secs[link][2] + secs[link][3]]
-        for at in range(off, off + size, 24):
-            st_name, _, _, st_shndx = struct.unpack_from("<IBBH", cubin, at)
-            if st_name:
-                yield strtab[st_name:strtab.index(b"\0", st_name)].decode(), st_shndx != 0
-
-
 def undefined_symbols(cubin: bytes) -> frozenset:
     """The symbols an ELF cubin references but does not define."""
-    return frozenset(n for n, defined in _elf_symbols(cubin) if not defined)
+    return frozenset(n for n, defined in outline.elf_symbols(cubin) if n and not defined)
 
 
 def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:
-    """An executable cubin for ``arch`` linked from ``inputs``, ``(name, bytes)``: PTX (``.ptx``,
-    compiled here by nvJitLink's ptxas, at most ``max_registers`` registers) or cubins."""
-    from cuda.bindings import nvjitlink
-
-    opts = [f"-arch={arch}", *([f"-maxrregcount={max_registers}"] if max_registers else [])]
-    handle = nvjitlink.create(len(opts), opts)
-    try:
-        try:
-            for name, data in inputs:
-                kind = nvjitlink.InputType.PTX if name.endswith(".ptx") else nvjitlink.InputType.CUBIN
-                nvjitlink.add_data(handle, kind, data, len(data), name)
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as exc:
-            size = nvjitlink.get_error_log_size(handle)
-            log = bytearray(size)
-            nvjitlink.get_error_log(handle, log)
-            log = bytes(log).decode(errors="replace").rstrip("\0").strip()
-            raise NvshmemLinkError(
-                f"nvshmem_dsl.cute: nvJitLink failed to link a CuTe kernel for {arch} with "
-                f"NVSHMEM's objects ({exc}):\n{log}\n{_HINT}") from None
-        size = nvjitlink.get_linked_cubin_size(handle)
-        cubin = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, cubin)
-        return bytes(cubin)
-    finally:
-        nvjitlink.destroy(handle)
+    """:func:`nvshmem_dsl.linker.link.nvjitlink_cubin` for a CuTe kernel (at most ``max_registers``
+    registers), failures naming the way out."""
+    return nvjitlink_cubin(arch, inputs, [f"-maxrregcount={max_registers}"] if max_registers else [],
+                           what="a CuTe kernel", hint=f"nvshmem_dsl.cute: {_HINT}")
 
 
-def link_module(module, arch: str, declared, max_registers: Optional[int] = None,
-                ptx: Optional[str] = None) -> list:
-    """Replace each binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the
-    executable cubin nvJitLink makes of it, or of the module's ``ptx`` where given (one binary),
-    and the objects of the outlined NVSHMEM functions it calls (of ``declared``); returns
-    ``[(names, cubin), ...]``."""
+def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[int] = None) -> list:
+    """Replace the binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the executable
+    cubin nvJitLink makes of the module's ``ptx`` and the objects of the outlined NVSHMEM functions
+    it calls (of ``declared``); returns ``[(names, cubin)]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
@@ -333,25 +274,16 @@ def link_module(module, arch: str, declared, max_registers: Optional[int] = None
     bc_path = bitcode_path(arch)
     done = []
     binaries = list(_binaries(module))
-    if ptx is not None and len(binaries) > 1:
+    if len(binaries) > 1:
         raise NvshmemLinkError(
             f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
             f"{_cute_version()}, one PTX; {_HINT}")
-    for op, data in binaries:
-        if ptx is not None:
-            names = outline.extern_calls(ptx) & frozenset(declared)
-            kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
-        else:
-            cubin = _elf_of(data)
-            if struct.unpack_from("<H", cubin, 16)[0] != 1:  # ET_REL
-                raise NvshmemLinkError(
-                    f"nvshmem_dsl.cute: nvidia-cutlass-dsl {_cute_version()} did not make a relocatable "
-                    f"cubin (ptxas -c) for a kernel calling NVSHMEM out of line; {_HINT}")
-            names = undefined_symbols(cubin) & frozenset(declared)
-            kernel = ("kernel.cubin", cubin)
+    for op, _ in binaries:
+        names = outline.extern_calls(ptx) & frozenset(declared)
+        kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
         paths = outline.objects(names, sm, arch, features, max_registers, bc_path) if names else []
         inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
-        linked = _nvjitlink(arch, inputs, max_registers if ptx is not None else None)
+        linked = _nvjitlink(arch, inputs, max_registers)
         missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem"))
         if missing:
             raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")

@@ -23,7 +23,8 @@ from . import outline, store
 from ._llvm import function_shape, internalize, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
-           "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_ptx_isa", "nvshmem_functions",
+           "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_cubin", "nvjitlink_ptx_isa",
+           "nvshmem_functions",
            "ptx_for_nvjitlink", "unswitching"]
 
 #: A whole declaration line of an nvshmem* function; group 1 is its name.
@@ -70,6 +71,34 @@ def ptx_for_nvjitlink(ptx: str) -> str:
     if have is None or m is None or int(m.group(1)) * 10 + int(m.group(2)) <= have:
         return ptx
     return f"{ptx[:m.start()]}.version {have // 10}.{have % 10}{ptx[m.end():]}"
+
+
+def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint: str = "") -> bytes:
+    """An executable cubin for ``arch`` linked by nvJitLink from ``inputs``, ``(name, bytes)``: PTX
+    where the name ends in ``.ptx`` (compiled by nvJitLink's ptxas with ``options``), cubins
+    otherwise (the objects of :func:`nvshmem_dsl.linker.outline.objects`).  A failure raises
+    :class:`NvshmemLinkError` with nvJitLink's log and ``hint``."""
+    from cuda.bindings import nvjitlink
+
+    opts = [f"-arch={arch}", *options]
+    handle = nvjitlink.create(len(opts), opts)
+    try:
+        try:
+            for name, data in inputs:
+                kind = nvjitlink.InputType.PTX if name.endswith(".ptx") else nvjitlink.InputType.CUBIN
+                nvjitlink.add_data(handle, kind, data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            log = bytearray(nvjitlink.get_error_log_size(handle))
+            nvjitlink.get_error_log(handle, log)
+            log = bytes(log).decode(errors="replace").rstrip("\0").strip()
+            raise NvshmemLinkError(f"nvJitLink failed to link {what} for {arch} with NVSHMEM's objects "
+                                   f"({exc}):\n{log}" + (f"\n{hint}" if hint else "")) from None
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)
 
 
 def check_declarations(main, api, names, outlined=frozenset()) -> None:

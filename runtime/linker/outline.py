@@ -61,7 +61,7 @@ from .. import _optable
 from . import rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
-           "mode", "object_ptx", "objects", "override", "ptxas", "split", "stats"]
+           "elf_symbols", "mode", "object_ptx", "objects", "override", "ptxas", "split", "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
 MODES = ("auto", "none", "all")
@@ -78,9 +78,11 @@ OPT_LEVELS = ("light", "o3")
 #: sync, 811, of NVSHMEM 3.8).
 MIN_INSTRUCTIONS = 600
 
-#: Most registers the objects' functions may use (``ptxas -maxrregcount``): 64 lets a kernel
-#: calling them launch 1024 threads a block (65536 registers an SM).
-MAX_REGISTERS = 64
+#: Registers a block may use on every GPU NVSHMEM supports (sm_70 .. sm_100: 64 Ki).
+REGISTERS_PER_BLOCK = 65536
+#: Most registers the objects' functions may use (``ptxas -maxrregcount``): what lets a kernel
+#: calling them launch 1024 threads a block, 64.
+MAX_REGISTERS = REGISTERS_PER_BLOCK // 1024
 
 #: Bump when objects are built differently (names the cached objects).
 VERSION = 1
@@ -294,33 +296,48 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
 _EIATTR_REGCOUNT = 0x2F
 
 
-def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
-    """``(defined, registers)`` of an ELF cubin: how many times each symbol is defined, and the
-    registers of each function (``.nv.info``'s REGCOUNT; a linked kernel's counts its callees)."""
-    cubin = bytes(cubin)
+def _sections(cubin: bytes):
+    """``(section names, [(name offset, type, offset, size, link)], data(i))`` of an ELF cubin."""
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    # (name, type, offset, size, link) of each section
     secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize) for i in range(shnum)]
 
     def data(i):
         return cubin[secs[i][2]:secs[i][2] + secs[i][3]]
 
-    def cstr(blob, at):
-        return blob[at:blob.index(b"\0", at)].decode()
+    return data(shstrndx), secs, data
 
-    names = data(shstrndx)
-    symbols, defined, registers = [], collections.Counter(), {}
+
+def _cstr(blob: bytes, at: int) -> str:
+    return blob[at:blob.index(b"\0", at)].decode()
+
+
+def elf_symbols(cubin: bytes) -> list:
+    """``(name, defined)`` of every entry of an ELF cubin's symbol table, in order (unnamed ones
+    with the name "")."""
+    cubin = bytes(cubin)
+    _, secs, data = _sections(cubin)
+    out = []
     for i, (_, kind, _, _, link) in enumerate(secs):
         if kind == 2:  # SHT_SYMTAB
             strtab, table = data(link), data(i)
             for at in range(0, len(table), 24):
                 st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, at)
-                symbols.append(cstr(strtab, st_name))
-                if st_shndx != 0:
-                    defined[symbols[-1]] += 1
+                out.append((_cstr(strtab, st_name), st_shndx != 0))
+    return out
+
+
+def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
+    """``(defined, registers)`` of an ELF cubin: how many times each symbol is defined, and the
+    registers of each function (``.nv.info``'s REGCOUNT; a linked kernel's counts its callees)."""
+    cubin = bytes(cubin)
+    entries = elf_symbols(cubin)
+    symbols = [name for name, _ in entries]
+    defined = collections.Counter(name for name, is_defined in entries if is_defined)
+    names, secs, data = _sections(cubin)
+    registers = {}
     for i, sec in enumerate(secs):
-        if cstr(names, sec[0]) == ".nv.info":
+        if _cstr(names, sec[0]) == ".nv.info":
             blob, at = data(i), 0
             while at + 4 <= len(blob):
                 fmt, attr, size = struct.unpack_from("<BBH", blob, at)

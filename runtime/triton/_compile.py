@@ -463,43 +463,25 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
 def link_cubin(ptx: str, capability: int, options=None) -> bytes:
     """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
     out of line (:func:`nvshmem_dsl.linker.outline.objects`)."""
-    from cuda.bindings import nvjitlink
-
     from ..linker import outline
+    from ..linker.link import nvjitlink_cubin
 
     cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
     version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
     features = f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
     names = outline.extern_calls(ptx)
     paths = outline.objects(names, _sm(capability), cpu, features)
-    opts = [f"-arch={cpu}", "-O3"]
     from triton import knobs
 
+    opts = ["-O3"]
     if not getattr(knobs.compilation, "disable_line_info", False):
         opts.append("-lineinfo")
     if options is not None and not getattr(options, "enable_fp_fusion", True):
         opts.append("-Xptxas=--fmad=false")
-    handle = nvjitlink.create(len(opts), opts)
-    try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-        for path in paths:
-            nvjitlink.add_file(handle, nvjitlink.InputType.CUBIN, str(path))
-        try:
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as exc:
-            size = nvjitlink.get_error_log_size(handle)
-            log = bytearray(size)
-            nvjitlink.get_error_log(handle, log)
-            raise NvshmemLinkError(f"nvJitLink failed ({exc}):\n"
-                                   f"{bytes(log).decode(errors='replace').rstrip(chr(0))}") from None
-        size = nvjitlink.get_linked_cubin_size(handle)
-        cubin = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, cubin)
-    finally:
-        nvjitlink.destroy(handle)
+    inputs = [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths]
+    cubin = nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
     stats["cubins_linked"] += 1
-    return bytes(cubin)
+    return cubin
 
 
 # --------------------------------------------------------------------------
