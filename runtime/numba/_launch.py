@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 
 from ..errors import NvshmemError
+from ..linker.outline import REGISTERS_PER_BLOCK
 
 __all__ = ["NvshmemLaunchError", "install", "too_many_threads"]
 
-REGISTERS_PER_BLOCK = 65536  #: every GPU NVSHMEM supports (sm_70 .. sm_100) has 64 Ki registers a block
 
 
 class NvshmemLaunchError(NvshmemError, RuntimeError):
