@@ -330,3 +330,14 @@ def test_failed_parts_fall_back_to_one_process(bc, tmp_path, monkeypatch, capfd)
     assert st.api == set(API) and len(st._segments) == 1
     err = capfd.readouterr().err
     assert "failed" in err and "exited with status 3" in err
+
+
+def test_reading_pieces_leaves_the_shared_file_offset_alone(bc, tmp_path, monkeypatch):
+    """A process forked from one holding the store (a ProcessPoolExecutor's worker) shares the
+    file's offset: seek-then-read raced with it and read other bytes (CacheCorrupt in
+    tests/test_triton_api.py after CuTe tests had opened the store).  Reads are positional."""
+    st = _store(bc, tmp_path, monkeypatch, 1, "pread")
+    fd = st._fh.fileno()
+    os.lseek(fd, 7, os.SEEK_SET)  # where another process left the shared offset
+    st.assemble(["nvshmem_baz"])
+    assert os.lseek(fd, 0, os.SEEK_CUR) == 7

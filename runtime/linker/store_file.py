@@ -140,27 +140,38 @@ class _Store:
 
     def __init__(self, path: Path, key: str):
         self.path, self.key = path, key
-        with open(path, "rb") as fh:
-            if fh.read(len(_MAGIC)) != _MAGIC:
-                raise CacheCorrupt("bad magic")
-            head = fh.read(_HEAD.size)
-            if len(head) != _HEAD.size:
-                raise CacheCorrupt("truncated header")
-            digest, n = _HEAD.unpack(head)
-            raw = fh.read(n)
-            if len(raw) != n or hashlib.sha256(raw).digest() != digest:
-                raise CacheCorrupt("index checksum mismatch")
-            try:
-                idx = json.loads(raw)
-            except ValueError as e:
-                raise CacheCorrupt(f"index unreadable: {e}") from None
-            base = len(_MAGIC) + _HEAD.size + n
-            size = os.fstat(fh.fileno()).st_size
+        # one handle for the index and the pieces: a store another process writes meanwhile
+        # replaces the path, never this file's contents under an index read from the other one
+        fh = open(path, "rb")
+        try:
+            idx, base = self._index(fh, key)
+        except BaseException:
+            fh.close()
+            raise
+        self._load(idx, fh, base)
+
+    @staticmethod
+    def _index(fh, key: str) -> tuple[dict, int]:
+        """The validated index of the store open as ``fh``, and where its blob starts."""
+        if fh.read(len(_MAGIC)) != _MAGIC:
+            raise CacheCorrupt("bad magic")
+        head = fh.read(_HEAD.size)
+        if len(head) != _HEAD.size:
+            raise CacheCorrupt("truncated header")
+        digest, n = _HEAD.unpack(head)
+        raw = fh.read(n)
+        if len(raw) != n or hashlib.sha256(raw).digest() != digest:
+            raise CacheCorrupt("index checksum mismatch")
+        try:
+            idx = json.loads(raw)
+        except ValueError as e:
+            raise CacheCorrupt(f"index unreadable: {e}") from None
+        base = len(_MAGIC) + _HEAD.size + n
         if idx.get("format") != FORMAT_VERSION or idx.get("key") != key:
             raise CacheCorrupt("stale key")
-        if size != base + idx["blob_size"]:
+        if os.fstat(fh.fileno()).st_size != base + idx["blob_size"]:
             raise CacheCorrupt("file size mismatch")
-        self._load(idx, open(path, "rb"), base)
+        return idx, base
 
     @classmethod
     def from_part(cls, part: dict, key: str) -> "_Store":
@@ -190,9 +201,14 @@ class _Store:
 
     def _read(self, where) -> bytes:
         off, n = where[0], where[1]
-        with self._lock:
-            self._fh.seek(self._base + off)
-            data = self._fh.read(n)
+        if isinstance(self._fh, io.BufferedReader):
+            # positional: a process forked from this one (a ProcessPoolExecutor's worker) shares
+            # the file's offset, so seek-then-read would race with it
+            data = os.pread(self._fh.fileno(), n, self._base + off)
+        else:
+            with self._lock:  # a closure's store, in memory
+                self._fh.seek(self._base + off)
+                data = self._fh.read(n)
         try:
             return zlib.decompress(data)
         except zlib.error as e:
