@@ -11,7 +11,7 @@ is (parameters, geometry, rows) is bench/bench_shapes.py's; ``compile_kernel`` c
 
 Triton specifics (nvshmem_dsl.triton): a program is one CTA of ``num_warps`` warps whose scalar
 code every thread runs; a thread-scope NVSHMEM call is made by its thread 0, a warp-scope one by
-warp 0, a block-scope one by all threads, each followed by a CTA barrier.  So the thread-scope
+warp 0, a block-scope one by all threads (docs/api/triton.rst says which wait).  So the thread-scope
 bandwidth kernels are BW_GRID programs of one warp (C++: blocks of one thread), the warp-scope
 ones BW_GRID x BW_BLOCK / 32 programs of one warp, one worker each, the same chunks as C++'s warps
 (shapes.triton_geometry); the latency kernels are one program of one warp (C++: one thread).

@@ -593,11 +593,111 @@ def test_another_triton_version(tmp_path):
 
 def test_only_calls_with_local_effects_make_the_program_wait():
     """The leader's p / non-fetching atomic / signal_op: no barrier after it (a loop of them is
-    then unswitched like Numba's); put (local source), get (local destination), g (a result),
-    quiet and waits keep it."""
+    then unswitched like Numba's); put (local source), get (local destination), quiet and waits
+    keep it; g has no leader: every thread reads."""
     barrier = "@llvm.nvvm.barrier.cta.sync.all(i32 0)\n"
     for sym in ("nvshmem_int_p", "nvshmem_int_atomic_add", "nvshmemx_signal_op"):
         assert "call void " + barrier not in _compile._shim(sym)[0], sym
-    for sym in ("nvshmem_int_put", "nvshmem_int_get", "nvshmem_int_g", "nvshmem_quiet",
-                "nvshmem_int_wait_until"):
+    for sym in ("nvshmem_int_put", "nvshmem_int_get", "nvshmem_quiet", "nvshmem_int_wait_until"):
         assert "call void " + barrier in _compile._shim(sym)[0], sym
+    for sym in ("nvshmem_int_g", "nvshmem_half_g", "nvshmem_double_g"):
+        shim = _compile._shim(sym)[0]
+        assert "%tid" not in shim and "barrier" not in shim and "shfl" not in shim, sym
+    # what decides: the roles (a remote source and a PE, a result), not a list of names
+    assert {o["family"] for o in OPS.values() if _compile.every_thread_reads(o)} == {"g"}
+
+
+@pytest.mark.parametrize("sym", ["nvshmem_uint64_atomic_fetch_add", "nvshmem_int_atomic_compare_swap",
+                                 "nvshmem_double_atomic_swap", "nvshmem_float_atomic_fetch",
+                                 "nvshmemx_qp_char_g", "nvshmemx_qp_half_g"])
+def test_a_one_warp_program_gets_the_leaders_result_by_a_shuffle(sym):
+    """In a program of one warp, thread 0's result reaches the other lanes by shuffles (no CTA
+    barrier, no shared memory); with more warps, or an unknown number, through shared memory
+    between two barriers."""
+    if sym not in OPS:
+        pytest.skip(f"{sym}: not in this NVSHMEM")
+    llvm = pytest.importorskip("llvmlite.binding")
+    one = _compile._shim(sym, 1)[0]
+    assert "shfl.sync.idx" in one and "barrier" not in one and "slot" not in one, one
+    wide = re.search(r"define (i64|double) ", one) is not None
+    assert one.count("call i32 @llvm.nvvm.shfl.sync.idx.i32") == (2 if wide else 1), one
+    for n in (None, 2, 4):
+        more = _compile._shim(sym, n)[0]
+        assert "shfl" not in more and more.count("barrier.cta.sync.all") == 2, (n, more)
+    for n in (None, 1, 4):
+        llvm.parse_assembly(_compile.shim_module([sym], n)).verify()
+
+
+#: LLVM IR turning the low bits of an i64 into a value of each type and back.
+_TO_TYPE = {"i8": "trunc i64 %in to i8", "i16": "trunc i64 %in to i16", "i32": "trunc i64 %in to i32",
+            "i64": "add i64 %in, 0", "double": "bitcast i64 %in to double"}
+_NARROW = {"float": "i32", "half": "i16", "bfloat": "i16"}
+
+
+@pytest.mark.parametrize("ty", ["i8", "i16", "i32", "i64", "half", "bfloat", "float", "double"])
+def test_the_shuffled_bits_are_the_value(ty):
+    """The shuffle's split and reassembly of each result type, run on this CPU with the shuffle
+    replaced by the identity (what lane 0 sends is what every lane gets): every bit survives."""
+    import ctypes
+
+    llvm = pytest.importorskip("llvmlite.binding")
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    width = {"i8": 8, "i16": 16, "half": 16, "bfloat": 16, "i32": 32, "float": 32}.get(ty, 64)
+    if ty in _NARROW:
+        into = [f"  %nb = trunc i64 %in to {_NARROW[ty]}", f"  %a = bitcast {_NARROW[ty]} %nb to {ty}"]
+        back = [f"  %ob = bitcast {ty} %w to {_NARROW[ty]}", f"  %o = zext {_NARROW[ty]} %ob to i64"]
+    else:
+        into = [f"  %a = {_TO_TYPE[ty]}"]
+        back = ["  %o = bitcast double %w to i64" if ty == "double" else
+                ("  %o = add i64 %w, 0" if ty == "i64" else f"  %o = zext {ty} %w to i64")]
+    ir = "\n".join([
+        "define i32 @llvm.nvvm.shfl.sync.idx.i32(i32 %m, i32 %v, i32 %l, i32 %c) {", "  ret i32 %v", "}",
+        "define i64 @roundtrip(i64 %in) {", "entry:", *into, *_compile._from_lane0(ty, "%a"), *back,
+        "  ret i64 %o", "}"]).replace("@llvm.nvvm.shfl.sync.idx.i32", "@shfl")
+    mod = llvm.parse_assembly(ir)
+    mod.verify()
+    target = llvm.Target.from_default_triple().create_target_machine()
+    with llvm.create_mcjit_compiler(mod, target) as engine:
+        engine.finalize_object()
+        roundtrip = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(engine.get_function_address("roundtrip"))
+        mask = (1 << width) - 1
+        for x in (0, 1, 0x80, 0x7FFF, 0x8001, 0xDEADBEEF, 0x0123456789ABCDEF, (1 << 64) - 1, 1 << 63):
+            assert roundtrip(x & mask) == x & mask, (ty, hex(x & mask), hex(roundtrip(x & mask)))
+
+
+@triton.jit
+def _g_loop(src, out, iters, peer):
+    acc = 0.0
+    for i in range(iters):
+        acc += nv.g(src + (i & 7), peer)
+    tl.store(out, acc)
+
+
+@triton.jit
+def _fetch_add_loop(ctr, out, iters, peer):
+    acc = tl.cast(0, tl.uint64)
+    for i in range(iters):
+        acc += nv.atomic_fetch_add(ctr, 1, peer)
+    tl.store(out, acc)
+
+
+def test_g_and_fetching_atomics_in_a_one_warp_loop_have_no_barrier():
+    """A loop of g: no barrier, no shuffle, unswitched on NVSHMEM's P2P test and unrolled (several
+    loads back to back, as in Numba); fetch-add in a program of one warp: two shuffles of the
+    leader's 64-bit result, no barrier; with 4 warps, the barrier."""
+    sig = {"src": "*fp32", "out": "*fp32", "iters": "i32", "peer": "i32"}
+    g = _build(_g_loop, sig, num_warps=1).asm["ptx"]
+    entry = g[g.index(".entry"):]
+    entry = entry[:entry.index("\n}\n")]
+    assert "bar.sync" not in entry and "barrier.sync" not in entry and "shfl" not in entry
+    assert len(re.findall(r"\bld(?:\.volatile)?(?:\.global)?\.[bfu]32\s", entry)) >= 4, entry
+    sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}
+    one = _build(_fetch_add_loop, sig, num_warps=1).asm["ptx"]
+    entry = one[one.index(".entry"):]
+    entry = entry[:entry.index("\n}\n")]
+    assert entry.count("shfl.sync.idx.b32") == 2 and "bar.sync" not in entry and "barrier.sync" not in entry
+    four = _build(_fetch_add_loop, sig, num_warps=4).asm["ptx"]
+    entry = four[four.index(".entry"):]
+    entry = entry[:entry.index("\n}\n")]
+    assert "shfl" not in entry and len(re.findall(r"\bbar(?:rier)?\.sync", entry)) >= 2

@@ -40,8 +40,10 @@ Who calls (the shims): Triton runs a program's scalar code in every thread of it
 scope functions are called by all of them.  Thread-, warp- and warpgroup-scope functions by
 thread 0, warp 0 or the first 128 threads only (a warpgroup-scope call needs ``num_warps >= 4``,
 checked here); then the CTA synchronises (``barrier.sync 0``) and a result is broadcast through
-8 bytes of shared memory.  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`)
-are made by every thread.  NVSHMEM calls must therefore be reached by all threads of a program
+8 bytes of shared memory, except: a call that acts only at another PE (:func:`only_sends`) is
+not waited for, and in a program of one warp a thread-scope result is shuffled from lane 0
+(:func:`_from_lane0`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
+``g`` (:func:`every_thread_reads`) are made by every thread.  NVSHMEM calls must therefore be reached by all threads of a program
 together (not in warp-specialised partitions), as Triton's own ``tl.debug_barrier`` must.
 
 Triton's cache: the compile key of each kernel includes :func:`identity` (this package's
@@ -97,7 +99,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 2
+SHIM_VERSION = 3
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -194,8 +196,43 @@ def only_sends(op: dict) -> bool:
     return "pe" in roles and not any(r.startswith("local_") for r in roles)
 
 
-def _shim(symbol: str) -> tuple[str, str]:
-    """(definition of ``__nvshmem_dsl_tt_<symbol>``, declaration of ``symbol``)."""
+def every_thread_reads(op: dict) -> bool:
+    """Whether a call reads one value at another PE and nothing else (parameters ``sym_src`` and
+    ``pe``, a result: ``g``): every thread of the program makes it, as every thread makes a scalar
+    ``tl.load``, with no leader, barrier or hand-over of the value.  Where the peer is mapped (NVLink,
+    the same GPU) a warp's loads of one address are one load and a loop of them is unswitched on
+    NVSHMEM's P2P test as in Numba kernels; through a proxy transport each thread's read is a
+    request of its own."""
+    return [p["role"] for p in op["params"]] == ["sym_src", "pe"] and op["ret"]["llvm"] != "void"
+
+
+#: ``llvm.nvvm.shfl.sync.idx.i32`` of lane 0, all lanes: ``{0}`` the result, ``{1}`` the value.
+_SHFL = "  {0} = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 -1, i32 {1}, i32 0, i32 31)"
+
+
+def _from_lane0(ty: str, value: str) -> list:
+    """Lines making ``%w`` (of LLVM type ``ty``, at most 64 bits) lane 0's ``value`` in every lane."""
+    if ty in ("i64", "double"):
+        bits = [f"  %wb = bitcast double {value} to i64"] if ty == "double" else [f"  %wb = add i64 {value}, 0"]
+        return [*bits, "  %wlo = trunc i64 %wb to i32", "  %whs = lshr i64 %wb, 32", "  %whi = trunc i64 %whs to i32",
+                _SHFL.format("%slo", "%wlo"), _SHFL.format("%shi", "%whi"),
+                "  %xlo = zext i32 %slo to i64", "  %xhi = zext i32 %shi to i64", "  %xhs = shl i64 %xhi, 32",
+                "  %xb = or i64 %xhs, %xlo",
+                "  %w = bitcast i64 %xb to double" if ty == "double" else "  %w = add i64 %xb, 0"]
+    if ty in ("i32", "float"):
+        return ([f"  %wb = bitcast float {value} to i32" if ty == "float" else f"  %wb = add i32 {value}, 0"]
+                + [_SHFL.format("%xb", "%wb"),
+                   "  %w = bitcast i32 %xb to float" if ty == "float" else "  %w = add i32 %xb, 0"])
+    narrow = {"i8": "i8", "i16": "i16", "half": "i16", "bfloat": "i16"}[ty]
+    lines = [f"  %wn = bitcast {ty} {value} to i16"] if ty in ("half", "bfloat") else [f"  %wn = add {ty} {value}, 0"]
+    lines += [f"  %wb = zext {narrow} %wn to i32", _SHFL.format("%xb", "%wb"), f"  %xn = trunc i32 %xb to {narrow}"]
+    lines.append(f"  %w = bitcast i16 %xn to {ty}" if ty in ("half", "bfloat") else f"  %w = add {ty} %xn, 0")
+    return lines
+
+
+def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
+    """(definition of ``__nvshmem_dsl_tt_<symbol>``, declaration of ``symbol``) for programs of
+    ``num_warps`` warps (None: unknown)."""
     f = form(symbol)
     op = f.op
     tparams = [_LLVM[t] for t in f.arg_types]
@@ -228,7 +265,7 @@ def _shim(symbol: str) -> tuple[str, str]:
         return [f"  %res = add {tret} {value}, 0" if tret.startswith("i")
                 else f"  %res = fadd {tret} {value}, 0.0"]
 
-    leaders = None if f.pure else _LEADERS.get(op["scope"])
+    leaders = None if f.pure or every_thread_reads(op) else _LEADERS.get(op["scope"])
     if leaders is None:  # every thread calls
         out.append(f"  %r = {call}" if cret != "void" else f"  {call}")
         out += convert("%r")
@@ -244,6 +281,10 @@ def _shim(symbol: str) -> tuple[str, str]:
             out += [f"  {call}", "  br label %join",
                     "join:", "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
             out += ["  ret i32 0", "}"]
+        elif leaders == 1 and num_warps == 1:  # one warp: lane 0's result by a shuffle, no barrier
+            out += [f"  %r = {call}", *convert("%r"), "  br label %join",
+                    "join:", f"  %v = phi {tret} [ %res, %do ], [ poison, %entry ]", *_from_lane0(tret, "%v"),
+                    f"  ret {tret} %w", "}"]
         else:
             out += [f"  %r = {call}",
                     "  %first = icmp eq i32 %tid, 0",
@@ -260,11 +301,12 @@ def _shim(symbol: str) -> tuple[str, str]:
     return "\n".join(out) + "\n", f"declare {cret} @{symbol}({_decl_params(op)})\n"
 
 
-def shim_module(symbols) -> str:
-    """LLVM IR defining the externs ``__nvshmem_dsl_tt_<symbol>`` for ``symbols``."""
+def shim_module(symbols, num_warps: int | None = None) -> str:
+    """LLVM IR defining the externs ``__nvshmem_dsl_tt_<symbol>`` for ``symbols``, called by
+    programs of ``num_warps`` warps (None: unknown)."""
     defs, decls = [], set()
     for sym in sorted(symbols):
-        d, decl = _shim(sym)
+        d, decl = _shim(sym, num_warps)
         defs.append(d)
         decls.add(decl)
     head = [
@@ -275,6 +317,7 @@ def shim_module(symbols) -> str:
         f"@{SHIM_PREFIX}slot = internal addrspace(3) global [8 x i8] undef, align 8",
         "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
         "declare void @llvm.nvvm.barrier.cta.sync.all(i32)",
+        "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)",
         'attributes #0 = { alwaysinline nounwind }',
     ]
     return "\n".join(head) + "\n" + "".join(sorted(decls)) + "\n".join(defs)
@@ -404,7 +447,7 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
 
     unswitch = unswitching()
     mark = functools.partial(mark_declaration, all_convergent=unswitch)
-    shims = llvm.parse_assembly(DECLARATION.sub(mark, shim_module(externs)))
+    shims = llvm.parse_assembly(DECLARATION.sub(mark, shim_module(externs, num_warps)))
     shims.data_layout = main.data_layout
     main.link_in(shims)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
