@@ -238,3 +238,41 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
         monkeypatch.setenv(outline.OPT_ENV, how)
         paths.add(outline._object_path("nvshmem_int_sum_reduce", bc, "sm_90a", "+ptx85", 64))
     assert len(paths) == len(outline.OPT_LEVELS)
+
+
+@pytest.mark.parametrize("directives, max_registers, cap", [
+    ([".reqntid 32"], None, 255),            # one warp: a thread may have the most there are
+    ([".maxntid 1024, 1, 1"], None, 64),     # 1024 threads: 64 each
+    ([".maxntid 640"], None, 96),            # 20 warps: 102 a thread, in granules of 8
+    ([".maxntid 16, 16, 2"], None, 128),     # 512 threads
+    ([".reqntid 1"], None, 255),             # a warp is allocated for one thread
+    ([None], None, outline.MAX_REGISTERS),   # no declaration: any block size, up to 1024 threads
+    ([".reqntid 32"], 100, 100),             # the kernel's own -maxrregcount
+    ([".reqntid 32", None], None, 64),       # two kernels: the least
+])
+def test_register_cap_follows_the_declared_block_size(directives, max_registers, cap):
+    ptx = "".join(f".visible .entry k{i}(\n\t.param .u64 p\n)\n{d or ''}\n{{\n\tret;\n}}\n"
+                  for i, d in enumerate(directives))
+    assert outline.register_cap([ptx], max_registers) == cap
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_numba_objects_follow_the_kernels_launch_bounds(monkeypatch):
+    """A Numba kernel's declared block size (``launch_bounds``) sets the objects' register cap;
+    without one, 64 (1024 threads)."""
+    seen = []
+
+    def objects(names, arch, cpu, features, max_registers=None, bc_path=None):
+        seen.append(max_registers)
+        raise _Stop
+
+    monkeypatch.setattr(outline, "objects", objects)
+    for bounds in (None, (32,), (1024,), (512,)):
+        lib, _ = _compile_pyfunc_with_fixup(k_collective, (I32, I32), device=False, abi="numba", cc=CC,
+                                            launch_bounds=bounds)
+        with pytest.raises(_Stop):
+            lib.get_cubin(cc=CC)
+    assert seen == [64, 255, 64, 128]

@@ -15,9 +15,8 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    adds ``-c`` to the pipeline's ``ptx-options`` (CuTe's own ptxas then accepts the unresolved
    calls) and asks for the kernel's PTX (``dump-ptx-path``); after the pipeline
    :func:`link_module` links that PTX with the functions' objects
-   (:func:`nvshmem_dsl.linker.outline.objects`, capped at
-   :data:`~nvshmem_dsl.linker.outline.MAX_REGISTERS` registers or the kernel's lower
-   ``-maxrregcount``) with nvJitLink and puts the executable cubin in place of the fatbin.  The
+   (:func:`nvshmem_dsl.linker.outline.objects`, capped at what the kernel's block size leaves a
+   thread, :func:`~nvshmem_dsl.linker.outline.register_cap`) with nvJitLink and puts the executable cubin in place of the fatbin.  The
    PTX, not CuTe's relocatable cubin, goes to nvJitLink: CuTe's bundled ptxas may be newer than
    the nvJitLink installed (CUDA 13.0's rejects a cubin of CuTe's ``cu13`` build as "bad input"),
    and the objects come from the installed ptxas, so the installed toolkit compiles both.  What
@@ -281,7 +280,8 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
     for op, _ in binaries:
         names = outline.extern_calls(ptx) & frozenset(declared)
         kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
-        paths = outline.objects(names, sm, arch, features, max_registers, bc_path) if names else []
+        cap = outline.register_cap([ptx], max_registers)
+        paths = outline.objects(names, sm, arch, features, cap, bc_path) if names else []
         inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
         linked = _nvjitlink(arch, inputs, max_registers)
         missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem"))

@@ -23,8 +23,10 @@ and everything it calls from the piece store (:mod:`nvshmem_dsl.linker.store`), 
 rewrites as inlined code, lightly optimised (interprocedural constant propagation: NVSHMEM's
 helpers are specialised for their constant arguments, as O3 does in a kernel; the rest was
 optimised by clang), emitted by LLVM's NVPTX backend for the kernel's SM and PTX ISA, and
-assembled by ``ptxas -c`` with at most :data:`MAX_REGISTERS` registers (fewer when the kernel asks
-for fewer), so that the kernel, its callees included, can be launched with 1024 threads a block.
+assembled by ``ptxas -c`` with at most the registers the kernel's declared block size leaves a
+thread (:func:`register_cap`: ``.maxntid``/``.reqntid``, or the kernel's ``max_registers``), and
+:data:`MAX_REGISTERS` for a kernel that declares neither, so that the kernel, its callees
+included, can be launched with the threads it may be launched with (any: 1024 a block).
 The device-state globals (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are declared, not defined,
 in the objects: the kernel's module defines them, once per loaded module, where
 ``nvshmemx_culibrary_init`` finds them.
@@ -34,8 +36,8 @@ Linkers use it through :func:`extern_calls` (the outlined functions a kernel's P
 DSL can link the same objects.
 
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`,
-:func:`object_ptx`, :func:`extern_calls`, :func:`ptxas`, :func:`cubin_info`; constants
-:data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
+:func:`object_ptx`, :func:`extern_calls`, :func:`register_cap`, :func:`ptxas`, :func:`cubin_info`;
+constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ from .. import _optable
 from . import rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
-           "elf_symbols", "mode", "object_ptx", "objects", "override", "ptxas", "split", "stats"]
+           "elf_symbols", "mode", "object_ptx", "objects", "override", "ptxas", "register_cap", "split",
+           "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
 MODES = ("auto", "none", "all")
@@ -80,9 +83,39 @@ MIN_INSTRUCTIONS = 600
 
 #: Registers a block may use on every GPU NVSHMEM supports (sm_70 .. sm_100: 64 Ki).
 REGISTERS_PER_BLOCK = 65536
-#: Most registers the objects' functions may use (``ptxas -maxrregcount``): what lets a kernel
-#: calling them launch 1024 threads a block, 64.
+#: Most registers a thread may have (PTX, every SM).
+REGISTERS_PER_THREAD = 255
+#: Registers are given to a warp in units of this many a thread.
+REGISTER_GRANULE = 8
+#: Most registers the objects' functions may use (``ptxas -maxrregcount``) in a kernel that does not
+#: declare its block size: what lets it launch 1024 threads a block, 64.
 MAX_REGISTERS = REGISTERS_PER_BLOCK // 1024
+
+#: A kernel's declared block size in PTX: ``.maxntid x[, y[, z]]`` or ``.reqntid ...``.
+_BLOCK_DIRECTIVE = re.compile(r"^\s*\.(?:maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", re.M)
+_ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s", re.M)
+
+
+def register_cap(ptx_texts, max_registers=None) -> int:
+    """Registers a thread of the kernels in ``ptx_texts`` (their PTX) may use, callees included:
+    what each kernel's declared block size (``.maxntid``/``.reqntid``) leaves a thread of a block of
+    :data:`REGISTERS_PER_BLOCK` (in warps, in granules of :data:`REGISTER_GRANULE`, at most
+    :data:`REGISTERS_PER_THREAD`), :data:`MAX_REGISTERS` for a kernel that declares none; at most
+    ``max_registers`` (the kernel's ``-maxrregcount``) where given.  The least over the kernels."""
+    caps = []
+    for ptx in ptx_texts:
+        declared = _BLOCK_DIRECTIVE.findall(ptx)
+        for dims in declared:
+            threads = 1
+            for d in dims:
+                threads *= int(d or 1)
+            warps = max(1, -(-threads // 32))
+            per_thread = REGISTERS_PER_BLOCK // (warps * 32) // REGISTER_GRANULE * REGISTER_GRANULE
+            caps.append(min(REGISTERS_PER_THREAD, per_thread))
+        if len(declared) < len(_ENTRY.findall(ptx)):
+            caps.append(MAX_REGISTERS)
+    cap = min(caps) if caps else MAX_REGISTERS
+    return min(cap, max_registers) if max_registers else cap
 
 #: Bump when objects are built differently (names the cached objects).
 VERSION = 1
@@ -214,9 +247,9 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     """The relocatable cubins (paths) that define the NVSHMEM functions ``names`` for a kernel of
     SM ``arch`` (the bitcode's) compiled for ``cpu`` and ``features`` (e.g. ``sm_90a``,
     ``+ptx85``), one per function in the order of ``sorted(names)``, built where not cached
-    (several at once); their functions use at most ``max_registers`` (at most
-    :data:`MAX_REGISTERS`) registers."""
-    cap = min(MAX_REGISTERS, max_registers or MAX_REGISTERS)
+    (several at once); their functions use at most ``max_registers`` registers (at most
+    :data:`REGISTERS_PER_THREAD`; :data:`MAX_REGISTERS` when not given: see :func:`register_cap`)."""
+    cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
     bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
     paths = {n: _object_path(n, bc_path, cpu, features, cap) for n in sorted(names)}
     todo = [n for n, p in paths.items() if not p.exists()]

@@ -296,10 +296,12 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
                 )
         # the NVSHMEM functions the PTX calls out of line (read from the PTX, which may come from
         # Numba's cache): their objects
-        outlined = outline.extern_calls(self.get_asm_strs(cc=cc))
+        ptx = self.get_asm_strs(cc=cc)
+        outlined = outline.extern_calls(ptx)
         if outlined:
             cpu, features = _target(cc)
-            for path in outline.objects(outlined, _sm(tuple(cc)), cpu, features, self._max_registers):
+            cap = outline.register_cap(ptx, self._max_registers)
+            for path in outline.objects(outlined, _sm(tuple(cc)), cpu, features, cap):
                 linker.add_file_guess_ext(str(path), ignore_nonlto)
 
     def get_cufunc(self):

@@ -513,7 +513,7 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
     version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
     features = f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
     names = outline.extern_calls(ptx)
-    paths = outline.objects(names, _sm(capability), cpu, features)
+    paths = outline.objects(names, _sm(capability), cpu, features, outline.register_cap([ptx]))
     from triton import knobs
 
     opts = ["-O3"]
