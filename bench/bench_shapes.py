@@ -218,25 +218,25 @@ def run_rows(out: C.Output, host: C.Host, p: C.Params, arrays: Mapping[str, Any]
             continue
         it = getattr(p, s.iters)
         run = go(s, iters=it, peer=peer, me=me)
-        extra: dict = {}
+        checked: dict = {}
         if s.check in ("p", "pattern"):
             lat.fill(-1)
             secs = timer.run(p.reps, run)
             ok = C.p_pattern_ok(lat, it)
             if s.check == "p":
                 ok = ok and C.lands_on_peer(host, me, lambda: lat.fill(-1), run, lambda: C.p_pattern_ok(lat, it))
-            extra["checked"] = ok
+            checked["checked"] = ok
         elif s.check == "amo":
             u64[C.U64_COUNTER] = 0
             secs = timer.run(p.reps, run)
-            extra["checked"] = C.amo_count_ok(u64, p.reps + 1, it) and C.lands_on_peer(
+            checked["checked"] = C.amo_count_ok(u64, p.reps + 1, it) and C.lands_on_peer(
                 host, me, lambda: u64.__setitem__(C.U64_COUNTER, 0), run, lambda: C.amo_count_ok(u64, 1, it))
         elif s.kernel == "pingpong":
             sig = u64[C.U64_SIGNAL:C.U64_SIGNAL + 1]
             secs = timer.run(p.reps, run, before=lambda: sig.fill(0))
         else:
             secs = timer.run(p.reps, run)
-        out.emit(s.row, s.scope, s.nbytes, C.per_op(secs, it * s.ops, s.scale), s.unit, False, it, **extra)
+        out.emit(s.row, s.scope, s.nbytes, C.per_op(secs, it * s.ops, s.scale), s.unit, False, it, **checked)
 
     for pt in C.coll_points(p, npes, out.impl):
         s = SHAPES[f"coll_{pt.name}"]
