@@ -1,0 +1,103 @@
+"""Experiment: where the cost of calling a collective out of line comes from.
+
+Device-side collective latency with NVSHMEM's large routines out of line is 1.1-1.2x of C++ for
+thread-scope broadcast and reduce, inlined 0.75x (BENCHMARKS.md).  This times one thread calling
+``broadcast`` / ``sum_reduce`` (float, 8 B, TEAM_WORLD, 2000 calls in the kernel, both PEs at once,
+device events, median of 5) in four Numba kernels:
+  inline          inlined (``nv.outline("none")``), the team a constant, as the bench kernels
+  inline-rt-team  inlined, the team a kernel argument (NVSHMEM's code cannot fold it)
+  outline         out of line (default), no launch bounds: the object capped at 64 registers
+  outline-255     out of line, ``launch_bounds=(1,)``: the object may use 255 registers
+If ``inline-rt-team`` is as slow as ``outline``, what the kernel's constants let LLVM fold is the
+cost (objects specialised on constant arguments would recover it); if it is as fast as
+``inline``, the cost is in the call itself (the loop cannot hoist NVSHMEM's loads, the code is
+not laid out for the hot path).
+
+Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py
+On the CPU:   python bench/experiments/coll_overhead.py --ptx   (PTX size of each variant)
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+from numba import cuda, float32, int32  # noqa: E402
+
+import nvshmem_dsl as nvshmem  # noqa: E402
+import nvshmem_dsl.numba as nv  # noqa: E402
+
+W = nv.Team.TEAM_WORLD
+SIG = (float32[:], float32[:], int32, int32)
+
+
+def k_broadcast(dst, src, iters, team):
+    for _ in range(iters):
+        nv.broadcast(W, dst, src, 2, 0)
+
+
+def k_broadcast_rt(dst, src, iters, team):
+    for _ in range(iters):
+        nv.broadcast(team, dst, src, 2, 0)
+
+
+def k_reduce(dst, src, iters, team):
+    for _ in range(iters):
+        nv.sum_reduce(W, dst, src, 2)
+
+
+def k_reduce_rt(dst, src, iters, team):
+    for _ in range(iters):
+        nv.sum_reduce(team, dst, src, 2)
+
+
+def variants():
+    """(collective, variant, function, outline mode, cuda.jit options)."""
+    for coll, const, rt in (("broadcast", k_broadcast, k_broadcast_rt), ("sum_reduce", k_reduce, k_reduce_rt)):
+        yield coll, "inline", const, "none", {}
+        yield coll, "inline-rt-team", rt, "none", {}
+        yield coll, "outline", const, "auto", {}
+        yield coll, "outline-255", const, "auto", {"launch_bounds": (1,)}
+
+
+def check_ptx():
+    for coll, name, fn, how, opts in variants():
+        with nv.outline(how):
+            ptx, _ = cuda.compile_ptx(fn, SIG, cc=(9, 0), **opts)
+        print(f"{coll:>10} {name:>14}: {len(ptx) >> 10} KiB PTX, {ptx.count('call')} calls")
+
+
+def main():
+    nvshmem.init()
+    import cupy as cp
+
+    me = nvshmem.my_pe()
+    dst = nvshmem.zeros((64,), np.float32, like="cupy")
+    src = nvshmem.zeros((64,), np.float32, like="cupy")
+    src[:] = me + 1
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    iters = 2000
+    for coll, name, fn, how, opts in variants():
+        with nv.outline(how):
+            k = cuda.jit(SIG, **opts)(fn)
+        times = []
+        for r in range(6):
+            cp.cuda.Stream.null.synchronize()
+            nvshmem.barrier_all()
+            e0.record()
+            k[1, 1](dst, src, iters, 0)
+            e1.record()
+            e1.synchronize()
+            if r:
+                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        us = sorted(times)[len(times) // 2] / iters * 1e6
+        if me == 0:
+            print(f"{coll:>10} {name:>14}: {us:7.3f} us per call", flush=True)
+    nvshmem.barrier_all()
+    nvshmem.free(dst)
+    nvshmem.free(src)
+    nvshmem.finalize()
+
+
+if __name__ == "__main__":
+    check_ptx() if "--ptx" in sys.argv else main()
