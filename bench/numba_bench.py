@@ -198,13 +198,14 @@ ONE_THREAD = shapes.ONE_THREAD
 
 
 def jit_options(name: str) -> dict:
-    """The ``cuda.jit`` options of kernel ``name``.  BENCH_COLL_BOUNDS=1 (an experiment): the
-    collective kernels declare their block size too, which lets the objects of the collectives
-    they call use more registers (nvshmem_dsl.linker.outline.register_cap)."""
+    """The ``cuda.jit`` options of kernel ``name``.  The collective kernels declare their block
+    size, as Triton's and CuTe's do, which lets the objects of the thread- and warp-scope
+    collectives they call use more registers (nvshmem_dsl.linker.outline.register_cap);
+    BENCH_COLL_BOUNDS=0 leaves it out."""
     if name in ONE_THREAD and os.environ.get("BENCH_ONE_THREAD_BOUNDS", "1") != "0":
         return {"launch_bounds": (1,)}
     s = shapes.SHAPES.get(name)
-    if s is not None and s.bench == "coll" and os.environ.get("BENCH_COLL_BOUNDS", "0") == "1":
+    if s is not None and s.bench == "coll" and os.environ.get("BENCH_COLL_BOUNDS", "1") != "0":
         return {"launch_bounds": (s.block,)}
     return {}
 

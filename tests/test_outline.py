@@ -276,3 +276,25 @@ def test_numba_objects_follow_the_kernels_launch_bounds(monkeypatch):
         with pytest.raises(_Stop):
             lib.get_cubin(cc=CC)
     assert seen == [64, 255, 64, 128]
+
+
+def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
+    """Where a kernel allows 255 registers, thread- and warp-scope objects get them; block-scope
+    ones stay at 64 (outline.CAPPED_SCOPES: measured slower with more)."""
+    built = {}
+
+    def build(name, arch, bc_path, cpu, features, cap, path):
+        built[name] = cap
+        return 1
+
+    monkeypatch.setattr(outline, "_build", build)
+    monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
+    names = ["nvshmem_int32_sum_reduce", "nvshmemx_int32_sum_reduce_warp", "nvshmemx_int32_sum_reduce_block",
+             "nvshmemx_barrier_all_block"]
+    paths = outline.objects(names, 90, "sm_90a", "+ptx85", 255)
+    assert built == {"nvshmem_int32_sum_reduce": 255, "nvshmemx_int32_sum_reduce_warp": 255,
+                     "nvshmemx_int32_sum_reduce_block": 64, "nvshmemx_barrier_all_block": 64}
+    assert [p.name.split("-")[2] for p in paths] == ["r255", "r64", "r64", "r255"]  # sorted names
+    built.clear()
+    outline.objects(names, 90, "sm_90a", "+ptx85")  # no cap asked: 64 for all
+    assert set(built.values()) == {64}
