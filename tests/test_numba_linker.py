@@ -628,8 +628,11 @@ def test_pruned_bitcode(tiny):
     assert {"nvshmem_foo", "nvshmem_bar", "helper"} <= {f.name for f in mod.functions}
 
 
+@pytest.mark.parametrize("entry", ["api_module", "body_sizes"])
 @pytest.mark.parametrize("where", ["header", "index", "piece", "tail", "truncate"])
-def test_corrupt_store_is_rebuilt(tiny, where):
+def test_corrupt_store_is_rebuilt(tiny, where, entry):
+    """A damaged store is detected and rebuilt by either way in: api_module (the kernels' code)
+    and body_sizes (the outlining criterion, asked first)."""
     store.api_module(["nvshmem_foo"], 90, bc_path=tiny)
     path = store.store_path(tiny)
     data = bytearray(path.read_bytes())
@@ -637,9 +640,10 @@ def test_corrupt_store_is_rebuilt(tiny, where):
         data[0] ^= 0xFF
     elif where == "index":
         data[len(store_file._MAGIC) + store_file._HEAD.size + 5] ^= 0x01
-    elif where == "piece":  # the first function, read only when needed
-        start = len(store_file._MAGIC) + store_file._HEAD.size + store_file._HEAD.unpack(
-            data[len(store_file._MAGIC):len(store_file._MAGIC) + store_file._HEAD.size])[1]
+    elif where == "piece":  # nvshmem_foo's body, read only when needed
+        st = store_file._Store(path, store._cache_key(tiny))
+        start = st._base + st.functions["nvshmem_foo"][1]
+        st._fh.close()
         for i in range(start + 2, start + 12):
             data[i] ^= 0x5A
     elif where == "tail":  # the metadata, read when the store is opened
@@ -651,8 +655,12 @@ def test_corrupt_store_is_rebuilt(tiny, where):
 
     parses = store.stats["bitcode_parses"]
     _fresh_process()
-    mod = store.api_module(["nvshmem_foo", "nvshmem_bar"], 90, bc_path=tiny)
-    assert "nvshmem_foo" in {f.name for f in mod.functions}
+    if entry == "body_sizes":
+        sizes = store.body_sizes(["nvshmem_foo", "nvshmem_bar"], 90, bc_path=tiny)
+        assert set(sizes) == {"nvshmem_foo", "nvshmem_bar"} and all(n > 0 for n in sizes.values())
+    else:
+        mod = store.api_module(["nvshmem_foo", "nvshmem_bar"], 90, bc_path=tiny)
+        assert "nvshmem_foo" in {f.name for f in mod.functions}
     assert store.stats["bitcode_parses"] == parses + 1  # detected, rebuilt
     store._Store(path, store._cache_key(tiny))  # valid again
 

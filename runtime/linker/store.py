@@ -256,11 +256,19 @@ def body_sizes(names, arch=90, bc_path=None) -> dict:
     names = frozenset(names)
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
-    with _lock:
-        st = _stores.get(key)
-    if st is None:
-        st = _first_store(names, bc_path, arch, key)
-    return {n: st.instructions(n) for n in names if n in st.api}
+    for attempt in (0, 1):
+        with _lock:
+            st = _stores.get(key)
+        if st is None:
+            st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
+        try:
+            return {n: st.instructions(n) for n in names if n in st.api}
+        except CacheCorrupt:  # as in api_module: rebuilt once
+            if attempt:
+                raise
+            if not st.temporary:
+                _drop_store(bc_path, arch)
+    raise AssertionError("unreachable")
 
 
 def pruned_bitcode(bc_path=None, arch=90, names=None) -> bytes:
