@@ -57,13 +57,15 @@ def _coverage() -> list[tuple[str, int, int, int, int, int]]:
     table = _optable.table()
     dev = collections.Counter(op["family"] for op in table["device"])
     host = collections.Counter(op["family"] for op in table["host"])
+    from . import _dispatch
+
     dsl = {}
-    for name in ("numba_api", "cute_api", "triton_api"):  # the generated per-DSL tables (plain data)
-        apis = set(__import__(f"nvshmem_dsl._generated.{name}", fromlist=["__all__"]).__all__)
+    for name in ("numba", "cute", "triton"):  # the generated dispatch table, each DSL's view
+        apis = set(_dispatch.table(name))
         dsl[name] = collections.Counter(op["family"] for op in {o["api"]: o for o in table["device"]
                                                                  if o["api"] in apis}.values())
     families = list(dict.fromkeys([op["family"] for op in table["device"]] + [op["family"] for op in table["host"]]))
-    return [(f, dev[f], dsl["numba_api"][f], dsl["cute_api"][f], dsl["triton_api"][f], host[f])
+    return [(f, dev[f], dsl["numba"][f], dsl["cute"][f], dsl["triton"][f], host[f])
             for f in families]
 
 

@@ -139,3 +139,24 @@ def test_codegen_cli_reports_spec_errors_with_exit_2(tmp_path):
     r = _run_codegen("generate", "--spec", str(spec_dir), "--out", str(tmp_path / "out"))
     assert r.returncode == 2
     assert "spec/tables.yaml" in r.stderr and "field 'kind'" in r.stderr
+
+
+@pytest.mark.parametrize("dsl", ["numba", "cute", "triton"])
+def test_each_dsl_dispatches_as_its_reference_page_says(dsl):
+    """The dispatch table is written once (generated/dispatch.py); each DSL's view of it, joined
+    at import (nvshmem_dsl._dispatch.table), is exactly what codegen's per-DSL view gives its
+    reference page: the same functions, dtype keys, C symbols and order."""
+    from codegen.emit.dsl import DSLS
+    from codegen.emit.views import api_functions
+    from codegen.expand import expand
+
+    from nvshmem_dsl import _dispatch
+
+    want = {a.name: dict(a.dispatch) for a in api_functions(expand(load(SPEC_DIR)), DSLS[dsl].column)}
+    have = _dispatch.table(dsl)
+    assert have == want
+    assert list(have) == list(want) and all(list(have[k]) == list(want[k]) for k in want)
+    # a key served by several NVSHMEM types takes the first the function has (int64 before long)
+    assert _dispatch.table("numba")["atomic_fetch"]["int64"] == "nvshmem_int64_atomic_fetch"
+    with pytest.raises(ValueError, match="dsl='fortran'"):
+        _dispatch.table("fortran")

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from nvshmem_dsl import _optable
-from nvshmem_dsl._generated import triton_api
+from nvshmem_dsl import _dispatch
 
-DISPATCH = triton_api.DISPATCH
+DISPATCH = _dispatch.table("triton")
 OPS = _optable.device_ops()
 
 #: One kernel parameter per element type: name -> Triton signature type.

@@ -1,10 +1,14 @@
-"""The per-DSL tables of the device API (generated/<dsl>_api.py), one template for every DSL.
+"""The device API's dispatch table (generated/dispatch.py), written once for every DSL.
 
-Each table maps a DSL-level function to {element dtype key: C symbol}; the docstrings, the same
-for every DSL, are written once (device_api.py); the DSL package (nvshmem_dsl.numba,
-nvshmem_dsl.cute, nvshmem_dsl.triton) builds the callable functions from it. A new DSL is one
-more row of DSLS (its dtype column in spec/tables.yaml) and a runtime package; the reference
-page (generated/docs/<dsl>_api.rst) and the coverage matrix follow from the row.
+``DISPATCH`` maps each DSL-level function to {NVSHMEM element type (the spec's TYPENAME) |
+``bits<N>`` | None: C symbol}; ``DTYPE_KEYS`` maps each DSL's element dtype names (its column
+of spec/tables.yaml) to the NVSHMEM types that may serve it, best first
+(:func:`codegen.emit.views.dtype_keys`). ``nvshmem_dsl._dispatch.table(dsl)`` joins the two into
+the DSL's {function: {its dtype key: C symbol}}; the docstrings, the same for every DSL, are
+written once (device_api.py); the DSL package (nvshmem_dsl.numba, nvshmem_dsl.cute,
+nvshmem_dsl.triton) builds the callable functions from it. A new DSL is one more row of DSLS (its
+dtype column in spec/tables.yaml) and a runtime package; the reference page
+(generated/docs/<dsl>_api.rst) and the coverage matrix follow from the row.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 
 from ..model import Spec
 from . import render, with_header
-from .views import api_functions
+from .views import api_functions, dispatch_forms, dtype_keys
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,9 @@ DSLS = {
 
 
 def emit(spec: Spec) -> dict[str, str]:
-    docs = render("device_api.py.j2", apis=api_functions(spec, "numba"), spec=spec)
-    out = {"device_api.py": with_header(docs, spec.digest, "#")}
-    for dsl, row in DSLS.items():
-        body = render("dsl_api.py.j2", apis=api_functions(spec, row.column), spec=spec, dsl=dsl,
-                      container=row.container)
-        out[f"{dsl}_api.py"] = with_header(body, spec.digest, "#")
-    return out
+    apis = api_functions(spec, "numba")
+    docs = render("device_api.py.j2", apis=apis, spec=spec)
+    table = render("dispatch.py.j2", forms=dispatch_forms(spec), spec=spec,
+                   keys={dsl: dtype_keys(spec, row.column) for dsl, row in DSLS.items()})
+    return {"device_api.py": with_header(docs, spec.digest, "#"),
+            "dispatch.py": with_header(table, spec.digest, "#")}

@@ -16,7 +16,7 @@ the NVSHMEM module-init hook), e.g. ``nv.compile(host_fn, *args, arch="sm_90a")`
 NVSHMEM's collectives and barriers are linked from cached objects (hybrid linking,
 ``nvshmem_dsl.linker.outline``); ``with nv.outline("none"):`` around a compile inlines them.
 
-The device functions are generated from the spec (``nvshmem_dsl._generated.cute_api``);
+The device functions are generated from the spec (``nvshmem_dsl._dispatch.table``);
 each dispatches on the element type of its first tensor argument; the calling
 conventions are those of :mod:`nvshmem_dsl.numba` (see
 :mod:`nvshmem_dsl.cute._calls`). Importing this package needs neither a GPU nor
@@ -24,7 +24,7 @@ CuTe DSL itself; tracing a kernel needs ``nvidia-cutlass-dsl``.
 """
 
 from nvshmem_dsl._generated.constants import Cmp, SignalOp, SmemAmount, Team
-from nvshmem_dsl._generated import cute_api as _table
+from nvshmem_dsl import _dispatch
 from nvshmem_dsl._optable import api_doc as _api_doc
 
 from . import c
@@ -40,13 +40,13 @@ from ._compile import (
 from ..errors import NvshmemTypeError
 from ..linker.outline import override as outline
 
-DISPATCH = _table.DISPATCH
+DISPATCH = _dispatch.table("cute")
 # The generated API: one function per DSL function of the spec.
 globals().update({_name: make_api(_name, DISPATCH[_name], _api_doc(_name, DISPATCH[_name], "tensor"))
-                  for _name in _table.__all__})
+                  for _name in _dispatch.FUNCTIONS})
 
 __all__ = [
-    *_table.__all__,
+    *_dispatch.FUNCTIONS,
     "DISPATCH",
     "c",
     "peer_tensor",

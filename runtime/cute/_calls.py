@@ -1,6 +1,6 @@
 """Calls of NVSHMEM device functions from CuTe DSL kernels, by DSL name.
 
-The generated module (``nvshmem_dsl._generated.cute_api``) describes each DSL-level
+The generated dispatch table (``nvshmem_dsl._dispatch.table("cute")``) describes each DSL-level
 function (``put``, ``put_nbi_block``, ``atomic_fetch_add``, ...) as a dispatch table
 from a CuTe element type name (``Float32``, ``BFloat16``, ``Uint64``, ``bits32`` for
 the untyped sized forms, ``None`` for dtype-free functions) to a C symbol;

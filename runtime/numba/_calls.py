@@ -1,6 +1,6 @@
 """Typing and code generation for calls of NVSHMEM device functions from Numba kernels.
 
-The generated module (`nvshmem_dsl._generated.numba_api`) describes each DSL-level
+The generated dispatch table (`nvshmem_dsl._dispatch.table("numba")`) describes each DSL-level
 function (`put`, `put_nbi_block`, `atomic_fetch_add`, ...) as a dispatch table from an
 element dtype to a C symbol; `make_api` turns such a table into a Numba intrinsic.
 `c_function(symbol)` makes the raw, C-named intrinsic. Everything about a symbol's

@@ -17,7 +17,7 @@ that call NVSHMEM are linked with the NVSHMEM device code they call, inlined
 (:mod:`nvshmem_dsl.triton._compile`), and each loaded kernel module is initialised for NVSHMEM
 before its first launch once :func:`nvshmem_dsl.init` has run.
 
-The device functions are generated from the spec (``nvshmem_dsl._generated.triton_api``); each
+The device functions are generated from the spec (``nvshmem_dsl._dispatch.table``); each
 dispatches on the element type of its first pointer argument; the calling conventions are those
 of :mod:`nvshmem_dsl.numba` and :mod:`nvshmem_dsl.cute`, with explicit element counts (see
 :mod:`nvshmem_dsl.triton._calls`, which also says which threads of a program make each call).
@@ -25,7 +25,7 @@ Importing this package imports Triton and installs the compile hooks; it needs n
 """
 
 from nvshmem_dsl._generated.constants import Cmp, SignalOp, SmemAmount, Team
-from nvshmem_dsl._generated import triton_api as _table
+from nvshmem_dsl import _dispatch
 from nvshmem_dsl._optable import api_doc as _api_doc
 from nvshmem_dsl.errors import NvshmemTypeError
 
@@ -40,11 +40,11 @@ from ._compile import (
 )
 from ..linker.outline import override as outline
 
-DISPATCH = _table.DISPATCH
+DISPATCH = _dispatch.table("triton")
 # The generated API: one Triton builtin per DSL function of the spec.
 globals().update({_name: make_api(_name, DISPATCH[_name],
                                   _api_doc(_name, DISPATCH[_name], "pointer", count_default=False))
-                  for _name in _table.__all__})
+                  for _name in _dispatch.FUNCTIONS})
 
 # The constants as Triton constexprs, usable in kernels: nv.CMP_GE, nv.SIGNAL_ADD, nv.TEAM_WORLD.
 _CONSTANTS = {m.name: _tl.constexpr(int(m)) for group in (Cmp, SignalOp, Team, SmemAmount)
@@ -52,7 +52,7 @@ _CONSTANTS = {m.name: _tl.constexpr(int(m)) for group in (Cmp, SignalOp, Team, S
 globals().update(_CONSTANTS)
 
 __all__ = [
-    *_table.__all__,
+    *_dispatch.FUNCTIONS,
     *_CONSTANTS,
     "DISPATCH",
     "c",

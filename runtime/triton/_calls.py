@@ -1,6 +1,6 @@
 """Calls of NVSHMEM device functions from Triton kernels, by DSL name.
 
-The generated module (``nvshmem_dsl._generated.triton_api``) describes each DSL-level function
+The generated dispatch table (``nvshmem_dsl._dispatch.table("triton")``) describes each DSL-level function
 (``put``, ``put_nbi_block``, ``atomic_fetch_add``, ...) as a dispatch table from a Triton element
 type name (``fp32``, ``bf16``, ``uint64``, ``bits32`` for the untyped sized forms, ``None`` for
 dtype-free functions) to a C symbol; :func:`make_api` turns such a table into a Triton builtin
