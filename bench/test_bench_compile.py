@@ -120,7 +120,9 @@ SHAPE_NAMES = ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", 
 
 def _coll_symbol(name: str) -> str:
     """The C function kernel ``coll_<family>_<scope>`` calls (its float32 form)."""
-    from nvshmem_dsl._generated.numba_api import DISPATCH
+    from nvshmem_dsl import _dispatch
+
+    DISPATCH = _dispatch.table("numba")
 
     family, scope = name[len("coll_"):].rsplit("_", 1)
     table = DISPATCH[C.coll_api(family, scope)]
@@ -341,7 +343,9 @@ def test_constants_match_cpp():
     names = re.search(r"COLL_FAMILY_NAMES\[N_COLL_FAMILIES\] = \{([^}]*)\}", coll).group(1)
     assert tuple(re.findall(r'"(\w+)"', names)) == C.COLL_FAMILIES
     # the C function of each family and scope is the one the DSLs call (their names in the op table)
-    from nvshmem_dsl._generated.numba_api import DISPATCH
+    from nvshmem_dsl import _dispatch
+
+    DISPATCH = _dispatch.table("numba")
 
     for family, name, _ in re.findall(r"COLL_OPS\(COLL_(\w+), (\w+), (\([^)]*\))\)", coll):
         family = family.lower()
