@@ -8,6 +8,7 @@ and my_pe, a few seconds each).
 
 from __future__ import annotations
 
+import collections
 import re
 from pathlib import Path
 
@@ -127,17 +128,22 @@ def test_modes(monkeypatch):
 def test_collective_is_called_in_its_object(objects_dir):
     builds, hits = outline.stats["builds"], outline.stats["hits"]
     ptx, cubin, entry = cubin_of(k_collective)
-    # the collective and the sync are declared and called, not defined; p and my_pe are inlined
-    assert outline.extern_calls(ptx) == {COLLECTIVE, "nvshmem_sync_all"}
+    # the collective and the sync are declared and called, not defined; p and my_pe are inlined,
+    # p's transport helper (NVSHMEM's noinline proxy path) is called in its object too
+    helper = "_Z23nvshmemi_transfer_rma_pIiEvPvT_ii"
+    assert outline.extern_calls(ptx) == {COLLECTIVE, "nvshmem_sync_all", helper}
     assert re.search(rf"^\s*call[^;]*\b{COLLECTIVE},", ptx, re.M)
     assert not re.search(rf"^\.visible \.func[^\n]*\b{COLLECTIVE}\b", ptx, re.M)
     assert not re.search(r"^\s*call[^;]*\bnvshmem_(int32_p|my_pe)\b", ptx, re.M)
     assert re.search(r"^\.visible \.const [^\n]*nvshmemi_device_state_d", ptx, re.M)
     assert len(ptx) < 100_000  # inlined, the reducescatter alone is ~500 KiB of PTX
-    assert outline.stats["builds"] == builds + 2
-    assert sorted(p.name.split("-")[0] for p in objects_dir.glob("*.cubin")) == [COLLECTIVE, "nvshmem_sync_all"]
+    # a helper's object may call other helpers: their objects come too
+    made = sorted(p.name.split("-")[0] for p in objects_dir.glob("*.cubin"))
+    assert {COLLECTIVE, "nvshmem_sync_all", helper} <= set(made) and outline.stats["builds"] == builds + len(made)
+    assert all(m.startswith("_Z") and "nvshmemi_transfer" in m for m in set(made) - {COLLECTIVE, "nvshmem_sync_all"})
 
     defined, _ = outline.cubin_info(cubin)
+    assert all(defined[m] == 1 for m in made), made  # every object linked, each function once
     assert defined[COLLECTIVE] == 1
     for name in store.EXPORTED_GLOBALS:  # the kernel's, once: the objects only declare them
         assert defined[name] == 1, name
@@ -146,21 +152,42 @@ def test_collective_is_called_in_its_object(objects_dir):
         nv.sum_reducescatter(W, dst, src, 2)
 
     _, cubin, entry = cubin_of(k_again)
-    assert outline.stats["builds"] == builds + 2 and outline.stats["hits"] == hits + 1
+    assert outline.stats["builds"] == builds + len(made) and outline.stats["hits"] == hits + 1
     defined, registers = outline.cubin_info(cubin)
     assert defined[COLLECTIVE] == 1 and defined["nvshmemi_device_state_d"] == 1
-    # callees included (the inlined p of the first kernel brings NVSHMEM's transport helpers and
-    # their 100-odd registers): 1024 threads a block
+    # callees included (the first kernel's p calls NVSHMEM's transport helper, an object capped
+    # as the collective's): 1024 threads a block
     assert registers[entry] <= outline.MAX_REGISTERS
 
 
-def test_small_ops_ptx_is_unchanged(monkeypatch):
+def _entry(ptx: str) -> str:
+    start = ptx.index(".visible .entry")
+    return ptx[start:ptx.index("\n}\n", start)]
+
+
+def _memory_ops(ptx: str) -> collections.Counter:
+    """The kernel's loads, stores, atomics, fences, barriers and shuffles (not those of call
+    parameters), by kind: what its fast paths do."""
+    return collections.Counter(
+        m.group(1) for m in re.finditer(r"^\s*(?:@%p\d+ )?((?:ld|st|atom|red|membar|fence|bar|shfl)\.[\w.]*)",
+                                        _entry(ptx), re.M) if ".param" not in m.group(1))
+
+
+def test_small_ops_stay_inlined(monkeypatch):
+    """The small operations stay inlined: no API function is called out of line, and the kernel
+    does the same loads, stores, atomics and fences as with everything inlined; what is called out
+    of line is NVSHMEM's own noinline transport helpers (the proxy path), from their objects
+    instead of compiled into the kernel (their calls keep NVSHMEM's full parameter lists)."""
     monkeypatch.setenv(outline.ENV, "none")
     before, _ = cuda.compile_ptx(k_small, SMALL_SIG, cc=CC)
     monkeypatch.setenv(outline.ENV, "auto")
     after, _ = cuda.compile_ptx(k_small, SMALL_SIG, cc=CC)
-    assert outline.extern_calls(after) == set()
-    assert _same_kernel(after) == _same_kernel(before)
+    assert outline.extern_calls(before) == set()
+    helpers = outline.extern_calls(after)
+    assert helpers and not helpers & _optable.device_ops().keys()
+    assert all(h.startswith("_Z") and "nvshmemi_transfer" in h for h in helpers)
+    assert _memory_ops(after) == _memory_ops(before)
+    assert len(after) < len(before) / 5  # the helpers' bodies are most of the PTX
 
 
 def test_forcing(objects_dir):
@@ -298,3 +325,19 @@ def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
     built.clear()
     outline.objects(names, 90, "sm_90a", "+ptx85")  # no cap asked: 64 for all
     assert set(built.values()) == {64}
+
+
+def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir):
+    """NVSHMEM's transport helpers are objects of their own; one that calls others (quiet calls
+    the region functions) brings their objects, each defining its function once, visible."""
+    st = store._store(store._default_bitcode(90), 90)
+    quiet = next((h for h in sorted(st.helpers) if "nvshmemi_transfer_quiet" in h and "threadgroup_t0" in h), None)
+    if quiet is None:
+        pytest.skip("no thread-scope quiet helper in this NVSHMEM")
+    paths = outline.objects([quiet], 90, "sm_90a", "+ptx85")
+    names = [p.name.split("-")[0] for p in paths]
+    assert quiet in names and len(names) > 1 and names == sorted(names)
+    for p in paths:
+        defined = {n for n, d in outline.elf_symbols(p.read_bytes()) if d}
+        assert p.name.split("-")[0] in defined
+    assert set(names) <= st.helpers

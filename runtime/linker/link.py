@@ -190,7 +190,8 @@ def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool
     a kernel)."""
     inline, outlined = outline.split(names, sm) if outline_objects else (frozenset(names), frozenset())
     try:
-        api = store.api_module(inline, sm, unswitch=unswitch)
+        api = store.api_module(inline, sm, unswitch=unswitch,
+                               helpers_out=outline_objects and outline.helpers_out())
     except KeyError as e:
         raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
     check_declarations(main, api, inline, outlined)

@@ -196,8 +196,19 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
     return names - out, frozenset(out)
 
 
-# `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like
-_EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(nvshmem\w*)", re.M)
+# `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like; NVSHMEM's
+# helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`)
+_NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)"
+_EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
+_NVSHMEM_CALL = re.compile(_NVSHMEM_FUNCTION)
+
+
+def helpers_out() -> bool:
+    """Whether kernels call NVSHMEM's out-of-line helpers (its ``noinline`` transport functions,
+    :attr:`nvshmem_dsl.linker.store_file._Store.helpers`) in cached objects instead of compiling
+    them again each (most of a fine-grained kernel's PTX: 7 000 of a ``p`` loop's 7 500 lines
+    with NVSHMEM 3.8): as hybrid linking, unless :func:`mode` is ``none`` or there is no ptxas."""
+    return mode() != "none" and ptxas() is not None
 
 
 def extern_calls(ptx) -> frozenset:
@@ -258,25 +269,31 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) ->
 def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=None) -> list:
     """The relocatable cubins (paths) that define the NVSHMEM functions ``names`` for a kernel of
     SM ``arch`` (the bitcode's) compiled for ``cpu`` and ``features`` (e.g. ``sm_90a``,
-    ``+ptx85``), one per function in the order of ``sorted(names)``, built where not cached
-    (several at once); their functions use at most ``max_registers`` registers (at most
+    ``+ptx85``), one per function, with those of the helpers they call (a helper's object calls
+    other helpers), in the order of their sorted names, built where not cached (several at once);
+    their functions use at most ``max_registers`` registers (at most
     :data:`REGISTERS_PER_THREAD`; :data:`MAX_REGISTERS` when not given: see :func:`register_cap`)."""
     cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
     bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
-    paths = {n: _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)) for n in sorted(names)}
-    todo = [n for n, p in paths.items() if not p.exists()]
 
     def build(name):
         return _build(name, arch, bc_path, cpu, features, _scope_cap(name, cap), paths[name])
 
-    built = 0
-    if todo:
-        with ThreadPoolExecutor(max_workers=min(len(todo), store_build._cpus())) as ex:
-            built = sum(ex.map(build, todo))
+    paths, built, hits, wanted = {}, 0, 0, set(names)
+    while wanted:  # the objects, then the helpers' objects they call, until none is missing
+        new = {n: _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)) for n in wanted}
+        paths.update(new)
+        todo = [n for n, p in new.items() if not p.exists()]
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(len(todo), store_build._cpus())) as ex:
+                built += sum(ex.map(build, todo))
+        hits += len(new) - len(todo)
+        wanted = {n for p in new.values() if p.exists() for n, defined in elf_symbols(p.read_bytes())
+                  if not defined and _NVSHMEM_CALL.fullmatch(n)} - paths.keys() - set(store.EXPORTED_GLOBALS)
     with _stats_lock:
         stats["builds"] += built
-        stats["hits"] += len(paths) - built
-    return list(paths.values())
+        stats["hits"] += hits
+    return [paths[n] for n in sorted(paths)]
 
 
 def _build(name, arch, bc_path, cpu, features, cap, path: Path) -> bool:
@@ -307,15 +324,21 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
 
     from ._llvm import TRIPLE, function_shape, internalize, run, target_machine
 
-    mod = store.api_module(names, arch, bc_path, declare_exported=True)
     ops = _optable.device_ops()
+    # an API function's object holds the helpers it calls (specialised for it); a helper's object
+    # only itself, the helpers it calls are objects of their own
+    helpers = any(name not in ops for name in names)
+    mod = store.api_module(names, arch, bc_path, declare_exported=True, helpers_out=helpers)
     for name in names:  # the kernel's declarations are checked against the op table
-        have = function_shape(mod.get_function(name).global_value_type)
-        if have != ops[name]["llvm_type"]:
-            raise RuntimeError(f"NVSHMEM's {name} is {have}, the op table says {ops[name]['llvm_type']}")
+        if name in ops:
+            have = function_shape(mod.get_function(name).global_value_type)
+            if have != ops[name]["llvm_type"]:
+                raise RuntimeError(f"NVSHMEM's {name} is {have}, the op table says {ops[name]['llvm_type']}")
     tm = target_machine(cpu, features, 3)
     mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
     internalize(mod, set(names))
+    for name in names:  # NVSHMEM's helpers are internal in its bitcode
+        mod.get_function(name).linkage = llvm.Linkage.external
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
     if opt_level() == "o3":
         from .link import nontrivial_unswitching

@@ -186,13 +186,20 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
             if f.linkage == llvm.Linkage.external and f.name.startswith("nvshmem"):
                 api.append(f.name)
     api, public = (api, set(defined)) if listing is None else listing
-    mine = set(sorted(public)[part::parts]) if own is None else set(own) & public
+    # a closure of internal functions (NVSHMEM's helpers, built as objects of their own): kept
+    # through GlobalDCE as if public, printed as they are
+    inner = {} if own is None else {f.name: f for f in mod.functions
+                                    if f.name in own and not f.is_declaration and f.linkage in local}
+    mine = set(sorted(public)[part::parts]) if own is None else set(own) & (public | inner.keys())
     changed = {}
     for name, f in defined.items():
         if name not in mine:
             changed[name] = (f.linkage, f.visibility)
             f.linkage = "internal"
-    del defined  # drop the ValueRefs: GlobalDCE deletes functions
+    for name, f in inner.items():
+        changed[name] = (f.linkage, f.visibility)
+        f.linkage = "external"
+    del defined, inner  # drop the ValueRefs: GlobalDCE deletes functions
     if changed or prototypes:
         _global_dce(mod, prototypes)
         for f in mod.functions:  # the survivors print as they are in NVSHMEM
@@ -379,6 +386,53 @@ def _declaration(line: bytes) -> bytes:
     if m is None:
         raise ValueError(f"cannot declare the NVSHMEM global {line[:120]!r}")
     return m[1] + b" = external " + m[2] + m[3]
+
+
+#: Words of a function definition's header that a declaration does not take (its linkage,
+#: visibility and address significance) or that need a body.
+_DEFINITION_ONLY = re.compile(
+    rb"\b(?:internal|private|linkonce_odr|linkonce|weak_odr|weak|available_externally|hidden|protected"
+    rb"|dso_local|local_unnamed_addr|unnamed_addr)\b ?")
+
+
+def _split_top(text: bytes) -> list:
+    """``text`` split at its commas outside parentheses, brackets and braces."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in b"([{<":
+            depth += 1
+        elif ch in b")]}>":
+            depth -= 1
+        elif ch == ord(",") and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return [t.strip() for t in out if t.strip()]
+
+
+def function_declaration(define_line: bytes) -> bytes:
+    """The external declaration of the function whose definition starts with ``define_line``
+    (``define internal fastcc void @f(ptr noundef %0) unnamed_addr #4 {``  ->
+    ``declare fastcc void @f(ptr noundef) #4``): for code that calls it in another object."""
+    line = define_line.rstrip()
+    if not line.startswith(b"define ") or not line.endswith(b"{"):
+        raise ValueError(f"not the first line of a function definition: {define_line[:120]!r}")
+    name = _GLOBAL_REF.search(line)
+    head, rest = line[len(b"define "):name.start()], line[name.end():]
+    depth = 0
+    for i, ch in enumerate(rest):  # the parameter list: up to its closing parenthesis
+        depth += ch == ord("(")
+        depth -= ch == ord(")")
+        if depth == 0:
+            break
+    params, tail = rest[1:i], rest[i + 1:-1]
+    kept = []
+    for p in _split_top(params):
+        words = p.split(b" ")
+        kept.append(b" ".join(words[:-1]) if len(words) > 1 and words[-1].startswith(b"%") else p)
+    tail = re.sub(rb"\s*(?:comdat(?:\([^)]*\))?|section \"[^\"]*\"|personality .*|!dbg !\d+)", b"", tail)
+    return (b"declare " + _DEFINITION_ONLY.sub(b"", head) + name.group(0) + b"(" + b", ".join(kept) + b")"
+            + _DEFINITION_ONLY.sub(b"", tail).rstrip())
 
 
 def _release_heap() -> None:

@@ -229,6 +229,8 @@ _ATTRS = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)
 # `#1 section ".text.compute" {`)
 _HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)((?: [^\n#{]+)? \{)$', re.M)
 _HELPER_CALL = re.compile(r'(call [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
+# a helper linked from its object (nvshmem_dsl.linker.outline.helpers_out) is declared
+_HELPER_DECLARE = re.compile(r'^(declare [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
 _GROUP_INSTANCE = re.compile(r'threadgroup_t[123]')  # NVSHMEM's warp, warpgroup, block instances
 
 
@@ -244,13 +246,14 @@ def thread_helpers_not_convergent(text: str) -> tuple[str, int]:
         return text, 0
     top = max(groups) + 1
     new = {g: top + k for k, g in enumerate(sorted(plain))}
-    helpers = {m.group(2) for m in _HELPER_DEFINE.finditer(text)
+    helpers = {m.group(2) for regex in (_HELPER_DEFINE, _HELPER_DECLARE) for m in regex.finditer(text)
                if m.group(2).startswith("_Z") and not _GROUP_INSTANCE.search(m.group(2))}
 
     def swap(m):
         g = int(m.group(3))
         return f"{m.group(1)}#{new[g]}{m.group(4)}" if m.group(2) in helpers and g in new else m.group(0)
     text = _HELPER_DEFINE.sub(swap, text)
+    text = _HELPER_DECLARE.sub(swap, text)
     text = _HELPER_CALL.sub(swap, text)
     text += "\n" + "\n".join(f"attributes #{new[g]} = {{{plain[g]}}}" for g in sorted(plain)) + "\n"
     return text, len(helpers)

@@ -189,7 +189,7 @@ def api_names(arch=90, bc_path=None) -> frozenset:
     return _store(bc_path, arch).api
 
 
-def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=False):
+def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=False, helpers_out=False):
     """A fresh :class:`llvmlite.binding.ModuleRef` holding the NVSHMEM device
     functions ``names``, everything they call, and :data:`EXPORTED_GLOBALS`.
 
@@ -197,6 +197,9 @@ def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fa
     :func:`nvshmem_dsl.linker.rewrites.thread_helpers_not_convergent`).
     ``declare_exported``: :data:`EXPORTED_GLOBALS` are external declarations (for code that is
     linked beside a module defining them: :mod:`nvshmem_dsl.linker.outline`).
+    ``helpers_out``: NVSHMEM's out-of-line helpers (its ``noinline`` transport functions) that
+    ``names`` call are external declarations, linked from their objects
+    (:func:`nvshmem_dsl.linker.outline.objects`); ``names`` may name helpers themselves.
 
     Functions and globals keep the linkage they have in NVSHMEM (the API is
     external); the caller links the module in and internalizes.  The caller
@@ -217,7 +220,7 @@ def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fa
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     how = rewrites.mode()  # NVSHMEM's copy loops, rewritten in the text before parsing
-    subset = (key, names, how, bool(unswitch), bool(declare_exported))
+    subset = (key, names, how, bool(unswitch), bool(declare_exported), bool(helpers_out))
     for attempt in (0, 1):
         with _lock:
             mod = _subsets.get(subset)
@@ -228,7 +231,8 @@ def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fa
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            text, _ = rewrites.for_inlining(st.assemble(names, declare_exported).decode(), how)
+            declared = st.helpers if helpers_out else frozenset()
+            text, _ = rewrites.for_inlining(st.assemble(names, declare_exported, declared).decode(), how)
             text, _ = rewrites.freeze_loops(text)  # clang's unrolling stays as it was
             if unswitch:
                 text, _ = rewrites.thread_helpers_not_convergent(text)

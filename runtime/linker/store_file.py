@@ -21,7 +21,8 @@ import threading
 import zlib
 from pathlib import Path
 
-from .pieces import _GLOBAL_REF, _MD_REF, EXPORTED_GLOBALS, FORMAT_VERSION, _declaration, _merge, _renumber
+from .pieces import (_GLOBAL_REF, _MD_REF, EXPORTED_GLOBALS, FORMAT_VERSION, _declaration, _merge, _renumber,
+                     function_declaration)
 
 _MAGIC = b"NVSHMEM-DSL-PIECES\0"
 _HEAD = struct.Struct("<32sQ")  # sha256 of the JSON index, its length
@@ -238,20 +239,48 @@ class _Store:
             n = counts[name] = self._read(self.functions[name][1:3]).count(b"\n  ")
         return n
 
-    def assemble(self, names, declare_exported: bool = False) -> bytes:
-        """LLVM assembly for the functions ``names``, everything they refer
-        to, and :data:`EXPORTED_GLOBALS` (``declare_exported``: as external declarations)."""
-        missing = [n for n in names if n not in self.api]
+    def _header(self, name: str) -> bytes:
+        """The first line of function ``name``'s definition, numbered as in :attr:`preamble`."""
+        s, off, n = self.functions[name][:3]
+        return self._renumber(self._read((off, n)).split(b"\n", 1)[0], s)
+
+    @property
+    def helpers(self) -> frozenset:
+        """NVSHMEM's out-of-line helpers: the functions that are not API functions and that
+        NVSHMEM marks ``noinline`` (its transport layer, ``nvshmemi_transfer_*``), which every
+        kernel calling them would otherwise compile again."""
+        found = self.__dict__.get("_helpers")
+        if found is None:
+            groups = {m[1]: m[2].split() for m in re.finditer(rb"^attributes #(\d+) = \{ (.*) \}$",
+                                                               self.preamble, re.M)}
+            found = set()
+            for name in self.functions:
+                if name not in self.api:
+                    group = re.search(rb"#(\d+)(?: [^#]*)?\{$", self._header(name))
+                    if group is not None and b"noinline" in groups.get(group[1], ()):
+                        found.add(name)
+            found = self.__dict__["_helpers"] = frozenset(found)
+        return found
+
+    def assemble(self, names, declare_exported: bool = False, declared=frozenset()) -> bytes:
+        """LLVM assembly for the functions ``names`` (API functions or :attr:`helpers`),
+        everything they refer to, and :data:`EXPORTED_GLOBALS` (``declare_exported``: as external
+        declarations); the functions of ``declared`` they call are external declarations, their
+        bodies left out."""
+        missing = [n for n in names if n not in self.api and n not in self.helpers]
         if missing:
             raise KeyError(
                 "not NVSHMEM device functions: " + ", ".join(sorted(missing))
             )
-        funcs, globs, mds = set(), set(), set()
+        declared = frozenset(declared) - frozenset(names)
+        funcs, globs, mds, decls = set(), set(), set(), set()
         todo = [(True, n) for n in names]
         todo += [(False, g) for g in EXPORTED_GLOBALS if g in self.globals]
         while todo:
             is_fn, name = todo.pop()
-            if is_fn:
+            if is_fn and name in declared:
+                decls.add(name)
+            elif is_fn:
                 if name not in funcs:
                     funcs.add(name)
                     s, _, _, f, g, m = self.functions[name]
@@ -279,6 +308,7 @@ class _Store:
         if declare_exported:
             lines.update((g, _declaration(lines[g])) for g in EXPORTED_GLOBALS if g in lines)
         parts += [self._renumber(lines[g], self.globals[g][0]) for g in sorted(globs)]
+        parts += [function_declaration(self._header(f)) for f in sorted(decls)]
         for f in sorted(funcs):
             s, off, n = self.functions[f][:3]
             parts.append(self._renumber(self._read((off, n)), s))
