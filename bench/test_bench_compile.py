@@ -134,7 +134,7 @@ def _large_outlined(ptx: str, name: str) -> frozenset:
     NVSHMEM's large routines so): at most the kernel's own collective or barrier, the rest is inlined."""
     from nvshmem_dsl.linker import outline
 
-    outlined = outline.extern_calls(ptx)
+    outlined = outline.extern_calls(ptx) - outline.helper_calls(ptx)  # NVSHMEM's transport helpers aside
     large = {_coll_symbol(name)} if name.startswith("coll_") else {"nvshmemx_barrier_all_block"}
     assert outlined <= large, (name, sorted(outlined))
     return outlined

@@ -42,7 +42,7 @@ def test_numba_examples_compile_with_nvshmem_inlined(name):
     for ptx in example["compile_check"]():
         assert "nvshmemi_device_state_d" in ptx
         assert not re.search(r"^(?:\.visible |\.weak )?\.func\s+(?:\([^)]*\)\s*)?nvshmem", ptx, re.M)
-        outlined = outline.extern_calls(ptx)
+        outlined = outline.extern_calls(ptx) - outline.helper_calls(ptx)  # NVSHMEM's transport helpers aside
         calls = set(re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)", ptx))
         assert calls <= outlined == outline.split(outlined, 90)[1], (calls, outlined)
 

@@ -119,13 +119,20 @@ def k_plain(a):
 
 
 def nvjitlink_cubin(ptx: str, arch: str) -> bytes:
+    """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
+    out of line (outline.objects_for: the large routines and NVSHMEM's transport helpers)."""
     from cuda.bindings import nvjitlink
 
+    from nvshmem_dsl.linker import outline
+
+    sm = int(re.search(r"sm_(\d+)", arch).group(1))
     opts = [f"-arch={arch}"]
     h = nvjitlink.create(len(opts), opts)
     try:
-        data = ptx.encode()
-        nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        inputs = [("kernel.ptx", nvjitlink.InputType.PTX, ptx.encode())]
+        inputs += [(p.name, nvjitlink.InputType.CUBIN, p.read_bytes()) for p in outline.objects_for(ptx, sm)]
+        for name, kind, data in inputs:
+            nvjitlink.add_data(h, kind, data, len(data), name)
         try:
             nvjitlink.complete(h)
         except Exception:

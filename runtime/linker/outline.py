@@ -36,7 +36,8 @@ Linkers use it through :func:`extern_calls` (the outlined functions a kernel's P
 DSL can link the same objects.
 
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`,
-:func:`object_ptx`, :func:`extern_calls`, :func:`register_cap`, :func:`ptxas`, :func:`cubin_info`;
+:func:`object_ptx`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
+:func:`register_cap`, :func:`ptxas`, :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
@@ -63,8 +64,8 @@ from .. import _optable
 from . import rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
-           "elf_symbols", "mode", "object_ptx", "objects", "override", "ptxas", "register_cap", "split",
-           "stats"]
+           "elf_symbols", "helper_calls", "helpers_out", "mode", "object_ptx", "objects", "objects_for",
+           "override", "ptxas", "register_cap", "split", "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
 MODES = ("auto", "none", "all")
@@ -264,6 +265,26 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) ->
              cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level()]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
+
+
+def helper_calls(ptx) -> frozenset:
+    """The NVSHMEM helpers (not API functions) that PTX ``ptx`` calls in their objects."""
+    return frozenset(n for n in extern_calls(ptx) if n not in _optable.device_ops())
+
+
+def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
+    """The objects (paths) a kernel's PTX ``ptx`` (for SM ``arch``'s bitcode) is to be linked
+    with: those of the NVSHMEM functions it calls out of line (:func:`extern_calls`), for its
+    ``.target`` and ``.version``, at the register cap its declared block size leaves
+    (:func:`register_cap`); none when it calls none.  For PTX linked by hand (nvJitLink, the
+    driver's linker) rather than through a DSL's own link."""
+    names = extern_calls(ptx)
+    if not names:
+        return []
+    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
+    version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    features = f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
+    return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
 
 def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=None) -> list:

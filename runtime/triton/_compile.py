@@ -510,10 +510,7 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
     from ..linker.link import nvjitlink_cubin
 
     cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
-    version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
-    features = f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
-    names = outline.extern_calls(ptx)
-    paths = outline.objects(names, _sm(capability), cpu, features, outline.register_cap([ptx]))
+    paths = outline.objects_for(ptx, _sm(capability))
     from triton import knobs
 
     opts = ["-O3"]
