@@ -300,7 +300,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     def build(name):
         return _build(name, arch, bc_path, cpu, features, _scope_cap(name, cap), paths[name])
 
-    paths, built, hits, wanted = {}, 0, 0, set(names)
+    # the helpers' own helpers, known from the store: built with them, at once
+    paths, built, hits, wanted = {}, 0, 0, set(store.helper_closure(names, arch, bc_path))
     while wanted:  # the objects, then the helpers' objects they call, until none is missing
         new = {n: _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)) for n in wanted}
         paths.update(new)

@@ -275,6 +275,31 @@ def body_sizes(names, arch=90, bc_path=None) -> dict:
     raise AssertionError("unreachable")
 
 
+def helper_closure(names, arch=90, bc_path=None) -> frozenset:
+    """``names`` and the NVSHMEM helpers (:attr:`~nvshmem_dsl.linker.store_file._Store.helpers`)
+    that the helpers among them call, through the functions their objects inline, transitively:
+    the objects a kernel calling the helpers ``names`` links with, known before any is built."""
+    names = frozenset(names)
+    bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
+    key = _cache_key(bc_path)
+    with _lock:
+        st = _stores.get(key)
+    if st is None:
+        st = _first_store(names, bc_path, arch, key)
+    helpers = st.helpers
+    found, todo, seen = set(names), [n for n in names if n in helpers], set()
+    while todo:
+        name = todo.pop()
+        for callee in st.functions.get(name, (None,) * 4)[3]:
+            if callee in seen or callee not in st.functions:
+                continue
+            seen.add(callee)
+            if callee in helpers:
+                found.add(callee)
+            todo.append(callee)
+    return frozenset(found)
+
+
 def pruned_bitcode(bc_path=None, arch=90, names=None) -> bytes:
     """Bitcode of the NVSHMEM device functions ``names`` (default: the whole
     API) with their dependencies, target attributes removed.  The whole API is
