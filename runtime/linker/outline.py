@@ -301,7 +301,10 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
         return _build(name, arch, bc_path, cpu, features, _scope_cap(name, cap), paths[name])
 
     # the helpers' own helpers, known from the store: built with them, at once
-    paths, built, hits, wanted = {}, 0, 0, set(store.helper_closure(names, arch, bc_path))
+    ops = _optable.device_ops()
+    helpers = {n for n in names if n not in ops}
+    wanted = set(names) | (store.helper_closure(helpers, arch, bc_path) if helpers else set())
+    paths, built, hits = {}, 0, 0
     while wanted:  # the objects, then the helpers' objects they call, until none is missing
         new = {n: _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)) for n in wanted}
         paths.update(new)
