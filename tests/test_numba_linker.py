@@ -521,6 +521,13 @@ def test_closure_of_the_real_bitcode_is_the_stores(names):
     closure = store._Store.from_part(pieces._closure(bc, names), "k")
     assert len(closure.functions) < len(st.functions) / 10
     assert canonical(closure.assemble(names).decode()) == canonical(st.assemble(names).decode())
+    # the transport helpers they call come whole: the closure serves their objects too
+    # (store._first_store reuses it), as the store would
+    helpers = store.helper_closure(closure.helpers, 90) if closure.helpers else frozenset()
+    assert closure.helpers and closure.helpers <= st.helpers and helpers == closure.helpers
+    for h in sorted(closure.helpers):
+        assert (canonical(closure.assemble([h], True, closure.helpers).decode())
+                == canonical(st.assemble([h], True, st.helpers).decode())), h
 
 
 @needs_bitcode
