@@ -4,7 +4,8 @@ Each test starts its own 2-PE job and checks what the program printed or, throug
 tests/gpu/nvshmem4py_probe.py, what it moved: the programs that start MPI (seeds 000, 001, 003:
 ``MPI.COMM_WORLD``) under ``mpirun -n 2``, as their authors ran them (an MPI singleton inside our
 launcher cannot start Open MPI's local daemon in every image), the others under
-``python -m nvshmem_dsl.run -n 2``, seed 004 under torchrun.  Run this file in ONE process (it launches the PEs itself):
+``python -m nvshmem_dsl.run -n 2``, seed 004 under torchrun (with one GPU: two one-process torchrun
+"nodes" on this host, each PE's LOCAL_RANK 0).  Run this file in ONE process (it launches the PEs itself):
 
     python -m pytest -m gpu tests/gpu/test_core_gpu.py
 
@@ -190,14 +191,33 @@ def test_seed004_torch_peer_tensors():
     torchrun = shutil.which("torchrun")
     if torchrun is None or importlib.util.find_spec("torch.distributed") is None:
         pytest.skip("torchrun is not installed")
-    if _gpus() < 2:
-        pytest.skip("seed 004 sets device LOCAL_RANK (torch.cuda.set_device): needs 2 GPUs")
-    cmd = [torchrun, "--nproc-per-node", "2", str(PORTS / "seed004_torch_peer_tensors.py")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 0, text[-8000:]
+    seed = str(PORTS / "seed004_torch_peer_tensors.py")
+    if _gpus() >= 2:
+        procs = [subprocess.Popen([torchrun, "--nproc-per-node", "2", seed], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT)]
+    else:
+        # one GPU (shared under MPS, see the fixture): the program sets device LOCAL_RANK, so each PE
+        # is a torchrun "node" of one process on this host (LOCAL_RANK 0, RANK 0 and 1)
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        procs = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                                   "--master-addr", "127.0.0.1", "--master-port", str(port), seed],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT)
+                 for node in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    text = "".join(outs)
+    assert all(p.returncode == 0 for p in procs), text[-8000:]
     for pe, left in ((0, 1), (1, 0)):
         assert f"PE {pe}: PE {left} stored {float(left + 1)} into my tensor through its peer tensor" in text, text
-        assert f"devices ['cuda:{pe}', 'cuda:{pe}']" in text, text  # peer tensors on this PE's device
+        device = pe if _gpus() >= 2 else 0  # peer tensors on this PE's device
+        assert f"devices ['cuda:{device}', 'cuda:{device}']" in text, text
         # multicast only where NVSHMEM has it: a tensor at the multicast address, or NVSHMEM's refusal
         assert f"PE {pe}: multicast tensor (128, 256) at 0x" in text or f"PE {pe}: no multicast tensor:" in text
