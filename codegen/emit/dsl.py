@@ -1,9 +1,9 @@
 """The device API's dispatch table (generated/dispatch.py), written once for every DSL.
 
 ``DISPATCH`` maps each DSL-level function to {NVSHMEM element type (the spec's TYPENAME) |
-``bits<N>`` | None: C symbol}; ``DTYPE_KEYS`` maps each DSL's element dtype names (its column
-of spec/tables.yaml) to the NVSHMEM types that may serve it, best first
-(:func:`codegen.emit.views.dtype_keys`). ``nvshmem_dsl._dispatch.table(dsl)`` joins the two into
+``bits<N>`` | None: C symbol}; ``DTYPE_KEYS`` lists the NVSHMEM element types that hold the same
+values, best first, with each DSL's dtype name for them (its column of spec/tables.yaml;
+:func:`dtype_table`). ``nvshmem_dsl._dispatch.table(dsl)`` joins the two into
 the DSL's {function: {its dtype key: C symbol}}; the docstrings, the same for every DSL, are
 written once (device_api.py); the DSL package (nvshmem_dsl.numba, nvshmem_dsl.cute,
 nvshmem_dsl.triton) builds the callable functions from it. A new DSL is one more row of DSLS (its
@@ -36,10 +36,19 @@ DSLS = {
 }
 
 
+def dtype_table(spec: Spec) -> list[tuple[tuple[str, ...], dict[str, str]]]:
+    """``[(NVSHMEM element types that hold the same values, best first; {dsl: its dtype name for
+    them})]``: each DSL's :func:`~codegen.emit.views.dtype_keys`, the groups written once."""
+    rows: dict[tuple[str, ...], dict[str, str]] = {}
+    for dsl, row in DSLS.items():
+        for key, names in dtype_keys(spec, row.column):
+            rows.setdefault(names, {})[dsl] = key
+    return sorted(rows.items())
+
+
 def emit(spec: Spec) -> dict[str, str]:
     apis = api_functions(spec, "numba")
     docs = render("device_api.py.j2", apis=apis, spec=spec)
-    table = render("dispatch.py.j2", forms=dispatch_forms(spec), spec=spec,
-                   keys={dsl: dtype_keys(spec, row.column) for dsl, row in DSLS.items()})
+    table = render("dispatch.py.j2", forms=dispatch_forms(spec), spec=spec, keys=dtype_table(spec))
     return {"device_api.py": with_header(docs, spec.digest, "#"),
             "dispatch.py": with_header(table, spec.digest, "#")}
