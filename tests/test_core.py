@@ -787,3 +787,26 @@ def test_gpu_probe_patterns_allocations_and_reports_them(seed_world, monkeypatch
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("PROBE ")]
     assert json.loads(line[6:]) == {"pe": 0, "src": 1000, "dst": 1001, "remote_buf": 1002}
     assert seed_world.symbols()[-1] == "nvshmemx_hostlib_finalize"
+
+
+def test_finalize_imports_no_cute_the_program_did_not(up, monkeypatch):
+    """finalize() cleans up CuTe kernel objects only where the program imported the CuTe interop;
+    it never imports it (and the CuTe DSL) itself."""
+    import sys
+
+    name = "nvshmem_dsl.core.interop.cute"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    nvshmem.finalize()
+    assert name not in sys.modules
+    assert up.symbols()[-1] == "nvshmemx_hostlib_finalize"
+
+
+def test_finalize_cleans_up_cute_kernels_when_the_interop_is_in_use(up, monkeypatch):
+    import sys
+    import types as _types
+
+    cleaned = []
+    fake = _types.SimpleNamespace(cleanup_cute=lambda: cleaned.append(True))
+    monkeypatch.setitem(sys.modules, "nvshmem_dsl.core.interop.cute", fake)
+    nvshmem.finalize()
+    assert cleaned == [True]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from ..host import _bootstrap, _cuda, _state
@@ -168,12 +169,11 @@ def finalize(*, dev: Any = None, stream: Any = None) -> None:
     _state.require("finalize()")
     _sync_before_finalize(stream)
     memory._free_pending()
-    try:
-        from .interop import cute as _cute_interop
-
-        _cute_interop.cleanup_cute()
-    except ImportError:
-        pass
+    # CuTe kernel objects exist only where the program imported the CuTe interop: never import it
+    # (and the CuTe DSL with it, seconds of work) here
+    cute_interop = sys.modules.get(f"{__package__}.interop.cute")
+    if cute_interop is not None:
+        cute_interop.cleanup_cute()
     try:
         _native.finalize()
     finally:
