@@ -794,8 +794,11 @@ def test_finalize_imports_no_cute_the_program_did_not(up, monkeypatch):
     it never imports it (and the CuTe DSL) itself."""
     import sys
 
+    import nvshmem_dsl.core.interop as interop
+
     name = "nvshmem_dsl.core.interop.cute"
     monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delattr(interop, "cute", raising=False)
     nvshmem.finalize()
     assert name not in sys.modules
     assert up.symbols()[-1] == "nvshmemx_hostlib_finalize"
