@@ -701,3 +701,20 @@ def test_g_and_fetching_atomics_in_a_one_warp_loop_have_no_barrier():
     entry = four[four.index(".entry"):]
     entry = entry[:entry.index("\n}\n")]
     assert "shfl" not in entry and len(re.findall(r"\bbar(?:rier)?\.sync", entry)) >= 2
+
+
+@pytest.mark.slow
+def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
+    """A fine-grained kernel calls NVSHMEM's transport helpers in their objects (nvJitLink links
+    them): Triton's maxnreg (a .maxnreg in the PTX) caps the objects too, and ptx_options reach
+    the ptxas inside nvJitLink."""
+    if outline.ptxas() is None or _compile._nvjitlink_ptx() is None:
+        pytest.skip("needs ptxas and nvJitLink")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}
+    ck = _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, maxnreg=40)
+    assert outline.helper_calls(ck.asm["ptx"]) and ".maxnreg 40" in ck.asm["ptx"]
+    _, registers = outline.cubin_info(ck.asm["cubin"])
+    assert registers and max(registers.values()) <= 40, registers
+    with pytest.raises(Exception, match="no-such-option|Unknown option|unrecognized"):
+        _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, ptx_options="--no-such-option")

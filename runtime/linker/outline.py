@@ -95,6 +95,7 @@ MAX_REGISTERS = REGISTERS_PER_BLOCK // 1024
 #: A kernel's declared block size in PTX: ``.maxntid x[, y[, z]]`` or ``.reqntid ...``.
 _BLOCK_DIRECTIVE = re.compile(r"^\s*\.(?:maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", re.M)
 _ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s", re.M)
+_MAXNREG = re.compile(r"^\s*\.maxnreg\s+(\d+)", re.M)  # a kernel's own register limit (Triton's maxnreg)
 
 
 #: Scopes whose objects keep at most :data:`MAX_REGISTERS` registers where the kernel would allow
@@ -114,8 +115,9 @@ def register_cap(ptx_texts, max_registers=None) -> int:
     what each kernel's declared block size (``.maxntid``/``.reqntid``) leaves a thread of a block of
     :data:`REGISTERS_PER_BLOCK` (in warps, in granules of :data:`REGISTER_GRANULE`, at most
     :data:`REGISTERS_PER_THREAD`), :data:`MAX_REGISTERS` for a kernel that declares none; at most
-    ``max_registers`` (the kernel's ``-maxrregcount``) where given.  The least over the kernels."""
-    caps = []
+    a kernel's ``.maxnreg`` and ``max_registers`` (the kernel's ``-maxrregcount``) where given.  The
+    least over the kernels."""
+    caps = [int(n) for ptx in ptx_texts for n in _MAXNREG.findall(ptx)]
     for ptx in ptx_texts:
         declared = _BLOCK_DIRECTIVE.findall(ptx)
         for dims in declared:

@@ -518,6 +518,9 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
         opts.append("-lineinfo")
     if options is not None and not getattr(options, "enable_fp_fusion", True):
         opts.append("-Xptxas=--fmad=false")
+    # Triton's ptx_options go to its ptxas: to the one inside nvJitLink here (maxnreg is a .maxnreg
+    # in the PTX, which outline.register_cap reads for the objects)
+    opts += [f"-Xptxas={o}" for o in (getattr(options, "ptx_options", None) or "").split()]
     inputs = [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths]
     cubin = nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
     stats["cubins_linked"] += 1
