@@ -341,3 +341,26 @@ def test_reading_pieces_leaves_the_shared_file_offset_alone(bc, tmp_path, monkey
     os.lseek(fd, 7, os.SEEK_SET)  # where another process left the shared offset
     st.assemble(["nvshmem_baz"])
     assert os.lseek(fd, 0, os.SEEK_CUR) == 7
+
+
+@pytest.mark.parametrize("define, declare", [
+    (b"define internal fastcc void @_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEvbiPii(i1 noundef zeroext %0, "
+     b"i32 noundef %1, ptr noundef readonly captures(address) %2, i32 noundef range(i32 3, 9) %3) unnamed_addr #4 {",
+     b"declare fastcc void @_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEvbiPii(i1 noundef zeroext, i32 noundef, "
+     b"ptr noundef readonly captures(address), i32 noundef range(i32 3, 9)) #4"),
+    (b"define internal noundef zeroext i1 @_Z43f() local_unnamed_addr #5 {",
+     b"declare noundef zeroext i1 @_Z43f() #5"),
+    # 3.4's bitcode: a section after the attribute group
+    (b'define linkonce_odr hidden void @"f.x"(ptr %p, <2 x float> %v) #1 section ".text.compute" {',
+     b'declare void @"f.x"(ptr, <2 x float>) #1'),
+])
+def test_a_helpers_declaration(define, declare):
+    """NVSHMEM's transport helpers are declared in kernels that call them in their objects: the
+    definition's first line becomes a declaration LLVM reads, with the same types and attributes."""
+    llvm = pytest.importorskip("llvmlite.binding")
+    got = pieces.function_declaration(define)
+    assert got == declare
+    llvm.parse_assembly("attributes #1 = { nounwind }\nattributes #4 = { nounwind }\nattributes #5 = { nounwind }\n"
+                        + got.decode() + "\n").verify()
+    with pytest.raises(ValueError):
+        pieces.function_declaration(b"declare void @f()")
