@@ -19,6 +19,9 @@ def test_message_names_kernel_registers_block_and_remedies():
     assert _launch.too_many_threads("k", 32, 1024, 256) is None
     assert _launch.too_many_threads("k", 32, 1024, (32, 32)) is None
     assert "max_registers=32" in str(_launch.too_many_threads("k", 200, 256, (16, 8, 16)))
+    # a block that is not a whole number of warps: registers go to whole warps, in granules of 8
+    assert "max_registers=64" in str(_launch.too_many_threads("k", 200, 512, 1000))
+    assert "max_registers=96" in str(_launch.too_many_threads("k", 200, 512, 640))
 
 
 class _OutOfResources(Exception):

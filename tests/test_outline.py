@@ -344,3 +344,9 @@ def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir):
     assert set(names) <= st.helpers
     # the store's call graph foresees them all (built in one go, not found one object at a time)
     assert set(names) == store.helper_closure([quiet], 90)
+
+
+@pytest.mark.parametrize("threads, registers", [(1, 255), (32, 255), (256, 255), (512, 128), (640, 96),
+                                                (1000, 64), (1024, 64)])
+def test_registers_a_thread(threads, registers):
+    assert outline.registers_a_thread(threads) == registers

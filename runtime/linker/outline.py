@@ -49,6 +49,7 @@ import contextvars
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -65,7 +66,7 @@ from . import rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
            "elf_symbols", "helper_calls", "helpers_out", "mode", "object_ptx", "objects", "objects_for",
-           "override", "ptxas", "register_cap", "split", "stats"]
+           "override", "ptxas", "register_cap", "registers_a_thread", "split", "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
 MODES = ("auto", "none", "all")
@@ -110,23 +111,25 @@ def _scope_cap(name: str, cap: int) -> int:
     return min(cap, MAX_REGISTERS) if op is not None and op["scope"] in CAPPED_SCOPES else cap
 
 
+def registers_a_thread(threads: int) -> int:
+    """The most registers a thread may have in a block of ``threads`` threads: the block's
+    :data:`REGISTERS_PER_BLOCK` over its warps, in granules of :data:`REGISTER_GRANULE`, at most
+    :data:`REGISTERS_PER_THREAD` (1024 threads: 64; one warp: 255)."""
+    warps = max(1, -(-threads // 32))
+    return min(REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK // (warps * 32) // REGISTER_GRANULE * REGISTER_GRANULE)
+
+
 def register_cap(ptx_texts, max_registers=None) -> int:
     """Registers a thread of the kernels in ``ptx_texts`` (their PTX) may use, callees included:
     what each kernel's declared block size (``.maxntid``/``.reqntid``) leaves a thread of a block of
     :data:`REGISTERS_PER_BLOCK` (in warps, in granules of :data:`REGISTER_GRANULE`, at most
-    :data:`REGISTERS_PER_THREAD`), :data:`MAX_REGISTERS` for a kernel that declares none; at most
+    :data:`REGISTERS_PER_THREAD`: :func:`registers_a_thread`), :data:`MAX_REGISTERS` for a kernel that declares none; at most
     a kernel's ``.maxnreg`` and ``max_registers`` (the kernel's ``-maxrregcount``) where given.  The
     least over the kernels."""
     caps = [int(n) for ptx in ptx_texts for n in _MAXNREG.findall(ptx)]
     for ptx in ptx_texts:
         declared = _BLOCK_DIRECTIVE.findall(ptx)
-        for dims in declared:
-            threads = 1
-            for d in dims:
-                threads *= int(d or 1)
-            warps = max(1, -(-threads // 32))
-            per_thread = REGISTERS_PER_BLOCK // (warps * 32) // REGISTER_GRANULE * REGISTER_GRANULE
-            caps.append(min(REGISTERS_PER_THREAD, per_thread))
+        caps += [registers_a_thread(math.prod(int(d or 1) for d in dims)) for dims in declared]
         if len(declared) < len(_ENTRY.findall(ptx)):
             caps.append(MAX_REGISTERS)
     cap = min(caps) if caps else MAX_REGISTERS

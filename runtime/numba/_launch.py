@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ..errors import NvshmemError
-from ..linker.outline import REGISTERS_PER_BLOCK
+from ..linker.outline import registers_a_thread
 
 __all__ = ["NvshmemLaunchError", "install", "too_many_threads"]
 
@@ -34,7 +34,7 @@ def too_many_threads(name: str, regs: int, max_threads: int, blockdim) -> Nvshme
     threads = _threads(blockdim)
     if threads <= max_threads:
         return None
-    cap = max(1, REGISTERS_PER_BLOCK // threads)
+    cap = registers_a_thread(threads)
     return NvshmemLaunchError(
         f"{name}: launched with {threads} threads a block ({blockdim}), but it uses {regs} registers a thread, "
         f"so at most {max_threads} threads a block fit. Remedies: launch at most {max_threads} threads a block; "
