@@ -60,14 +60,11 @@ def nvjitlink_ptx_isa() -> int | None:
     return 90 + minor if major == 13 else None
 
 
-_PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
-
-
 def ptx_for_nvjitlink(ptx: str) -> str:
     """``ptx`` with its ``.version`` lowered to what the installed nvJitLink compiles, where it says
     more (a DSL's bundled compiler may be newer than the toolkit: CuTe's cu13 build writes 9.4,
     CUDA 13.0's nvJitLink reads up to 9.0); kernels that use no newer instruction compile the same."""
-    have, m = nvjitlink_ptx_isa(), _PTX_VERSION.search(ptx)
+    have, m = nvjitlink_ptx_isa(), outline.PTX_VERSION.search(ptx)
     if have is None or m is None or int(m.group(1)) * 10 + int(m.group(2)) <= have:
         return ptx
     return f"{ptx[:m.start()]}.version {have // 10}.{have % 10}{ptx[m.end():]}"

@@ -36,7 +36,7 @@ Linkers use it through :func:`extern_calls` (the outlined functions a kernel's P
 DSL can link the same objects.
 
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`,
-:func:`object_ptx`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
+:func:`object_ptx`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`, :func:`ptx_target`,
 :func:`register_cap`, :func:`ptxas`, :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
@@ -66,7 +66,7 @@ from . import rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "cubin_info", "extern_calls", "is_large",
            "elf_symbols", "helper_calls", "helpers_out", "mode", "object_ptx", "objects", "objects_for",
-           "override", "ptxas", "register_cap", "registers_a_thread", "split", "stats"]
+           "override", "ptx_target", "ptxas", "register_cap", "registers_a_thread", "split", "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
 MODES = ("auto", "none", "all")
@@ -206,7 +206,6 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
 # helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`)
 _NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)"
 _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
-_NVSHMEM_CALL = re.compile(_NVSHMEM_FUNCTION)
 
 
 def helpers_out() -> bool:
@@ -277,6 +276,18 @@ def helper_calls(ptx) -> frozenset:
     return frozenset(n for n in extern_calls(ptx) if n not in _optable.device_ops())
 
 
+#: A PTX file's ``.version``: (major, minor).
+PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
+
+
+def ptx_target(ptx: str) -> tuple[str, str]:
+    """``(cpu, features)`` of PTX ``ptx`` as LLVM names them (``sm_90a``, ``+ptx85``): its
+    ``.target`` and ``.version``, what objects linked with it are built for."""
+    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
+    version = PTX_VERSION.search(ptx)
+    return cpu, f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
+
+
 def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     """The objects (paths) a kernel's PTX ``ptx`` (for SM ``arch``'s bitcode) is to be linked
     with: those of the NVSHMEM functions it calls out of line (:func:`extern_calls`), for its
@@ -286,9 +297,7 @@ def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     names = extern_calls(ptx)
     if not names:
         return []
-    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
-    version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
-    features = f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
+    cpu, features = ptx_target(ptx)
     return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
 
@@ -305,25 +314,20 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     def build(name):
         return _build(name, arch, bc_path, cpu, features, _scope_cap(name, cap), paths[name])
 
-    # the helpers' own helpers, known from the store: built with them, at once
-    ops = _optable.device_ops()
-    helpers = {n for n in names if n not in ops}
+    # with the helpers' own helpers, from the store's call graph (an API function's object holds
+    # the helpers it calls)
+    helpers = {n for n in names if n not in _optable.device_ops()}
     wanted = set(names) | (store.helper_closure(helpers, arch, bc_path) if helpers else set())
-    paths, built, hits = {}, 0, 0
-    while wanted:  # the objects, then the helpers' objects they call, until none is missing
-        new = {n: _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)) for n in wanted}
-        paths.update(new)
-        todo = [n for n, p in new.items() if not p.exists()]
-        if todo:
-            with ThreadPoolExecutor(max_workers=min(len(todo), store_build._cpus())) as ex:
-                built += sum(ex.map(build, todo))
-        hits += len(new) - len(todo)
-        wanted = {n for p in new.values() if p.exists() for n, defined in elf_symbols(p.read_bytes())
-                  if not defined and _NVSHMEM_CALL.fullmatch(n)} - paths.keys() - set(store.EXPORTED_GLOBALS)
+    paths = {n: _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)) for n in sorted(wanted)}
+    todo = [n for n, p in paths.items() if not p.exists()]
+    built = 0
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), store_build._cpus())) as ex:
+            built = sum(ex.map(build, todo))
     with _stats_lock:
         stats["builds"] += built
-        stats["hits"] += hits
-    return [paths[n] for n in sorted(paths)]
+        stats["hits"] += len(paths) - len(todo)
+    return list(paths.values())
 
 
 def _build(name, arch, bc_path, cpu, features, cap, path: Path) -> bool:

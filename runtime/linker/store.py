@@ -123,7 +123,7 @@ def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
     _start_builder(bc_path, arch, path, key)
     with _lock:  # a closure extracted for a kernel serves each subset of it (body_sizes, then api_module)
         for st in _closures.get(key, ()):  # (and the helpers it calls: their objects' closures)
-            if set(names) <= st.api or set(names) <= st.api | st.helpers:
+            if set(names) <= st.api | st.helpers:
                 return st
     try:
         part = pieces._closure(bc_path, sorted(names))

@@ -509,7 +509,7 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
     from ..linker import outline
     from ..linker.link import nvjitlink_cubin
 
-    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
+    cpu, _ = outline.ptx_target(ptx)
     paths = outline.objects_for(ptx, _sm(capability))
     from triton import knobs
 
