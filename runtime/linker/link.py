@@ -24,8 +24,7 @@ from ._llvm import function_shape, internalize, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
            "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_cubin", "nvjitlink_ptx_isa",
-           "nvshmem_functions",
-           "ptx_for_nvjitlink", "unswitching"]
+           "nvshmem_functions", "ptx_for_nvjitlink", "unswitching"]
 
 #: A whole declaration line of an nvshmem* function; group 1 is its name.
 DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)

@@ -100,8 +100,8 @@ _MAXNREG = re.compile(r"^\s*\.maxnreg\s+(\d+)", re.M)  # a kernel's own register
 
 
 #: Scopes whose objects keep at most :data:`MAX_REGISTERS` registers where the kernel would allow
-#: more: measured (one H200, NVSHMEM 3.4.5, 8 B, 2026-11-24), block-scope collectives at 255
-#: registers took 1.01-1.34x the time they take at 64 (thread- and warp-scope ones 0.89-0.95x).
+#: more: block-scope collectives measured slower with more registers, thread- and warp-scope ones
+#: faster (tests/gpu/records/2026-11-24/h200-mps-triton-g-register-caps.txt).
 CAPPED_SCOPES = frozenset({"block", "warpgroup"})
 
 
@@ -211,8 +211,8 @@ _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTIO
 def helpers_out() -> bool:
     """Whether kernels call NVSHMEM's out-of-line helpers (its ``noinline`` transport functions,
     :attr:`nvshmem_dsl.linker.store_file._Store.helpers`) in cached objects instead of compiling
-    them again each (most of a fine-grained kernel's PTX: 7 000 of a ``p`` loop's 7 500 lines
-    with NVSHMEM 3.8): as hybrid linking, unless :func:`mode` is ``none`` or there is no ptxas."""
+    them again each (most of a fine-grained kernel's PTX, docs/concepts.rst): as hybrid linking,
+    unless :func:`mode` is ``none`` or there is no ptxas."""
     return mode() != "none" and ptxas() is not None
 
 
