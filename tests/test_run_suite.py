@@ -266,3 +266,41 @@ def test_mps_cli_runs_one_command_under_its_daemon(fake, tmp_path):
                    f"import os; open({str(out)!r}, 'w').write(os.environ['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'])"])
     assert rc == 0 and out.read_text() == "25"
     assert [c["argv"] for c in fake()] == [["-d"], []]  # started, then stopped
+
+
+RANK_OUTPUT = GPU_DIR / "rank_output.py"
+
+
+def _rank_output(tmp_path, program: str, timeout: str | None = None):
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "RANK_OUTPUT_TIMEOUT"}
+    env["PMI_RANK"] = "1"
+    if timeout:
+        env["RANK_OUTPUT_TIMEOUT"] = timeout
+    done = subprocess.run([sys.executable, str(RANK_OUTPUT), str(tmp_path), "--", sys.executable, "-c", program],
+                          env=env, timeout=60)
+    return done.returncode, (tmp_path / "rank1.out").read_text(), (tmp_path / "rank1.err").read_text()
+
+
+def test_rank_output_files_and_status(tmp_path):
+    rc, out, err = _rank_output(tmp_path, "import sys; print('to out'); print('to err', file=sys.stderr); sys.exit(3)")
+    assert (rc, out, err) == (3, "to out\n", "to err\n")
+
+
+def test_rank_output_hung_command_says_where_and_ends(tmp_path):
+    program = "import threading, time\ndef waiting_in_barrier():\n    time.sleep(120)\nwaiting_in_barrier()\n"
+    rc, out, err = _rank_output(tmp_path, program, timeout="1.5")
+    assert rc == 124
+    assert "still running after 1.5 s: SIGABRT" in err
+    assert "waiting_in_barrier" in err and "Current thread" in err  # faulthandler's traceback of the hang
+
+
+def test_rank_output_needs_a_rank(tmp_path):
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                                            "MV2_COMM_WORLD_RANK")}
+    done = subprocess.run([sys.executable, str(RANK_OUTPUT), str(tmp_path), "--", "true"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "no rank in the environment" in done.stderr

@@ -145,7 +145,9 @@ case "$step" in
     ;;
   core)
     ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu ))
-    timeout 400 python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m pytest -q -m gpu -p no:cacheprovider \
+    # each job ends within NVSHMEM_DSL_CORE_GPU_TIMEOUT, a hung MPI rank with its tracebacks (rank_output.py)
+    NVSHMEM_DSL_CORE_GPU_TIMEOUT=${NVSHMEM_DSL_CORE_GPU_TIMEOUT:-240} timeout ${STEP_TIMEOUT:-560} \
+      python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m pytest -q -m gpu -p no:cacheprovider \
       tests/gpu/test_core_gpu.py --junitxml="$work/core.xml" > "$work/core.txt" 2>&1 || rc=$?
     tail -30 "$work/core.txt"
     ;;

@@ -32,6 +32,7 @@ PORTS = ROOT / "examples" / "nvshmem4py"
 PROBE = Path(__file__).resolve().parent / "nvshmem4py_probe.py"
 RANK_OUTPUT = Path(__file__).resolve().parent / "rank_output.py"
 TIMEOUT = float(os.environ.get("NVSHMEM_DSL_CORE_GPU_TIMEOUT", "400"))
+RANK_MARGIN_S = 60  # an MPI rank still running this long before TIMEOUT is stopped (rank_output.py)
 
 
 def _launched_as_pe() -> bool:
@@ -88,19 +89,30 @@ def _job(*args: str, mpi: bool = False) -> dict[int, list[str]]:
         else:
             gpus = ["--gpus", "0,1"] if _gpus() >= 2 else []  # one GPU: both PEs on it (under MPS)
             cmd = [sys.executable, "-m", "nvshmem_dsl.run", "-n", "2", *gpus, *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), cwd=ROOT)
+        env = _env()
+        if mpi:  # a hung rank writes its threads' tracebacks and ends before the job's timeout
+            env["RANK_OUTPUT_TIMEOUT"] = str(max(TIMEOUT - RANK_MARGIN_S, RANK_MARGIN_S))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=ROOT)
+        except subprocess.TimeoutExpired as e:  # the launcher itself hung: report what the ranks wrote
+            text = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)]
+            proc = subprocess.CompletedProcess(cmd, f"timeout after {TIMEOUT:g} s", *text)
         lines: dict[int, list[str]] = {0: [], 1: []}
+        errors = ""
         if mpi:
             for rank in lines:
                 path = Path(logs, f"rank{rank}.out")
                 lines[rank] = path.read_text().splitlines() if path.exists() else []
+                err = Path(logs, f"rank{rank}.err")
+                if err.exists():
+                    errors += f"--- rank {rank} stderr\n{err.read_text()[-6000:]}\n"
         else:
             for line in proc.stdout.splitlines():
                 if line.startswith("[rank "):  # our launcher's prefix
                     rank, _, text = line[6:].partition("] ")
                     lines[int(rank)].append(text)
     shown = "\n".join(f"--- rank {r}\n" + "\n".join(texts)[-4000:] for r, texts in lines.items())
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{shown}"
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{shown}\n{errors}"
     return lines
 
 
