@@ -104,9 +104,9 @@ def _trace_phases(marks: dict) -> None:
     """Note in ``marks`` when each step of nvshmem_dsl's path to the first kernel's PTX starts
     and ends (``label: (start, end)`` in perf_counter seconds, the first call of each): the
     prefetch (the store's build started by ``init()``, with ``--init``), the closure's
-    extraction, within it the parse of the bodies it needs and the GlobalDCE, and the link of
-    the kernel."""
-    from nvshmem_dsl.linker import pieces, store
+    extraction, within it the parse of the bodies it needs and the GlobalDCE, the link of
+    the kernel, and the objects of what it calls out of line (found or built)."""
+    from nvshmem_dsl.linker import outline, pieces, store
     from nvshmem_dsl.numba import _linker
 
     def wrap(owner, name, label):
@@ -125,6 +125,7 @@ def _trace_phases(marks: dict) -> None:
     wrap(pieces, "_global_dce", "dce")
     wrap(pieces, "_closure", "closure")
     wrap(_linker, "link", "link")
+    wrap(outline, "objects", "objects")
 
 
 def _cc(arch: str) -> tuple[int, int]:

@@ -209,6 +209,17 @@ def test_cold_start_links_a_closure_while_the_store_is_built(bc, tmp_path, monke
     assert store._stores and len(store_build._builders) == 1
 
 
+def test_a_build_beside_the_compiles_yields_the_cpus(monkeypatch):
+    """The store's builder (and the part processes it starts, which inherit it) runs at a lower
+    priority than the process compiling kernels meanwhile (a cold first kernel's ptxas runs)."""
+    calls = []
+    monkeypatch.setattr(store_build, "_build", lambda *a, **kw: calls.append(("build", a[1], kw)))
+    monkeypatch.setattr(store_build.os, "nice", lambda inc: calls.append(("nice", inc)) or inc)
+    store_build._worker_main(["build", "x.bc", "90", "out.pieces", "key"])
+    assert calls == [("nice", store_build.BACKGROUND_NICENESS), ("build", 90, {"side": True})]
+    assert store_build.BACKGROUND_NICENESS > 0
+
+
 def _functions(mod):
     return sorted(f.name for f in mod.functions if not f.is_declaration)
 

@@ -44,6 +44,8 @@ _MAX_JOBS = 8
 _PARALLEL_MIN_BYTES = 4 << 20
 #: Memory a part needs, per byte of bitcode (~1.6 GB for the 54 MB sm_90 file).
 _BYTES_PER_BC_BYTE = 40
+#: Niceness added to a build that runs beside the compiles of the process that started it.
+BACKGROUND_NICENESS = 10
 
 
 class _WorkerFailed(RuntimeError):
@@ -59,9 +61,20 @@ def _worker_main(argv) -> None:
         os.replace(out + ".tmp", out)
     elif what == "build":  # bc_path arch out key; holds the store's lock (inherited)
         bc_path, arch, out, key = args
+        _lower_priority()
         _build(Path(bc_path), int(arch), Path(out), key, side=True)
     else:
         raise SystemExit(f"unknown worker command {what!r}")
+
+
+def _lower_priority() -> None:
+    """A build beside the kernels being compiled is background work: it (and the part processes
+    it starts, which inherit its niceness) yields the CPUs to their compiles (the closures, ptxas
+    on the objects of a cold first kernel)."""
+    try:
+        os.nice(BACKGROUND_NICENESS)
+    except OSError:
+        pass
 
 
 def _spawn(args, **kw) -> subprocess.Popen:
