@@ -765,6 +765,11 @@ def test_seed003_tutorial_runs_against_the_fake_driver(seed_world, monkeypatch, 
     assert any(c[0] == "nvshmemx_barrier_on_stream" and c[1][0] == 2 for c in calls)  # TEAM_NODE
     put_signal = [c[1] for c in calls if c[0] == "nvshmemx_uint8_put_signal_on_stream"]
     assert len(put_signal) == 1 and put_signal[0][2] == 64 and put_signal[0][4:8] == (1, 9, 1, s)
+    # the port's fix of the notebook's race: a TEAM_WORLD barrier on the stream before the put_signal
+    names = [c[0] for c in calls]
+    last_world_barrier = max(i for i, c in enumerate(calls) if c[0] == "nvshmemx_barrier_on_stream"
+                             and c[1] == (0, s))
+    assert last_world_barrier < names.index("nvshmemx_uint8_put_signal_on_stream")
     assert "From PE 0 sent buf to remote PE 1 and set signal" in out
     assert "waited" not in out  # PE 1's branch
     assert symbols[-1] == "nvshmemx_hostlib_finalize"

@@ -4,7 +4,7 @@
 # The notebook's own bugs, which no implementation can run, are fixed on the lines marked
 # "PORT:" (original: examples/nvshmem4py/original/seed003_tutorial.py.txt): names it never defines
 # or imports, a call NVSHMEM4Py rejects (`put(dst, src, size, pe, stream=)`), a strided team that
-# does not fit 2 PEs, and cuda.core 1.x renames.
+# does not fit 2 PEs, cuda.core 1.x renames, and a race of its put-with-signal cell.
 #
 # Run: python -m nvshmem_dsl.run -n 2 examples/nvshmem4py/seed003_tutorial.py
 # (or under mpirun; a one-rank MPI.COMM_WORLD under nvshmem_dsl.run takes the launcher's ranks)
@@ -213,6 +213,12 @@ buf_dst [:] = 0
 signal = nvshmem.core.array((1,), dtype="uint64")
 signal [:] = 0
 buf_sig, sz, type = nvshmem.core.array_get_buffer(signal)
+# PORT: begin. The notebook races: PE 0's put_signal may land before PE 1's zeroing of buf_dst and
+# signal above (CuPy fills, asynchronous), which then overwrites the signal: PE 1 waits forever.
+# Every PE finishes its fills, then a barrier, then the put (on the same stream).
+dev.sync()
+nvshmem.core.barrier(nvshmem.Teams.TEAM_WORLD, stream=stream)
+# PORT: end
 
 if nvshmem.core.my_pe() == 0:
     # The SIGNAL_SET operator sets the signal value to `val` (in this case 1) when the put operation is complete
