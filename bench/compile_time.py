@@ -65,12 +65,17 @@ def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) ->
         if marks is not None:
             marks.setdefault("compile", (t0, None))
         if gpu:
+            # compiled, linked and loaded as for a launch: for the device's (major, minor, "a") on
+            # sm_90+ (numba-cuda's default); the cubin is then the one cached.  (Asking for the
+            # cubin of compute_capability, (9, 0), compiled and linked the kernel a second time,
+            # for sm_90: every GPU figure before 2026-11-24 15:00 counted both, see
+            # bench/experiments/cold_link_gap.py)
             disp = cuda.jit(nb.SIGNATURES[name])(nb.KERNELS[name])
             kernel = next(iter(disp.overloads.values()))
-            cc = cuda.get_current_device().compute_capability
-            kernel._codelibrary.get_cubin(cc=cc)
-            stage = f"cubin sm_{cc[0]}{cc[1]}"
+            kernel._codelibrary.get_cubin()
             times.append(time.perf_counter() - t0)
+            cc = kernel._codelibrary._ensure_cc(None)
+            stage = f"cubin sm_{''.join(map(str, cc))}, loaded"
         else:
             secs, stage = _numba_no_gpu(nb.KERNELS[name], nb.SIGNATURES[name], _cc(arch), t0)
             times.append(secs)

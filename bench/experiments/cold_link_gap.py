@@ -1,10 +1,15 @@
 """Experiment: where a cold first Numba kernel's time goes after its objects are found or built.
 
-On the GPU host (NVSHMEM 3.8, 2026-11-24) a cold first put kernel spent ~1.2 s after
-``outline.objects`` returned, a warm one 0.09 s; on the CPU machine (nvJitLink) nothing.  This
-times, in fresh processes with one cache (cold, then warm), the steps of ``get_cubin``:
-``_link_all`` (our PTX, the objects), the linker's ``complete()``, and writes the kernel's PTX,
-its size and the linker's log into DIR (default $OUT or /tmp).
+On the GPU host (NVSHMEM 3.8, 2026-11-24) bench/compile_time.py's cold first put kernel spent
+~1.2 s after ``outline.objects`` returned, a warm one 0.09 s; on the CPU machine (nvJitLink)
+nothing.  This times, in fresh processes with one cache (cold, then warm), ``cuda.jit(signature)``
+(which compiles, links and loads the kernel), then ``get_cubin(cc=compute_capability)`` as
+compile_time.py asked for it, with the steps inside: ``_link_all`` (our PTX, the objects), the
+linker's ``complete()``; it writes the kernel's PTX and the profiles into DIR (default $OUT or
+/tmp).  Found (1 x H200, 3.8.0): the jit binds the kernel for (9, 0, "a"), numba-cuda's default
+on sm_90+, and the later ``get_cubin(cc=(9, 0))`` compiled and linked it again for sm_90, objects
+included (cold: objects 1.39 s, then 1.44 s again; warm 0.003 s twice): the benchmark counted
+two compiles.  compile_time.py now times the one a launch makes.
 
     python bench/experiments/cold_link_gap.py [DIR]
 """
