@@ -350,3 +350,83 @@ def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir):
                                                 (1000, 64), (1024, 64)])
 def test_registers_a_thread(threads, registers):
     assert outline.registers_a_thread(threads) == registers
+
+
+# ---------------------------------------------------------------- helpers specialised on their modes
+
+NONFETCH = "_Z30nvshmemi_transfer_amo_nonfetchImEvPvT_i14nvshmemi_amo_ti"
+
+
+def _declaration(name: str) -> str:
+    params = ",\n".join(f"\t.param .b{64 if i < 2 else 32} {name}_param_{i}" for i in range(5))
+    return f".extern .func {name}\n(\n{params}\n)\n;\n"
+
+
+def _callseq(n: int, op: str) -> str:
+    params = ", ".join(f"param{i}" for i in range(5))
+    return (f"\t{{ // callseq {n}, 0\n"
+            + "".join(f"\t.param .b{64 if i < 2 else 32} \tparam{i};\n" for i in range(5))
+            + f"\tst.param.b64 \t[param0], %rd1;\n\tst.param.b64 \t[param1], 5;\n\tst.param.b32 \t[param2], 1;\n"
+            f"\tst.param.b32 \t[param3], {op};\n\tst.param.b32 \t[param4], %r1;\n"
+            f"\tcall.uni {NONFETCH}, ({params});\n\t}} // callseq {n}\n")
+
+
+def _ptx(*ops: str) -> str:
+    body = "".join(_callseq(n, op) for n, op in enumerate(ops))
+    return f".version 8.5\n.target sm_90\n.address_size 64\n\n{_declaration(NONFETCH)}\n.visible .entry k()\n{{\n{body}\tret;\n}}\n"
+
+
+def test_mangled_modes_are_bools_and_enums_by_value():
+    assert outline._mangled_modes(NONFETCH) == (False, False, False, True, False)  # (ptr, T, pe, op, int)
+    dispatch = "_Z37nvshmemi_transfer_put_signal_dispatchIL13threadgroup_t0EEvPvS1_mS1_m14nvshmemi_amo_tibi"
+    assert outline._mangled_modes(dispatch) == (False,) * 5 + (True, False, True, False)
+    assert outline._mangled_modes("_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEvbiPii") == (True, False, False, False)
+    assert outline._mangled_modes("_Z28nvshmemi_transfer_region_endIL13threadgroup_t0EEvPK22nvshmemi_region_info_t") \
+        == (False,)  # an enum or struct behind a pointer is data
+    assert outline._mangled_modes("_Z43nvshmemi_transfer_submit_active_region_slowIL13threadgroup_t0EEbv") == ()
+    assert outline._mangled_modes("_Z23nvshmemi_transfer_rma_pIiEvPvT_ii") == (False,) * 4  # the value is data
+    assert outline._mangled_modes("_Z9somethingN3fooE") is None  # not read: not specialised
+    assert outline._mangled_modes("nvshmem_int_p") is None
+
+
+def test_specialised_names_round_trip():
+    name = outline.specialised_name(NONFETCH, {3: 10, 4: -1})
+    assert name == NONFETCH + "$p3_10$p4_m1"
+    assert outline.split_specialised(name) == (NONFETCH, {3: 10, 4: -1})
+    assert outline.split_specialised(NONFETCH) == (NONFETCH, {})
+    assert outline.extern_calls(_declaration(name)) == {name}
+
+
+def test_calls_with_constant_modes_call_specialised_helpers():
+    ptx = outline.specialise_helper_calls(_ptx("10", "%r2"))
+    spec = NONFETCH + "$p3_10"  # the op; not the 64-bit value 5 nor the PE 1 (data)
+    assert outline.extern_calls(ptx) == {NONFETCH, spec}  # the second call's op is a register
+    calls = re.findall(r"call\.uni (\S+), \(", ptx)
+    assert calls == [spec, NONFETCH]
+    assert _declaration(spec) in ptx and _declaration(NONFETCH) in ptx
+    only = outline.specialise_helper_calls(_ptx("10", "9"))
+    assert outline.extern_calls(only) == {NONFETCH + "$p3_10", NONFETCH + "$p3_9"}  # no longer called as is
+    assert outline.specialise_helper_calls(_ptx("%r2")) == _ptx("%r2")
+    assert outline.specialise_helper_calls(only) == only  # once
+
+
+def k_put_signals(d, s, u64, n, pe):
+    nv.put_signal(d, s, n, u64, 3, uint64(1), nv.SignalOp.SIGNAL_SET, pe)
+    nv.put_signal_nbi(d, s, n, u64, 3, uint64(1), nv.SignalOp.SIGNAL_ADD, pe)
+
+
+def test_put_signal_links_specialised_dispatch_objects(objects_dir):
+    """A kernel's put_signal calls NVSHMEM's put_signal_dispatch helper with its signal op and nbi
+    constant: it calls, and links, objects of the helper specialised on them (each ~400 KiB of
+    PTX instead of ~930 KiB unspecialised with 3.8), one per (op, nbi)."""
+    ptx, cubin, entry = cubin_of(k_put_signals, (I32, I32, types.uint64[::1], types.int32, types.int32))
+    dispatch = {n for n in outline.extern_calls(ptx) if "put_signal_dispatch" in n}
+    if not dispatch:
+        pytest.skip("this NVSHMEM has no put_signal_dispatch helper")
+    assert all(outline.SPECIALISED in n for n in dispatch) and len(dispatch) == 2
+    ops = {outline.split_specialised(n)[1].get(5) for n in dispatch}
+    assert len(ops) == 2  # SIGNAL_SET and SIGNAL_ADD
+    built = {p.name.split("-")[0]: p for p in objects_dir.iterdir() if p.suffix == ".cubin"}
+    for name in dispatch:
+        assert name in {n for n, d in outline.elf_symbols(built[name].read_bytes()) if d}
+    assert cubin[:4] == b"\x7fELF"

@@ -279,6 +279,12 @@ def helper_closure(names, arch=90, bc_path=None) -> frozenset:
     """``names`` and the NVSHMEM helpers (:attr:`~nvshmem_dsl.linker.store_file._Store.helpers`)
     that the helpers among them call, through the functions their objects inline, transitively:
     the objects a kernel calling the helpers ``names`` links with, known before any is built."""
+    return frozenset(names) | helpers_called(names, arch, bc_path)
+
+
+def helpers_called(names, arch=90, bc_path=None) -> frozenset:
+    """The NVSHMEM helpers that the helpers among ``names`` call, through the functions their
+    objects inline, transitively (``names`` themselves only where called so)."""
     names = frozenset(names)
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
@@ -287,7 +293,7 @@ def helper_closure(names, arch=90, bc_path=None) -> frozenset:
     if st is None:
         st = _first_store(names, bc_path, arch, key)
     helpers = st.helpers
-    found, todo, seen = set(names), [n for n in names if n in helpers], set()
+    found, todo, seen = set(), [n for n in names if n in helpers], set()
     while todo:
         name = todo.pop()
         for callee in st.functions.get(name, (None,) * 4)[3]:

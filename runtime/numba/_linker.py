@@ -173,9 +173,10 @@ def _libdevice_module():
 
 def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
-    declare linked in and inlined, for compute capability ``cc`` (see :func:`link`)."""
+    declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
+    of NVSHMEM's helpers specialised (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`)."""
     module, tm = link(llvm_strs, cc, opt)
-    return tm.emit_assembly(module)
+    return outline.specialise_helper_calls(tm.emit_assembly(module))
 
 
 def link(llvm_strs, cc, opt: int = 3):

@@ -498,7 +498,7 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
         features = f"+ptx{ptx_version}"
     module, tm, outlined = link(llir, capability, cpu, features,
                                 getattr(options, "num_warps", None), objects)
-    ptx = tm.emit_assembly(module)
+    ptx = outline.specialise_helper_calls(tm.emit_assembly(module))
     stats["kernels"] += 1
     return _postprocess(ptx, metadata, ptx_version, capability)
 
