@@ -152,7 +152,15 @@ def test_collective_is_called_in_its_object(objects_dir):
         nv.sum_reducescatter(W, dst, src, 2)
 
     _, cubin, entry = cubin_of(k_again)
-    assert outline.stats["builds"] == builds + len(made) and outline.stats["hits"] == hits + 1
+    # cached: the collective's object and those of the helpers it calls (its .calls, transitively)
+    calls, todo = {COLLECTIVE}, [COLLECTIVE]
+    while todo:
+        (path,) = objects_dir.glob(f"{todo.pop()}-*.cubin")
+        new = outline.object_calls(path) - calls
+        calls |= new
+        todo += sorted(new)
+    assert len(calls) > 1 and calls <= set(made)
+    assert outline.stats["builds"] == builds + len(made) and outline.stats["hits"] == hits + len(calls)
     defined, registers = outline.cubin_info(cubin)
     assert defined[COLLECTIVE] == 1 and defined["nvshmemi_device_state_d"] == 1
     # callees included (the first kernel's p calls NVSHMEM's transport helper, an object capped
@@ -235,10 +243,12 @@ def test_object_declares_the_device_state():
 
 def test_kernel_register_limit_caps_the_objects(objects_dir):
     """A kernel compiled with max_registers=32 links objects built with that cap."""
-    (path,) = outline.objects(["nvshmem_sync_all"], 90, "sm_90", "+ptx85", max_registers=32)
-    assert "-r32-" in path.name and path.parent == objects_dir
-    registers = outline.cubin_info(path.read_bytes())[1]
-    assert registers and max(registers.values()) <= 32
+    paths = outline.objects(["nvshmem_sync_all"], 90, "sm_90", "+ptx85", max_registers=32)
+    assert any(p.name.startswith("nvshmem_sync_all-") for p in paths)  # with its helpers' objects
+    for path in paths:
+        assert "-r32-" in path.name and path.parent == objects_dir
+        registers = outline.cubin_info(path.read_bytes())[1]
+        assert registers and max(registers.values()) <= 32
 
 
 def test_extern_calls():
@@ -311,7 +321,7 @@ def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
     ones stay at 64 (outline.CAPPED_SCOPES: measured slower with more)."""
     built = {}
 
-    def build(name, arch, bc_path, cpu, features, cap, path):
+    def build(name, arch, bc_path, cpu, features, cap, path, on_calls=None):
         built[name] = cap
         return 1
 
@@ -430,3 +440,19 @@ def test_put_signal_links_specialised_dispatch_objects(objects_dir):
     for name in dispatch:
         assert name in {n for n, d in outline.elf_symbols(built[name].read_bytes()) if d}
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_objects_share_the_helpers_they_call(objects_dir):
+    """An API function's object calls NVSHMEM's transport helpers in theirs (specialised on the
+    calls' modes), so that a second collective builds only its own object."""
+    first = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
+    own = next(p for p in first if p.name.startswith(COLLECTIVE + "-"))
+    helpers = set(first) - {own}
+    assert helpers and outline.object_calls(own) <= {p.name.split("-")[0] for p in helpers}
+    undefined = {n for n, d in outline.elf_symbols(own.read_bytes()) if not d and n.startswith("_Z")}
+    assert undefined == set(outline.object_calls(own))
+    builds = outline.stats["builds"]
+    other = "nvshmem_float_sum_reducescatter"
+    second = outline.objects([other], 90, "sm_90", "+ptx85")
+    assert outline.stats["builds"] == builds + 1  # its own object only
+    assert set(second) - helpers == {p for p in second if p.name.startswith(other + "-")}

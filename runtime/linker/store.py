@@ -277,14 +277,9 @@ def body_sizes(names, arch=90, bc_path=None) -> dict:
 
 def helper_closure(names, arch=90, bc_path=None) -> frozenset:
     """``names`` and the NVSHMEM helpers (:attr:`~nvshmem_dsl.linker.store_file._Store.helpers`)
-    that the helpers among them call, through the functions their objects inline, transitively:
-    the objects a kernel calling the helpers ``names`` links with, known before any is built."""
-    return frozenset(names) | helpers_called(names, arch, bc_path)
-
-
-def helpers_called(names, arch=90, bc_path=None) -> frozenset:
-    """The NVSHMEM helpers that the helpers among ``names`` call, through the functions their
-    objects inline, transitively (``names`` themselves only where called so)."""
+    that the helpers among them call, through the functions they inline, transitively, in the
+    store's call graph (at most what their objects call: :func:`nvshmem_dsl.linker.outline.objects`
+    finds those in the objects themselves, some specialised)."""
     names = frozenset(names)
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
@@ -293,7 +288,7 @@ def helpers_called(names, arch=90, bc_path=None) -> frozenset:
     if st is None:
         st = _first_store(names, bc_path, arch, key)
     helpers = st.helpers
-    found, todo, seen = set(), [n for n in names if n in helpers], set()
+    found, todo, seen = set(names), [n for n in names if n in helpers], set()
     while todo:
         name = todo.pop()
         for callee in st.functions.get(name, (None,) * 4)[3]:
