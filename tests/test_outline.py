@@ -451,6 +451,8 @@ def test_objects_share_the_helpers_they_call(objects_dir):
     assert helpers and outline.object_calls(own) <= {p.name.split("-")[0] for p in helpers}
     undefined = {n for n, d in outline.elf_symbols(own.read_bytes()) if not d and n.startswith("_Z")}
     assert undefined == set(outline.object_calls(own))
+    own.with_suffix(".calls").unlink()  # a cache without the list: read from the object's symbols
+    assert outline.object_calls(own) == undefined
     builds = outline.stats["builds"]
     other = "nvshmem_float_sum_reducescatter"
     second = outline.objects([other], 90, "sm_90", "+ptx85")

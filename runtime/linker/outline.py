@@ -477,8 +477,12 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
 
 def object_calls(path: Path) -> frozenset:
     """The NVSHMEM functions the object ``path`` calls in other objects (written beside it when
-    built: ``<object>.calls``)."""
-    return frozenset(path.with_suffix(".calls").read_text().split())
+    built: ``<object>.calls``; where that is missing, its undefined functions)."""
+    try:
+        return frozenset(path.with_suffix(".calls").read_text().split())
+    except FileNotFoundError:
+        return frozenset(n for n, defined in elf_symbols(path.read_bytes())
+                         if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(_NVSHMEM_FUNCTION, n))
 
 
 def _build(name, arch, bc_path, cpu, features, cap, path: Path, on_calls=None) -> bool:
