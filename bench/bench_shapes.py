@@ -125,6 +125,8 @@ SHAPES: dict[str, Shape] = {s.kernel: s for s in (
           iters="lat_iters", **_LAT),
     Shape("amo_lat", "amo_lat", "atomic_fetch_add_lat", "thread", "atomic_fetch_add", ("u64", "iters", "peer"),
           nbytes=8, iters="amo_iters", check="amo", **_LAT),
+    Shape("amo_lat_peer_ptr", "amo_lat", "atomic_fetch_add_lat", "peer_ptr", "peer", ("u64", "iters", "peer"),
+          nbytes=8, iters="amo_iters", check="amo", **_LAT),
     Shape("pingpong", "pingpong", "put_signal_pingpong", "thread", "put_signal", ("u64", "iters", "me", "peer"),
           "one", one_thread=True, nbytes=8, unit="us", scale=1e6, ops=2, iters="pingpong_iters", min_pes=2),
     Shape("barrier_lat", "barrier", "barrier_all_block_lat", "block", "barrier_all_block", ("iters",), "team",

@@ -125,6 +125,15 @@ def amo_lat(u64, iters, peer):
     u64[U64_OUT] = acc
 
 
+def amo_lat_peer_ptr(u64, iters, peer):
+    """The hardware floor of amo_lat: atomics through the peer view, no NVSHMEM call."""
+    q = nv.peer(u64, peer)
+    acc = uint64(0)
+    for i in range(iters):
+        acc += cuda.atomic.add(q, U64_COUNTER, uint64(1))
+    u64[U64_OUT] = acc
+
+
 def pingpong(u64, iters, me, peer):
     if me > 1:
         return
@@ -184,8 +193,8 @@ NUMBA_TYPES = {"float32[]": "float32[::1]", "uint64[]": "uint64[::1]", "int32[]"
                "int32": "int32", "int64": "int64"}
 KERNELS = {
     **BW_KERNELS, "p_lat": p_lat, "g_lat": g_lat, "p_lat_peer_ptr": p_lat_peer_ptr, "g_lat_peer_ptr": g_lat_peer_ptr,
-    "amo_lat": amo_lat, "pingpong": pingpong, "barrier_lat": barrier_lat, **COLL_KERNELS,
-    "empty_kernel": empty_kernel, "spin": spin,
+    "amo_lat": amo_lat, "amo_lat_peer_ptr": amo_lat_peer_ptr, "pingpong": pingpong, "barrier_lat": barrier_lat,
+    **COLL_KERNELS, "empty_kernel": empty_kernel, "spin": spin,
 }
 # name -> Numba signature, from the parameters of bench/bench_shapes.py (those the host code launches with)
 SIGNATURES = {name: f"void({', '.join(NUMBA_TYPES[shapes.arg_type(a)] for a in shapes.SHAPES[name].args)})"

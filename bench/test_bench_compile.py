@@ -114,7 +114,8 @@ def test_numba_kernel_table(numba_bench):
 
 COLL_NAMES = [f"coll_{f}_{s}" for f in C.COLL_FAMILIES for s in C.SCOPES]
 SHAPE_NAMES = ["put_thread", "put_warp", "put_block", "get_thread", "get_warp", "get_block", "p_lat", "g_lat",
-               "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "pingpong", "barrier_lat", "empty_kernel", "spin",
+               "p_lat_peer_ptr", "g_lat_peer_ptr", "amo_lat", "amo_lat_peer_ptr", "pingpong", "barrier_lat", "empty_kernel",
+               "spin",
                *COLL_NAMES]
 
 
@@ -299,7 +300,8 @@ def test_shapes_table():
     S = shapes.SHAPES
     assert [s.kernel for s in shapes.BW] == [f"{op}_{sc}" for op in ("put", "get") for sc in C.SCOPES]
     assert {s.kernel for s in shapes.COLL} == set(COLL_NAMES)
-    assert shapes.ONE_THREAD == ("p_lat", "p_lat_peer_ptr", "g_lat", "g_lat_peer_ptr", "amo_lat", "pingpong")
+    assert shapes.ONE_THREAD == ("p_lat", "p_lat_peer_ptr", "g_lat", "g_lat_peer_ptr", "amo_lat", "amo_lat_peer_ptr",
+                                 "pingpong")
     for s in S.values():
         assert s.bench in ("", "coll", *C.BENCHES), s
         assert all(a in shapes.BUFFERS or a in shapes.SCALARS for a in s.args), s

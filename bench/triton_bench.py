@@ -139,6 +139,16 @@ def amo_lat(u64, iters, peer):
     tl.store(u64 + U64_OUT, acc)
 
 
+def amo_lat_peer_ptr(u64, iters, peer):
+    """The hardware floor of amo_lat in Triton: its own scalar atomic through the peer's address
+    (system scope and relaxed, as NVSHMEM's), no NVSHMEM call."""
+    q = nv.peer(u64, peer)
+    acc = tl.cast(0, tl.uint64)
+    for i in range(iters):
+        acc += tl.atomic_add(q + U64_COUNTER, tl.cast(1, tl.uint64), sem="relaxed", scope="sys")
+    tl.store(u64 + U64_OUT, acc)
+
+
 def pingpong(u64, iters, me, peer):
     if me < 2:
         for j in range(iters):
@@ -216,8 +226,10 @@ def spin(us):
                                   is_pure=False, pack=1)
 
 
-rma_bw, p_lat, p_lat_peer_ptr, g_lat, g_lat_peer_ptr, amo_lat, pingpong, barrier_lat, coll, empty_kernel, spin = (
-    _jit(f) for f in (rma_bw, p_lat, p_lat_peer_ptr, g_lat, g_lat_peer_ptr, amo_lat, pingpong, barrier_lat, coll,
+rma_bw, p_lat, p_lat_peer_ptr, g_lat, g_lat_peer_ptr, amo_lat, amo_lat_peer_ptr, pingpong, barrier_lat, coll, \
+    empty_kernel, spin = (
+    _jit(f) for f in (rma_bw, p_lat, p_lat_peer_ptr, g_lat, g_lat_peer_ptr, amo_lat, amo_lat_peer_ptr, pingpong,
+                      barrier_lat, coll,
                       empty_kernel, spin))
 
 #: name (bench/bench_shapes.py) -> (triton.jit function, its constexpr arguments): the bandwidth and
@@ -226,6 +238,7 @@ KERNELS = {
     **{s.kernel: (rma_bw, {"CALL": s.call}) for s in shapes.BW},
     **{name: (fn, {}) for name, fn in (("p_lat", p_lat), ("p_lat_peer_ptr", p_lat_peer_ptr), ("g_lat", g_lat),
                                        ("g_lat_peer_ptr", g_lat_peer_ptr), ("amo_lat", amo_lat),
+                                       ("amo_lat_peer_ptr", amo_lat_peer_ptr),
                                        ("pingpong", pingpong), ("barrier_lat", barrier_lat),
                                        ("empty_kernel", empty_kernel), ("spin", spin))},
     **{s.kernel: (coll, {"CALL": s.call}) for s in shapes.COLL},

@@ -210,6 +210,14 @@ __global__ void ONE_THREAD g_lat(float* src, float* out, int iters, int peer) {
     out[0] = acc;
 }
 
+// The hardware floor of amo_lat: system-scope atomics through nvshmem_ptr, no NVSHMEM call.
+__global__ void ONE_THREAD amo_lat_peer_ptr(uint64_t* counter, uint64_t* out, int iters, int peer) {
+    unsigned long long* q = (unsigned long long*)nvshmem_ptr(counter, peer);
+    uint64_t acc = 0;
+    for (int i = 0; i < iters; i++) acc += atomicAdd_system(q, 1ULL);
+    out[0] = acc;
+}
+
 __global__ void ONE_THREAD amo_lat(uint64_t* counter, uint64_t* out, int iters, int peer) {
     uint64_t acc = 0;
     for (int i = 0; i < iters; i++) acc += nvshmem_uint64_atomic_fetch_add(counter, 1, peer);
@@ -615,6 +623,8 @@ int main(int argc, char** argv) {
         int it = p.amo_iters;
         auto s = t.run(p.reps, [&](cudaStream_t st) { amo_lat<<<1, 1, 0, st>>>(buf.u64, buf.u64 + 1, it, peer); });
         emit("atomic_fetch_add_lat", "thread", 8, per_op(s, it, 1e9), "ns/op", false, it);
+        s = t.run(p.reps, [&](cudaStream_t st) { amo_lat_peer_ptr<<<1, 1, 0, st>>>(buf.u64, buf.u64 + 1, it, peer); });
+        emit("atomic_fetch_add_lat", "peer_ptr", 8, per_op(s, it, 1e9), "ns/op", false, it);
     }
     if (enabled("pingpong") && npes >= 2) {
         int it = p.pingpong_iters;
