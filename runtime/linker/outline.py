@@ -565,7 +565,8 @@ def _define_specialised(mod, name: str) -> None:
     base, constants = split_specialised(name)
     fn = mod.get_function(base)
     fn.linkage = llvm.Linkage.external  # for the definition below to link to it
-    head = str(fn)[:str(fn).index("{")]
+    printed = str(fn)
+    head = printed[:printed.index("{")]
     cc = "fastcc " if re.search(r"^define [^@]*\bfastcc\b", head, re.M) else ""
     ret = str(fn.global_value_type.get_function_return())
     params = [str(p) for p in fn.global_value_type.get_function_parameters()]
