@@ -224,7 +224,9 @@ def for_inlining(text: str, how: str) -> tuple[str, int]:
     return text, copies + moved + lanes
 
 
-_ATTRS = re.compile(r'^attributes #(\d+) = \{([^\n]*)\}$', re.M)
+#: An attribute group of LLVM IR text: its number, what is between its braces.
+ATTRIBUTE_GROUP = r'^attributes #(\d+) = \{([^\n]*)\}$'
+_ATTRS = re.compile(ATTRIBUTE_GROUP, re.M)
 # a definition's attribute group may be followed by a section, comdat, alignment (3.4's bitcode:
 # `#1 section ".text.compute" {`)
 _HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)((?: [^\n#{]+)? \{)$', re.M)

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from .pieces import (_GLOBAL_REF, _MD_REF, EXPORTED_GLOBALS, FORMAT_VERSION, _declaration, _merge, _renumber,
                      function_declaration)
+from .rewrites import ATTRIBUTE_GROUP
+
+_ATTRIBUTE_GROUP = re.compile(ATTRIBUTE_GROUP.encode(), re.M)
 
 _MAGIC = b"NVSHMEM-DSL-PIECES\0"
 _HEAD = struct.Struct("<32sQ")  # sha256 of the JSON index, its length
@@ -251,8 +254,7 @@ class _Store:
         kernel calling them would otherwise compile again."""
         found = self.__dict__.get("_helpers")
         if found is None:
-            groups = {m[1]: m[2].split() for m in re.finditer(rb"^attributes #(\d+) = \{ (.*) \}$",
-                                                               self.preamble, re.M)}
+            groups = {m[1]: m[2].split() for m in _ATTRIBUTE_GROUP.finditer(self.preamble)}
             found = set()
             for name in self.functions:
                 if name not in self.api:
