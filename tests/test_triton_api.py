@@ -346,7 +346,7 @@ def _collective(dst, src, n):
 
 @pytest.mark.slow
 def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
-    if outline.ptxas() is None or _compile._nvjitlink_ptx() is None:
+    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     before = _compile.stats["cubins_linked"]
@@ -708,7 +708,7 @@ def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
     """A fine-grained kernel calls NVSHMEM's transport helpers in their objects (nvJitLink links
     them): Triton's maxnreg (a .maxnreg in the PTX) caps the objects too, and ptx_options reach
     the ptxas inside nvJitLink."""
-    if outline.ptxas() is None or _compile._nvjitlink_ptx() is None:
+    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}

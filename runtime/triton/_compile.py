@@ -77,7 +77,7 @@ from pathlib import Path
 
 from .. import _optable
 from ..linker.hooks import ModuleHooks
-from ..linker.link import NvshmemLinkError
+from ..linker.link import NvshmemLinkError, nvjitlink_ptx_isa
 from ._calls import SHIM_PREFIX, form
 
 __all__ = [
@@ -374,13 +374,6 @@ def _target_machine(cpu: str, features: str, short_ptr: bool):
             llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=false")
 
 
-def _nvjitlink_ptx() -> int | None:
-    """The highest PTX ISA (x10) nvJitLink reads, None without nvJitLink."""
-    from ..linker.link import nvjitlink_ptx_isa
-
-    return nvjitlink_ptx_isa()
-
-
 def _triton_target(options, capability: int) -> tuple[str, str, int]:
     """(cpu, LLVM features, PTX ISA x10) Triton uses for ``capability``."""
     from triton.backends.nvidia import compiler as nvc
@@ -488,7 +481,7 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
             f"{options.num_ctas} (a cluster per program) are not supported; use num_ctas=1")
     cpu, features, ptx_version = _triton_target(options, capability)
     objects = outline.mode() != "none" and outline.ptxas() is not None
-    link_ptx = _nvjitlink_ptx() if objects else None
+    link_ptx = nvjitlink_ptx_isa() if objects else None  # the highest PTX ISA nvJitLink reads
     if objects and link_ptx is None:
         objects = False  # no nvJitLink to link the objects: everything inlined
     if objects:
