@@ -418,6 +418,18 @@ def test_calls_with_constant_modes_call_specialised_helpers():
     assert outline.extern_calls(only) == {NONFETCH + "$p3_10", NONFETCH + "$p3_9"}  # no longer called as is
     assert outline.specialise_helper_calls(_ptx("%r2")) == _ptx("%r2")
     assert outline.specialise_helper_calls(only) == only  # once
+    # a helper with a result: call.uni (retval0), name, (...); a count of parameters other than its
+    # C++ name's is left alone
+    fetch = "_Z27nvshmemi_transfer_amo_fetchImET_PvS0_S0_i14nvshmemi_amo_ti"  # (ptr, ptr, ptr, pe, op, int)
+    params = ", ".join(f"param{i}" for i in range(6))
+    body = ("\t{ // callseq 0, 0\n\tst.param.b32 \t[param3], 1;\n\tst.param.b32 \t[param4], 8;\n"
+            f"\tcall.uni (retval0), {fetch}, ({params});\n\t}} // callseq 0\n")
+    decl = f".extern .func (.param .b64 func_retval0) {fetch}\n(\n\t.param .b64 {fetch}_param_0\n)\n;\n"
+    got = outline.specialise_helper_calls(f"{decl}\n.visible .entry k()\n{{\n{body}\tret;\n}}\n")
+    assert re.findall(r"call\.uni \(retval0\), (\S+), \(", got) == [fetch + "$p4_8"]  # the op, not the PE
+    assert outline.extern_calls(got) == {fetch + "$p4_8"}
+    five = body.replace(", param5)", ")")
+    assert outline.specialise_helper_calls(f"{decl}\n{five}") == f"{decl}\n{five}"
 
 
 def k_put_signals(d, s, u64, n, pe):
