@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import rewrites, store, store_build, store_file
+from . import pieces, rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "cubin_info", "extern_calls", "is_large",
            "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ptx", "objects",
@@ -206,18 +206,19 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
     return names - out, frozenset(out)
 
 
+#: ``<helper>$p<position>_<value>...``: NVSHMEM's helper ``<helper>`` with the 32-bit parameters at
+#: those positions fixed (``m`` for a minus sign), an object of its own (:func:`specialise_helper_calls`).
+SPECIALISED = "$p"
+
 # `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like; NVSHMEM's
-# helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised (below)
-_NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:\$p\d+_m?\d+)*"  # specialised: SPECIALISED
+# helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised
+_NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"\d+_m?\d+)*"
 _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
 
 
 # --------------------------------------------------------------------------
 # Helpers specialised on their calls' constant arguments
 
-#: ``<helper>$p<position>_<value>...``: NVSHMEM's helper ``<helper>`` with the 32-bit parameters at
-#: those positions fixed (``m`` for a minus sign), an object of its own.
-SPECIALISED = "$p"
 _CALLSEQ = re.compile(r"^\s*\{ // callseq (\d+), \d+\n(.*?)^\s*\} // callseq \1\n", re.M | re.S)
 _CALL = re.compile(r"^(\s*call(?:\.uni)? (?:\([^)]*\), )?)(" + _NVSHMEM_FUNCTION + r"), \(([^)]*)\);", re.M)
 _IMMEDIATE_B32 = re.compile(r"^\s*st\.param\.b32\s+\[(\w+)\], (-?\d+);", re.M)
@@ -305,7 +306,7 @@ def specialise_helper_calls(ptx: str) -> str:
     unspecialised, 405 KiB and 2.2 s for a put_signal's (SIGNAL_SET, blocking) call.  The
     declarations of helpers no longer called go; a specialised one is declared as its helper.
     Data (addresses, sizes, values, PEs) stays arguments; API functions are called as they are."""
-    declared = {n for n in extern_calls(ptx) if n not in _optable.device_ops()}
+    declared = helper_calls(ptx)
     if not declared:
         return ptx
     wanted: dict[str, set] = collections.defaultdict(set)
@@ -513,9 +514,11 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, on_calls=None) -
         return True
 
 
-def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
+def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True) -> str:
     """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
-    they call, for ``cpu``/``features``; the device-state globals are ``.extern``."""
+    they call, for ``cpu``/``features``, except NVSHMEM's helpers, which it calls in their objects
+    (``helpers_out`` False: those too, as objects were built before 2026-11-24 afternoon, for
+    bench/experiments/object_sizes.py); the device-state globals are ``.extern``."""
     import llvmlite.binding as llvm
 
     from ._llvm import TRIPLE, function_shape, internalize, run, target_machine
@@ -524,7 +527,7 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None) -> str:
     # the NVSHMEM helpers an object's functions call are objects of their own (specialised on the
     # calls' constant modes by specialise_helper_calls), shared by every object calling them
     bases = sorted({split_specialised(name)[0] for name in names})
-    mod = store.api_module(bases, arch, bc_path, declare_exported=True, helpers_out=True)
+    mod = store.api_module(bases, arch, bc_path, declare_exported=True, helpers_out=helpers_out)
     for name in names:  # the kernel's declarations are checked against the op table
         if name in ops:
             have = function_shape(mod.get_function(name).global_value_type)
@@ -566,8 +569,8 @@ def _define_specialised(mod, name: str) -> None:
     fn = mod.get_function(base)
     fn.linkage = llvm.Linkage.external  # for the definition below to link to it
     printed = str(fn)
-    head = printed[:printed.index("{")]
-    cc = "fastcc " if re.search(r"^define [^@]*\bfastcc\b", head, re.M) else ""
+    define = next(line for line in printed.splitlines() if line.startswith("define "))
+    cc = "fastcc " if re.search(r"^define [^@]*\bfastcc\b", define) else ""
     ret = str(fn.global_value_type.get_function_return())
     params = [str(p) for p in fn.global_value_type.get_function_parameters()]
     args = []
@@ -582,7 +585,7 @@ def _define_specialised(mod, name: str) -> None:
             raise ValueError(f"{name}: parameter {i} of {base} is {ty}, not a 32-bit constant")
     call = f'call {cc}{ret} @"{base}"({", ".join(args)})'
     body = f"  {call}\n  ret void" if ret == "void" else f"  %r = {call}\n  ret {ret} %r"
-    text = (f'declare {cc}{ret} @"{base}"({", ".join(params)})\n\n'
+    text = (pieces.function_declaration(define.encode()).decode().rsplit(" #", 1)[0] + "\n\n"
             f'define {cc}{ret} @"{name}"({", ".join(f"{t} %a{i}" for i, t in enumerate(params))}) {{\n{body}\n}}\n')
     wrapper = llvm.parse_assembly(text)
     wrapper.triple, wrapper.data_layout = mod.triple, mod.data_layout

@@ -480,7 +480,7 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
             f"kernel {metadata.get('name') or ''}: NVSHMEM calls in a kernel with num_ctas="
             f"{options.num_ctas} (a cluster per program) are not supported; use num_ctas=1")
     cpu, features, ptx_version = _triton_target(options, capability)
-    objects = outline.mode() != "none" and outline.ptxas() is not None
+    objects = outline.helpers_out()  # hybrid linking on, and a ptxas for the objects
     link_ptx = nvjitlink_ptx_isa() if objects else None  # the highest PTX ISA nvJitLink reads
     if objects and link_ptx is None:
         objects = False  # no nvJitLink to link the objects: everything inlined
