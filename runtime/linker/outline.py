@@ -22,7 +22,7 @@ An object (:func:`objects`, built by :func:`object_ptx` and ``ptxas -c``): the f
 and everything it calls from the piece store (:mod:`nvshmem_dsl.linker.store`), internal, except
 NVSHMEM's ``noinline`` transport helpers, which are objects of their own shared by every object
 and kernel calling them (specialised on the calls' constant modes: :func:`specialise_helper_calls`;
-a broadcast's object: 1143 -> 421 KiB of PTX, its helpers built once for every collective), with
+a broadcast's object: 1144 -> 421 KiB of PTX, bench/results/object-sizes-cpu-2026-11-24.txt; its helpers built once for every collective), with
 the same rewrites as inlined code, lightly optimised (interprocedural constant propagation; the
 rest was optimised by clang), emitted by LLVM's NVPTX backend for the kernel's SM and PTX ISA, and
 assembled by ``ptxas -c`` with at most the registers the kernel's declared block size leaves a
@@ -302,8 +302,8 @@ def specialise_helper_calls(ptx: str) -> str:
     """PTX ``ptx`` with its calls of NVSHMEM's out-of-line helpers (:func:`helpers_out`) that pass
     constants as the helpers' modes (their bool and enum parameters, read from the C++ names:
     signal or atomic op, nbi ...) calling :func:`specialised_name` versions instead, whose objects are built with those constants
-    folded in: ``nvshmemi_transfer_put_signal_dispatch`` is 932 KiB of PTX and 7.8 s of ptxas
-    unspecialised, 405 KiB and 2.2 s for a put_signal's (SIGNAL_SET, blocking) call.  The
+    folded in: ``nvshmemi_transfer_put_signal_dispatch`` is 932 KiB of PTX and 6.9 s of ptxas
+    unspecialised, 410 KiB and 1.6 s for a put_signal's (SIGNAL_SET, blocking) call (bench/results/object-sizes-cpu-2026-11-24.txt).  The
     declarations of helpers no longer called go; a specialised one is declared as its helper.
     Data (addresses, sizes, values, PEs) stays arguments; API functions are called as they are."""
     declared = helper_calls(ptx)
