@@ -352,7 +352,7 @@ def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir):
         defined = {n for n, d in outline.elf_symbols(p.read_bytes()) if d}
         assert p.name.split("-")[0] in defined
     assert set(names) <= st.helpers
-    # the store's call graph foresees them all (built in one go, not found one object at a time)
+    # the helpers the store's call graph reaches from it, no more (none of its calls is specialised)
     assert set(names) == store.helper_closure([quiet], 90)
 
 
