@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import pieces, rewrites, store, store_build, store_file
+from . import loop_split, pieces, rewrites, store, store_build, store_file
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "cubin_info", "extern_calls", "is_large",
            "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ptx", "objects",
@@ -400,7 +400,7 @@ def opt_level() -> str:
 def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) -> Path:
     st = os.stat(ptxas())
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level()]
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(), loop_split.key()]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
@@ -547,16 +547,17 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
 
         with nontrivial_unswitching():
             pb.getModulePassManager().run(mod, pb)
-        run(mod, pb, "global_dead_code_eliminate")
-        return tm.emit_assembly(mod)
-    run(mod, pb, "ipsccp", "global_opt", "dead_arg_elimination")
-    fpm = llvm.create_new_function_pass_manager()
-    for p in ("instruction_combine", "simplify_cfg", "loop_unroll", "simplify_cfg"):
-        getattr(fpm, f"add_{p}_pass")()  # loop_unroll: the copy loops the copy rewrite marks
-    for fn in mod.functions:
-        if not fn.is_declaration:
-            fpm.run(fn, pb)
+    else:
+        run(mod, pb, "ipsccp", "global_opt", "dead_arg_elimination")
+        fpm = llvm.create_new_function_pass_manager()
+        for p in ("instruction_combine", "simplify_cfg", "loop_unroll", "simplify_cfg"):
+            getattr(fpm, f"add_{p}_pass")()  # loop_unroll: the copy loops the copy rewrite marks
+        for fn in mod.functions:
+            if not fn.is_declaration:
+                fpm.run(fn, pb)
     run(mod, pb, "global_dead_code_eliminate")
+    if loop_split.wanted(store.body_sizes(bases, arch, bc_path)):
+        loop_split.extract_loops(mod, pb)  # ptxas's time grows faster than a function's size
     return tm.emit_assembly(mod)
 
 
