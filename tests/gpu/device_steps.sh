@@ -23,6 +23,7 @@
 #                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
 #   coll-ab      collective and p/g/atomic latency of C++ and IMPLS (default cpp,numba,triton), NVSHMEM_DSL_OUTLINE
 #                auto and none (OUTLINE_MODES), 2 PEs (one GPU: under MPS)
+#   split-ab     collective latency of C++ and IMPLS with NVSHMEM_DSL_OUTLINE_SPLIT in SPLIT_MODES (none default)
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -160,6 +161,23 @@ case "$step" in
         --quick --impls "${IMPLS:-cpp,numba,triton}" --no-compile-time --only coll_lat,p_lat,g_lat,amo_lat \
         --out "$work/coll-$m.json" > "$work/coll-$m.log" 2>&1 || rc=$?
       grep -E "^(coll_lat|p_lat|g_lat|atomic|bench )" "$work/coll-$m.log" | sed "s/^/$m /"
+    done
+    ;;
+  split-ab)  # NVSHMEM's objects with their loops extracted or not (NVSHMEM_DSL_OUTLINE_SPLIT for each of
+             # SPLIT_MODES, default "none default": default = the criterion): collective latency of C++ and IMPLS
+             # (default cpp,numba) in one run each; with 3.8, carry .dw/nv38a (3.8's libnvshmem_device.a, which
+             # the C++ baseline links) beside .dw/nv38; one GPU: 2 PEs share it under MPS (latency only)
+    if [ -n "${NVSHMEM_HOME:-}" ] && [ -f .dw/nv38a/libnvshmem_device.a.xz ]; then
+      xz -dc .dw/nv38a/libnvshmem_device.a.xz > "$NVSHMEM_HOME/lib/libnvshmem_device.a"
+    fi
+    ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu )); build=""
+    for m in ${SPLIT_MODES:-none default}; do
+      v=$m; [ "$m" = default ] && v=""
+      NVSHMEM_DSL_OUTLINE_SPLIT=$v timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/run.py \
+        --quick --impls "${IMPLS:-cpp,numba}" --no-compile-time --only coll_lat $build \
+        --out "$work/split-$m.json" > "$work/split-$m.log" 2>&1 || rc=$?
+      grep -E "^(coll_lat|build_time|bench )" "$work/split-$m.log" | sed "s/^/$m /"
+      build=--no-build
     done
     ;;
   limited-mpg)
