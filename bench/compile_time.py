@@ -110,7 +110,8 @@ def _trace_phases(marks: dict) -> None:
     and ends (``label: (start, end)`` in perf_counter seconds, the first call of each): the
     prefetch (the store's build started by ``init()``, with ``--init``), the closure's
     extraction, within it the parse of the bodies it needs and the GlobalDCE, the link of
-    the kernel, and the objects of what it calls out of line (found or built)."""
+    the kernel, and the objects of what it calls out of line (found or built); of each object
+    built, ``build <name>`` (LLVM and ptxas) and ``llvm <name>`` (LLVM), names cut to 48 characters."""
     from nvshmem_dsl.linker import outline, pieces, store
     from nvshmem_dsl.numba import _linker
 
@@ -125,12 +126,26 @@ def _trace_phases(marks: dict) -> None:
                 marks.setdefault(label, (start, time.perf_counter()))
         setattr(owner, name, timed)
 
+    def wrap_each(owner, name, label, key):
+        orig = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                marks.setdefault(f"{label} {key(args)[:48]}", (start, time.perf_counter()))
+        setattr(owner, name, timed)
+
     wrap(store, "prefetch", "prefetch")
     wrap(pieces, "_parse", "parse")
     wrap(pieces, "_global_dce", "dce")
     wrap(pieces, "_closure", "closure")
     wrap(_linker, "link", "link")
     wrap(outline, "objects", "objects")
+    # each object built: its LLVM step (object_ptx) and the whole build (LLVM, ptxas), by its name
+    wrap_each(outline, "object_ptx", "llvm", lambda args: args[0][0])
+    wrap_each(outline, "_build", "build", lambda args: args[0])
 
 
 def _cc(arch: str) -> tuple[int, int]:

@@ -118,23 +118,25 @@ needs_bitcode = pytest.mark.skipif(not HAVE_BITCODE, reason="no NVSHMEM device b
 
 _EXTRACTED = re.compile(r"^\.func\s+(?:\([^)]*\)\s*)?\w+_\$_extracted\w*\(", re.M)
 SMALL_COLLECTIVE = "nvshmem_int32_sum_reducescatter"
+BIG_COLLECTIVE = "nvshmemx_int32_sum_reduce_block"
 
 
 @needs_bitcode
 def test_only_objects_over_the_threshold_are_split(monkeypatch):
-    """NVSHMEM's broadcasts and block reductions (3.8) reach the threshold, a reducescatter does
-    not; ``none`` keeps every loop inline, ``0`` splits every object."""
-    sizes = store.body_sizes(["nvshmem_int_broadcast", SMALL_COLLECTIVE], 90)
+    """NVSHMEM 3.8's block reductions of 32-bit types reach the threshold, its broadcasts (slower
+    split) and reducescatters do not; ``none`` keeps every loop inline."""
+    sizes = store.body_sizes([BIG_COLLECTIVE, "nvshmem_int_broadcast", SMALL_COLLECTIVE], 90)
+    assert sizes["nvshmem_int_broadcast"] < loop_split.MIN_INSTRUCTIONS
     monkeypatch.delenv(ENV, raising=False)
     small = outline.object_ptx([SMALL_COLLECTIVE], 90, "sm_90", "+ptx85")
     assert sizes[SMALL_COLLECTIVE] < loop_split.MIN_INSTRUCTIONS and not _EXTRACTED.search(small)
-    if sizes["nvshmem_int_broadcast"] < loop_split.MIN_INSTRUCTIONS:
-        pytest.skip("this NVSHMEM's broadcast is below the threshold (3.4)")
-    split = outline.object_ptx(["nvshmem_int_broadcast"], 90, "sm_90", "+ptx85")
-    assert len(_EXTRACTED.findall(split)) > 20
-    assert re.search(r"^\.visible \.func\s+(?:\([^)]*\)\s*)?nvshmem_int_broadcast\(", split, re.M)
+    if sizes[BIG_COLLECTIVE] < loop_split.MIN_INSTRUCTIONS:
+        pytest.skip("this NVSHMEM's block reduction is below the threshold (3.4)")
+    split = outline.object_ptx([BIG_COLLECTIVE], 90, "sm_90", "+ptx85")
+    assert len(_EXTRACTED.findall(split)) > 50
+    assert re.search(r"^\.visible \.func\s+(?:\([^)]*\)\s*)?" + BIG_COLLECTIVE + r"\(", split, re.M)
     monkeypatch.setenv(ENV, "none")
-    assert not _EXTRACTED.search(outline.object_ptx(["nvshmem_int_broadcast"], 90, "sm_90", "+ptx85"))
+    assert not _EXTRACTED.search(outline.object_ptx([BIG_COLLECTIVE], 90, "sm_90", "+ptx85"))
 
 
 @needs_bitcode

@@ -151,6 +151,7 @@ def test_collective_is_called_in_its_object(objects_dir):
     def k_again(dst, src):  # another kernel: the object comes from the cache
         nv.sum_reducescatter(W, dst, src, 2)
 
+    hits = outline.stats["hits"]  # the first kernel's link may have found objects its prefetch built
     _, cubin, entry = cubin_of(k_again)
     # cached: the collective's object and those of the helpers it calls (its .calls, transitively)
     calls, todo = {COLLECTIVE}, [COLLECTIVE]
@@ -300,20 +301,29 @@ class _Stop(Exception):
 
 def test_numba_objects_follow_the_kernels_launch_bounds(monkeypatch):
     """A Numba kernel's declared block size (``launch_bounds``) sets the objects' register cap;
-    without one, 64 (1024 threads)."""
-    seen = []
+    without one, 64 (1024 threads); ``max_registers`` caps it too.  The objects the link starts
+    building before the PTX is emitted (outline.prefetch, from the IR) are those the link asks
+    for (from the PTX)."""
+    seen, prefetched = [], []
 
     def objects(names, arch, cpu, features, max_registers=None, bc_path=None):
-        seen.append(max_registers)
+        seen.append((sorted(names), cpu, features, max_registers))
         raise _Stop
 
+    def prefetch(names, arch, cpu, features, max_registers=None, bc_path=None):
+        prefetched.append((sorted(names), cpu, features, max_registers))
+
     monkeypatch.setattr(outline, "objects", objects)
-    for bounds in (None, (32,), (1024,), (512,)):
+    monkeypatch.setattr(outline, "prefetch", prefetch)
+    for bounds, most in ((None, None), ((32,), None), ((1024,), None), ((512,), None), ((32,), 100)):
         lib, _ = _compile_pyfunc_with_fixup(k_collective, (I32, I32), device=False, abi="numba", cc=CC,
                                             launch_bounds=bounds)
+        lib._max_registers = most  # what cuda.jit(max_registers=...) gives the library
         with pytest.raises(_Stop):
             lib.get_cubin(cc=CC)
-    assert seen == [64, 255, 64, 128]
+    assert [cap for *_, cap in seen] == [64, 255, 64, 128, 100]
+    api = [(names, cpu, features, cap) for names, cpu, features, cap in seen]
+    assert [(sorted(set(n) & set(_optable.device_ops())), c, f, r) for n, c, f, r in api] == prefetched
 
 
 def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
@@ -470,3 +480,24 @@ def test_objects_share_the_helpers_they_call(objects_dir):
     second = outline.objects([other], 90, "sm_90", "+ptx85")
     assert outline.stats["builds"] == builds + 1  # its own object only
     assert set(second) - helpers == {p for p in second if p.name.startswith(other + "-")}
+
+
+@pytest.mark.parametrize("name", ["nvshmem_float_broadcast", "nvshmemx_float_sum_reduce_block",
+                                  COLLECTIVE, "nvshmemx_barrier_all_block", "nvshmemx_int_alltoall_warp"])
+def test_helpers_predicted_from_the_ir_are_those_the_ptx_calls(name):
+    """The helpers an object calls, read from its IR before its PTX is emitted (their objects start
+    building meanwhile), are those its PTX calls, specialised alike."""
+    predicted = []
+    ptx = outline.object_ptx([name], 90, "sm_90", "+ptx85",
+                             before_emit=lambda mod: predicted.append(outline.predicted_helper_calls(mod)))
+    called = outline.helper_calls(outline.specialise_helper_calls(ptx))
+    assert called and predicted == [called]
+    if name == "nvshmem_float_broadcast":  # its put_signal dispatch is specialised on the signal op
+        assert any(outline.SPECIALISED in n for n in called)
+
+
+def test_ir_call_arguments():
+    args = outline._ir_arguments("ptr noundef %0, i32 noundef 9, i1 true, i1 false, i64 4, i32 -1, "
+                                 "ptr getelementptr (i8, ptr @x, i64 8), i8 %m, <2 x i32> %v")
+    assert args == [None, 9, 1, 0, None, -1, None, None, None]
+    assert outline._ir_arguments("") == []

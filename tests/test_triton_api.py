@@ -350,10 +350,26 @@ def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     before = _compile.stats["cubins_linked"]
-    ck = _build(_collective, {"dst": "*i32", "src": "*i32", "n": "i64"}, ptx_only=False)
+    asked, prefetched = [], []
+    objects, prefetch = outline.objects, outline.prefetch
+
+    def spy(record, fn):
+        def call(names, arch, cpu, features, max_registers=None, bc_path=None):
+            record.append((sorted(names), cpu, features, max_registers))
+            return fn(names, arch, cpu, features, max_registers, bc_path)
+        return call
+
+    monkeypatch.setattr(outline, "objects", spy(asked, objects))
+    monkeypatch.setattr(outline, "prefetch", spy(prefetched, prefetch))
+    ck = _build(_collective, {"dst": "*i32", "src": "*i32", "n": "i64"}, ptx_only=False, num_warps=8)
     assert set(_EXTERN_FUNC.findall(ck.asm["ptx"])) == {"nvshmem_barrier_all", "nvshmemx_int32_sum_reduce_block"}
     assert _compile.stats["cubins_linked"] == before + 1
     assert ck.asm["cubin"][:4] == b"\x7fELF"
+    # the link started building the collectives' objects before the PTX was emitted, for the
+    # target and register cap (8 warps: 255) the cubin's link then asked for
+    assert prefetched and prefetched[0] == (sorted({"nvshmem_barrier_all", "nvshmemx_int32_sum_reduce_block"}),
+                                            *asked[-1][1:])
+    assert prefetched[0][3] == 255
 
 
 # ------------------------------------------------------------------ errors

@@ -172,7 +172,7 @@ def nontrivial_unswitching():
 
 
 def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool, opt: bool = True,
-                   outline_objects: bool = True, before_simplify=()) -> frozenset:
+                   outline_objects: bool = True, before_simplify=(), objects_target=None) -> frozenset:
     """Link the NVSHMEM functions ``names`` that ``main`` declares into it and inline them; returns
     those left out of line (their objects go into the link).
 
@@ -181,10 +181,14 @@ def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool
     kernel's target; ``kernel_fns``: the front-end's own functions, which the lighter second pass
     (``unswitch`` off) simplifies and unrolls; ``before_simplify``: passes (names for
     :func:`nvshmem_dsl.linker._llvm.run`) run before that lighter pass; ``outline_objects``
-    False: everything inlined.  NVSHMEM's own out-of-line helpers, already optimised by clang,
-    are not run through the optimiser a second time unless ``unswitch`` (that would cost ~0.3 s
-    a kernel)."""
+    False: everything inlined; ``objects_target``: ``(cpu, features, register cap)`` of the
+    kernel, to start building the objects of what it calls out of line meanwhile
+    (:func:`nvshmem_dsl.linker.outline.prefetch`).  NVSHMEM's own out-of-line helpers, already
+    optimised by clang, are not run through the optimiser a second time unless ``unswitch`` (that
+    would cost ~0.3 s a kernel)."""
     inline, outlined = outline.split(names, sm) if outline_objects else (frozenset(names), frozenset())
+    if outlined and objects_target is not None:
+        outline.prefetch(outlined, sm, *objects_target)
     try:
         api = store.api_module(inline, sm, unswitch=unswitch,
                                helpers_out=outline_objects and outline.helpers_out())

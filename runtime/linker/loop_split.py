@@ -2,12 +2,14 @@
 
 ptxas's time grows faster than a function's size.  NVSHMEM 3.8's block reduction is one function of
 22 000 instructions in its object (787 KiB of PTX), 6-10 s of ptxas at any ``-O`` level, register cap or
-``-Ofast-compile`` (4.4 s at ``-O0``); a broadcast, 11 500 instructions, 2.4 s.  With each of their loops
-made a function of its own (LLVM's loop extractor: 179 loops in the block reduction, 118 in a broadcast)
-ptxas takes 1.8 s and 1.1 s, and optimises those functions in threads (``--split-compile``); objects of
-7000-8000 instructions (thread and warp reductions, fcollects) take about 1 s either way
-(bench/experiments/loop_split.py, bench/results/loop-split-cpu-2026-11-24.txt).  A loop made a function
-costs a call each time the loop is entered, not each iteration.
+``-Ofast-compile`` (4.4 s at ``-O0``); 14 s to build on the GPU host.  With each of its loops made a
+function of its own (LLVM's loop extractor: 179 loops) ptxas takes 1.7 s, and optimises those functions in
+threads (``--split-compile``) (bench/experiments/loop_split.py, bench/results/loop-split-cpu-2026-11-24.txt).
+
+A loop made a function costs a call each time the loop is entered, and the callee saves and restores the
+registers it uses in local memory: NVSHMEM 3.8's broadcasts (11 200-12 600 instructions, 2.4 s of ptxas
+unsplit) were 1.4-1.9x slower at 8 B split, the block reduction unchanged (0.72x -> 0.74x of C++), on one
+H200 (tests/gpu/records/2026-11-24/h200-loop-split.txt).  So only objects above the broadcasts are split.
 
 The criterion, in one place: an object whose NVSHMEM API function has at least
 :data:`MIN_INSTRUCTIONS` instructions of its own (:func:`nvshmem_dsl.linker.store.body_sizes`, the measure
@@ -26,9 +28,10 @@ __all__ = ["ENV", "MIN_INSTRUCTIONS", "extract_loops", "key", "threshold", "want
 ENV = "NVSHMEM_DSL_OUTLINE_SPLIT"
 
 #: Objects whose API function has at least this many instructions of its own have their loops
-#: extracted: NVSHMEM 3.8's broadcasts (11 200-12 600) and block reductions (8300-22 500); not the
-#: thread and warp reductions and fcollects (at most 8200, about 1 s of ptxas unsplit).
-MIN_INSTRUCTIONS = 10000
+#: extracted: NVSHMEM 3.8's block reductions of 32- and 64-bit types (21 500-22 500 instructions;
+#: those of 8- and 16-bit types have 8300-9700); not its broadcasts (11 200-12 600: slower split),
+#: nor anything smaller (about 1 s of ptxas).
+MIN_INSTRUCTIONS = 16000
 
 _NEVER = ("none", "off", "never")
 

@@ -37,10 +37,10 @@ Linkers use it through :func:`extern_calls` (the outlined functions a kernel's P
 :func:`objects` (their cubins, to add to the link); nothing here depends on Numba, so that the CuTe
 DSL can link the same objects.
 
-Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`,
+Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
-:func:`specialise_helper_calls`, :func:`specialised_name`, :func:`split_specialised`, :func:`ptx_target`,
-:func:`register_cap`, :func:`ptxas`, :func:`cubin_info`;
+:func:`specialise_helper_calls`, :func:`predicted_helper_calls`, :func:`specialised_name`,
+:func:`split_specialised`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`, :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
@@ -67,9 +67,9 @@ from pathlib import Path
 from .. import _optable
 from . import loop_split, pieces, rewrites, store, store_build, store_file
 
-__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "cubin_info", "extern_calls", "is_large",
-           "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ptx", "objects",
-           "objects_for", "override", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
+__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
+           "is_large", "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ptx", "objects",
+           "objects_for", "override", "predicted_helper_calls", "prefetch", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
@@ -129,15 +129,22 @@ def register_cap(ptx_texts, max_registers=None) -> int:
     :data:`REGISTERS_PER_BLOCK` (in warps, in granules of :data:`REGISTER_GRANULE`, at most
     :data:`REGISTERS_PER_THREAD`: :func:`registers_a_thread`), :data:`MAX_REGISTERS` for a kernel that declares none; at most
     a kernel's ``.maxnreg`` and ``max_registers`` (the kernel's ``-maxrregcount``) where given.  The
-    least over the kernels."""
-    caps = [int(n) for ptx in ptx_texts for n in _MAXNREG.findall(ptx)]
+    least over the kernels (:func:`block_cap`)."""
+    blocks = []
+    limits = [int(n) for ptx in ptx_texts for n in _MAXNREG.findall(ptx)]
     for ptx in ptx_texts:
         declared = _BLOCK_DIRECTIVE.findall(ptx)
-        caps += [registers_a_thread(math.prod(int(d or 1) for d in dims)) for dims in declared]
-        if len(declared) < len(_ENTRY.findall(ptx)):
-            caps.append(MAX_REGISTERS)
-    cap = min(caps) if caps else MAX_REGISTERS
-    return min(cap, max_registers) if max_registers else cap
+        blocks += [math.prod(int(d or 1) for d in dims) for dims in declared]
+        blocks += [None] * (len(_ENTRY.findall(ptx)) - len(declared))
+    return block_cap(blocks, [*limits, max_registers])
+
+
+def block_cap(blocks, limits=()) -> int:
+    """Registers a thread may use in kernels declaring the block sizes ``blocks`` (threads; None
+    for a kernel that declares none: :data:`MAX_REGISTERS`), at most each of ``limits`` (register
+    limits; None for none): the least.  :data:`MAX_REGISTERS` when there are none."""
+    caps = [registers_a_thread(t) if t else MAX_REGISTERS for t in blocks] + [n for n in limits if n]
+    return min(caps) if caps else MAX_REGISTERS
 
 #: Bump when objects are built differently (names the cached objects).
 VERSION = 2
@@ -317,14 +324,11 @@ def specialise_helper_calls(ptx: str) -> str:
         if call is None or call.group(2) not in declared or SPECIALISED in call.group(2):
             return m.group(0)
         params = [p.strip() for p in call.group(3).split(",")]
-        modes = _mangled_modes(call.group(2))
-        stores = dict(_IMMEDIATE_B32.findall(block)) if modes and len(modes) == len(params) else {}
-        constants = {i: int(stores[p]) for i, p in enumerate(params) if p in stores and modes[i]}
-        if not constants:
-            wanted[call.group(2)].add(call.group(2))
-            return m.group(0)
-        name = specialised_name(call.group(2), constants)
+        stores = dict(_IMMEDIATE_B32.findall(block))
+        name = _callee(call.group(2), [int(stores[p]) if p in stores else None for p in params])
         wanted[call.group(2)].add(name)
+        if name == call.group(2):
+            return m.group(0)
         start = m.start(2) - m.start(0) + call.start(2)
         return m.group(0)[:start] + name + m.group(0)[start + len(call.group(2)):]
 
@@ -340,6 +344,57 @@ def specialise_helper_calls(ptx: str) -> str:
         copies = "".join(text.replace(helper, n) for n in sorted(names))
         out = out[:decl.start()] + copies + out[decl.end():]
     return out
+
+
+def _callee(helper: str, arguments: list) -> str:
+    """The helper a call of NVSHMEM's ``helper`` with ``arguments`` (each a constant, or None)
+    calls: :func:`specialised_name` on the constants passed as its modes (:func:`_mangled_modes`),
+    where there are any."""
+    modes = _mangled_modes(helper)
+    if not modes or len(modes) != len(arguments):
+        return helper
+    constants = {i: v for i, v in enumerate(arguments) if v is not None and modes[i]}
+    return specialised_name(helper, constants) if constants else helper
+
+
+# a call in LLVM IR of a function whose name may be NVSHMEM's: `call fastcc void @_Z..(ptr %0, i32 9, i1 true)`
+_IR_CALL = re.compile(r"^[^;\n]*\bcall [^@\n]*@\"?(" + _NVSHMEM_FUNCTION + r")\"?\((.*)\)(?: #\d+)?(?:, !.*)?$", re.M)
+_IR_CONSTANT = re.compile(r"^i(?:1|8|16|32)\b.* (-?\d+|true|false)$")
+_BOOLEANS = {"true": 1, "false": 0}
+
+
+def _ir_constant(arg: str):
+    """An IR call argument's value (``i32 noundef 9``, ``i1 true``) if it is an integer of at most
+    32 bits given by value, else None."""
+    m = _IR_CONSTANT.match(arg.strip())
+    if m is None:
+        return None
+    return _BOOLEANS[m.group(1)] if m.group(1) in _BOOLEANS else int(m.group(1))
+
+
+def _ir_arguments(text: str) -> list:
+    """The arguments of an IR call (``ptr noundef %0, i32 9, i1 true``), split at the commas
+    outside brackets, each as :func:`_ir_constant` reads it."""
+    args, depth, start = [], 0, 0
+    for i, c in enumerate(text + ","):
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(_ir_constant(text[start:i]))
+            start = i + 1
+    return args if text.strip() else []
+
+
+def predicted_helper_calls(mod) -> frozenset:
+    """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
+    PTX) that the llvmlite module ``mod`` calls and declares: read from its IR before the PTX is
+    emitted, so that their objects can start building meanwhile.  A call the PTX passes a mode in
+    a register (not a constant) is named otherwise there; the PTX's names are what links."""
+    declared = {fn.name for fn in mod.functions if fn.is_declaration} - _optable.device_ops().keys()
+    return frozenset(_callee(name, _ir_arguments(args))
+                     for name, args in _IR_CALL.findall(str(mod)) if name in declared)
 
 
 def helpers_out() -> bool:
@@ -435,6 +490,29 @@ def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
 
+def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=None):
+    """Start building the objects of ``names`` that are not cached (:func:`objects`, same
+    arguments) in a thread of its own, and return it (None when there is nothing to build): a
+    front-end calls it as soon as its link knows what it calls out of line, before the kernel's
+    PTX is emitted, and its later :func:`objects` call waits for the builds under way (their file
+    locks) instead of starting them again.  Errors are left to that call.  A process waits for
+    the thread when it exits."""
+    cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
+    bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
+    if all(_object_path(n, bc_path, cpu, features, _scope_cap(n, cap)).exists() for n in names):
+        return None
+
+    def build():
+        try:
+            objects(names, arch, cpu, features, max_registers, bc_path)
+        except Exception:  # noqa: BLE001 - the front-end's own objects() call reports it
+            pass
+
+    thread = threading.Thread(target=build, name="nvshmem-dsl-objects")
+    thread.start()
+    return thread
+
+
 def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=None) -> list:
     """The relocatable cubins (paths) that define the NVSHMEM functions ``names`` for a kernel of
     SM ``arch`` (the bitcode's) compiled for ``cpu`` and ``features`` (e.g. ``sm_90a``,
@@ -494,7 +572,10 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, on_calls=None) -
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
-        ptx = specialise_helper_calls(object_ptx([name], arch, cpu, features, bc_path))
+        # the helpers it calls start building while its PTX is emitted (from its IR), and those
+        # of the PTX's calls named otherwise when it is
+        before_emit = None if on_calls is None else (lambda mod: on_calls(predicted_helper_calls(mod)))
+        ptx = specialise_helper_calls(object_ptx([name], arch, cpu, features, bc_path, before_emit=before_emit))
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)
@@ -514,11 +595,14 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, on_calls=None) -
         return True
 
 
-def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True) -> str:
+def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True,
+               before_emit=None) -> str:
     """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
     they call, for ``cpu``/``features``, except NVSHMEM's helpers, which it calls in their objects
     (``helpers_out`` False: those too, as objects were built before 2026-11-24 afternoon, for
-    bench/experiments/object_sizes.py); the device-state globals are ``.extern``."""
+    bench/experiments/object_sizes.py); the device-state globals are ``.extern``.
+    ``before_emit(module)``: called with the optimised llvmlite module before the PTX is emitted
+    (most of the time taken here)."""
     import llvmlite.binding as llvm
 
     from ._llvm import TRIPLE, function_shape, internalize, run, target_machine
@@ -558,6 +642,8 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
     run(mod, pb, "global_dead_code_eliminate")
     if loop_split.wanted(store.body_sizes(bases, arch, bc_path)):
         loop_split.extract_loops(mod, pb)  # ptxas's time grows faster than a function's size
+    if before_emit is not None:
+        before_emit(mod)
     return tm.emit_assembly(mod)
 
 

@@ -104,6 +104,9 @@ __all__ = [
     "set_module_init_hook",
 ]
 
+#: A kernel's launch bounds in Numba's IR (``launch_bounds=``: ``!"maxntidx", i32 256``), which
+#: become its PTX's ``.maxntid``.
+_MAX_THREADS = re.compile(r'!"maxntidx", i32 (\d+)')
 _DECLARED_LIBDEVICE = re.compile(r'^declare [^\n]*?@"?(__nv_[A-Za-z0-9_]*)"?\(', re.M)
 
 
@@ -171,19 +174,21 @@ def _libdevice_module():
         return _libdevice.clone()
 
 
-def compile_ptx(llvm_strs, cc, opt: int = 3) -> str:
+def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
     of NVSHMEM's helpers specialised (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`)."""
-    module, tm = link(llvm_strs, cc, opt)
+    module, tm = link(llvm_strs, cc, opt, max_registers)
     return outline.specialise_helper_calls(tm.emit_assembly(module))
 
 
-def link(llvm_strs, cc, opt: int = 3):
+def link(llvm_strs, cc, opt: int = 3, max_registers=None):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
     target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.outline.split` says to call
-    out of line stay declarations (the module still defines the device state).
+    out of line stay declarations (the module still defines the device state); their objects
+    start building meanwhile, at the register cap of the kernels' launch bounds and
+    ``max_registers`` (:func:`nvshmem_dsl.linker.outline.prefetch`).
 
     Externally visible definitions of the Numba modules keep their linkage;
     everything else ends up internal, except
@@ -225,7 +230,10 @@ def link(llvm_strs, cc, opt: int = 3):
     if names:
         # the large ones stay declarations, called in their objects (added at the link: see
         # NvshmemCodeLibrary._link_all); the module still defines the device state they read
-        inline_nvshmem(main, names, sm, keep, pb, numba_fns, unswitch=unswitch, opt=bool(opt))
+        blocks = [int(n) for s in llvm_strs for n in _MAX_THREADS.findall(s)] or [None]
+        cap = outline.block_cap(blocks, [max_registers])
+        inline_nvshmem(main, names, sm, keep, pb, numba_fns, unswitch=unswitch, opt=bool(opt),
+                       objects_target=(cpu, features, cap))
     return main, tm
 
 
@@ -262,6 +270,7 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
             self.llvm_strs,
             cc,
             opt=self._nvvm_options.get("opt", 3),
+            max_registers=self._max_registers,
         )
         if config.DUMP_ASSEMBLY:
             print(("ASSEMBLY %s" % self._name).center(80, "-"))

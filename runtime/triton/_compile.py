@@ -409,11 +409,13 @@ def _sm(capability: int) -> int:
 
 
 def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | None = None,
-         outline_objects: bool = True):
+         outline_objects: bool = True, max_registers: int | None = None):
     """Triton's LLVM IR ``llir`` with NVSHMEM linked in and inlined: ``(module, target machine,
     outlined)``, the llvmlite module ready for the NVPTX backend and the NVSHMEM functions it
-    calls out of line (whose objects the cubin needs)."""
-    from ..linker import store
+    calls out of line (whose objects the cubin needs, started meanwhile at the register cap of
+    ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid`` and
+    ``.maxnreg``, which :func:`link_cubin` reads)."""
+    from ..linker import outline, store
     from ..linker.link import DECLARATION, inline_nvshmem, mark_declaration, unswitching
 
     llvm = _llvm()
@@ -445,9 +447,11 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     main.link_in(shims)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
     # by-value parameters of NVSHMEM's helpers: see _needs_short_pointers
+    cap = outline.block_cap([num_warps * 32 if num_warps else None], [max_registers])
     outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, kernel_fns, unswitch=unswitch,
                               outline_objects=outline_objects,
-                              before_simplify=("argument_promotion",) if short_ptr else ())
+                              before_simplify=("argument_promotion",) if short_ptr else (),
+                              objects_target=(cpu, features, cap))
     return main, tm, outlined
 
 
@@ -490,7 +494,7 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
         ptx_version = min(ptx_version, link_ptx)
         features = f"+ptx{ptx_version}"
     module, tm, outlined = link(llir, capability, cpu, features,
-                                getattr(options, "num_warps", None), objects)
+                                getattr(options, "num_warps", None), objects, getattr(options, "maxnreg", None))
     ptx = outline.specialise_helper_calls(tm.emit_assembly(module))
     stats["kernels"] += 1
     return _postprocess(ptx, metadata, ptx_version, capability)
@@ -526,8 +530,9 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
 #: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
 #: the generated op table.
 _SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/store.py",
-            "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/_llvm.py")
-_ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE")
+            "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/loop_split.py", "linker/_llvm.py")
+_ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE", "NVSHMEM_DSL_OUTLINE_OPT",
+        "NVSHMEM_DSL_OUTLINE_SPLIT")
 
 
 @functools.lru_cache(maxsize=None)
