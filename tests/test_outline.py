@@ -501,3 +501,16 @@ def test_ir_call_arguments():
                                  "ptr getelementptr (i8, ptr @x, i64 8), i8 %m, <2 x i32> %v")
     assert args == [None, 9, 1, 0, None, -1, None, None, None]
     assert outline._ir_arguments("") == []
+
+
+def test_ptx_alone_builds_no_objects(monkeypatch):
+    """``cuda.compile_ptx`` (PTX, no link) starts no object builds; a cubin's link does."""
+    started = []
+    monkeypatch.setattr(outline, "prefetch", lambda names, *a, **k: started.append(sorted(names)))
+    monkeypatch.setattr(outline, "objects", lambda *a, **k: [])
+    cuda.compile_ptx(k_collective, (I32, I32), cc=CC)
+    assert started == []
+    lib, _ = _compile_pyfunc_with_fixup(k_collective, (I32, I32), device=False, abi="numba", cc=CC)
+    with pytest.raises(Exception):  # no objects given to the link: it fails, after starting them
+        lib.get_cubin(cc=CC)
+    assert started == [sorted({COLLECTIVE, "nvshmem_sync_all"})]

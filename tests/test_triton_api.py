@@ -344,6 +344,15 @@ def _collective(dst, src, n):
     tl.store(dst, r)
 
 
+def test_ptx_alone_builds_no_objects(tmp_path, monkeypatch):
+    """A compile whose cubin stage is not ours (PTX only) starts no object builds."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    started = []
+    monkeypatch.setattr(outline, "prefetch", lambda names, *a, **k: started.append(sorted(names)))
+    ck = _build(_collective, {"dst": "*i32", "src": "*i32", "n": "i64"})
+    assert "nvshmemx_int32_sum_reduce_block" in set(_EXTERN_FUNC.findall(ck.asm["ptx"])) and started == []
+
+
 @pytest.mark.slow
 def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
     if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:

@@ -71,6 +71,7 @@ Public: :class:`NvshmemCodeLibrary`, :func:`install`,
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import re
@@ -174,20 +175,26 @@ def _libdevice_module():
         return _libdevice.clone()
 
 
-def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None) -> str:
+#: Set while a code library links its cubin (``_link_all``): only then are the objects of what the
+#: PTX calls out of line wanted, and started before the PTX is emitted (not for ``cuda.compile_ptx``).
+_linking: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_numba_linking", default=False)
+
+
+def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
-    of NVSHMEM's helpers specialised (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`)."""
-    module, tm = link(llvm_strs, cc, opt, max_registers)
+    of NVSHMEM's helpers specialised (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`).
+    ``prefetch``: the PTX is to be linked: its objects start building meanwhile."""
+    module, tm = link(llvm_strs, cc, opt, max_registers, prefetch)
     return outline.specialise_helper_calls(tm.emit_assembly(module))
 
 
-def link(llvm_strs, cc, opt: int = 3, max_registers=None):
+def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
     target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.outline.split` says to call
-    out of line stay declarations (the module still defines the device state); their objects
-    start building meanwhile, at the register cap of the kernels' launch bounds and
+    out of line stay declarations (the module still defines the device state); with ``prefetch``,
+    their objects start building meanwhile, at the register cap of the kernels' launch bounds and
     ``max_registers`` (:func:`nvshmem_dsl.linker.outline.prefetch`).
 
     Externally visible definitions of the Numba modules keep their linkage;
@@ -233,7 +240,7 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None):
         blocks = [int(n) for s in llvm_strs for n in _MAX_THREADS.findall(s)] or [None]
         cap = outline.block_cap(blocks, [max_registers])
         inline_nvshmem(main, names, sm, keep, pb, numba_fns, unswitch=unswitch, opt=bool(opt),
-                       objects_target=(cpu, features, cap))
+                       objects_target=(cpu, features, cap) if prefetch else None)
     return main, tm
 
 
@@ -271,6 +278,7 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
             cc,
             opt=self._nvvm_options.get("opt", 3),
             max_registers=self._max_registers,
+            prefetch=_linking.get(),
         )
         if config.DUMP_ASSEMBLY:
             print(("ASSEMBLY %s" % self._name).center(80, "-"))
@@ -291,6 +299,13 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
     def _link_all(self, linker, cc, ignore_nonlto=False):
         if not self.uses_nvshmem:
             return super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
+        token = _linking.set(True)
+        try:
+            self._link_nvshmem(linker, cc, ignore_nonlto)
+        finally:
+            _linking.reset(token)
+
+    def _link_nvshmem(self, linker, cc, ignore_nonlto):
         if not linker.lto:
             super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
         else:  # lto=True: our part can only be PTX; the other inputs still get LTO.

@@ -409,12 +409,12 @@ def _sm(capability: int) -> int:
 
 
 def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | None = None,
-         outline_objects: bool = True, max_registers: int | None = None):
+         outline_objects: bool = True, max_registers: int | None = None, prefetch: bool = False):
     """Triton's LLVM IR ``llir`` with NVSHMEM linked in and inlined: ``(module, target machine,
     outlined)``, the llvmlite module ready for the NVPTX backend and the NVSHMEM functions it
-    calls out of line (whose objects the cubin needs, started meanwhile at the register cap of
-    ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid`` and
-    ``.maxnreg``, which :func:`link_cubin` reads)."""
+    calls out of line (whose objects the cubin needs; with ``prefetch`` started meanwhile, at the
+    register cap of ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid``
+    and ``.maxnreg``, which :func:`link_cubin` reads)."""
     from ..linker import outline, store
     from ..linker.link import DECLARATION, inline_nvshmem, mark_declaration, unswitching
 
@@ -451,7 +451,7 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, kernel_fns, unswitch=unswitch,
                               outline_objects=outline_objects,
                               before_simplify=("argument_promotion",) if short_ptr else (),
-                              objects_target=(cpu, features, cap))
+                              objects_target=(cpu, features, cap) if prefetch else None)
     return main, tm, outlined
 
 
@@ -475,8 +475,10 @@ def _postprocess(ptx: str, metadata: dict, ptx_version: int | None, capability: 
     return ptx
 
 
-def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
-    """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring)."""
+def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: bool = False) -> str:
+    """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring);
+    ``prefetch``: our cubin stage follows, so the objects of what it calls out of line start
+    building meanwhile."""
     from ..linker import outline
 
     if getattr(options, "num_ctas", 1) > 1:
@@ -493,8 +495,8 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int) -> str:
         # ptxas read
         ptx_version = min(ptx_version, link_ptx)
         features = f"+ptx{ptx_version}"
-    module, tm, outlined = link(llir, capability, cpu, features,
-                                getattr(options, "num_warps", None), objects, getattr(options, "maxnreg", None))
+    module, tm, outlined = link(llir, capability, cpu, features, getattr(options, "num_warps", None), objects,
+                                getattr(options, "maxnreg", None), prefetch)
     ptx = outline.specialise_helper_calls(tm.emit_assembly(module))
     stats["kernels"] += 1
     return _postprocess(ptx, metadata, ptx_version, capability)
@@ -596,12 +598,7 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
     triton_cubin = stages.get("cubin")
     cap = capability if capability is not None else getattr(getattr(backend, "target", None), "arch", 90)
 
-    def ptx_stage(src, metadata):
-        if isinstance(src, str) and SHIM_PREFIX in src and _DECLARATION.search(src):
-            return compile_ptx(src, metadata, options, cap)
-        return triton_ptx(src, metadata)
-
-    stages["ptx"] = ptx_stage
+    ours = []  # our cubin stage, when Triton has one
     if triton_cubin is not None:
         from ..linker import outline
 
@@ -611,6 +608,16 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
             return triton_cubin(src, metadata)
 
         stages["cubin"] = cubin_stage
+        ours.append(cubin_stage)
+
+    def ptx_stage(src, metadata):
+        if isinstance(src, str) and SHIM_PREFIX in src and _DECLARATION.search(src):
+            # the objects are wanted when our cubin stage is to link them (not when PTX is all)
+            return compile_ptx(src, metadata, options, cap,
+                               prefetch=bool(ours) and stages.get("cubin") is ours[0])
+        return triton_ptx(src, metadata)
+
+    stages["ptx"] = ptx_stage
 
 
 def _stages_hook(*args, **kwargs):
