@@ -115,7 +115,7 @@ def _trace_phases(marks: dict) -> None:
     from nvshmem_dsl.linker import outline, pieces, store
     from nvshmem_dsl.numba import _linker
 
-    def wrap(owner, name, label):
+    def wrap(owner, name, label, key=None):  # key(args): a mark per call's key, not only the first
         orig = getattr(owner, name)
 
         def timed(*args, **kwargs):
@@ -123,18 +123,8 @@ def _trace_phases(marks: dict) -> None:
             try:
                 return orig(*args, **kwargs)
             finally:
-                marks.setdefault(label, (start, time.perf_counter()))
-        setattr(owner, name, timed)
-
-    def wrap_each(owner, name, label, key):
-        orig = getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                marks.setdefault(f"{label} {key(args)[:48]}", (start, time.perf_counter()))
+                mark = label if key is None else f"{label} {key(args)[:48]}"
+                marks.setdefault(mark, (start, time.perf_counter()))
         setattr(owner, name, timed)
 
     wrap(store, "prefetch", "prefetch")
@@ -144,8 +134,8 @@ def _trace_phases(marks: dict) -> None:
     wrap(_linker, "link", "link")
     wrap(outline, "objects", "objects")
     # each object built: its LLVM step (object_ptx) and the whole build (LLVM, ptxas), by its name
-    wrap_each(outline, "object_ptx", "llvm", lambda args: args[0][0])
-    wrap_each(outline, "_build", "build", lambda args: args[0])
+    wrap(outline, "object_ptx", "llvm", lambda args: args[0][0])
+    wrap(outline, "_build", "build", lambda args: args[0])
 
 
 def _cc(arch: str) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bitcode_available import needs_bitcode
 from nvshmem_dsl.linker import loop_split, outline, store
 
 ENV = loop_split.ENV
@@ -109,12 +110,6 @@ def test_a_module_without_loops_is_left_alone():
     assert made == 0 and [fn.name for fn in mod.functions] == ["f"]
 
 
-try:
-    store._default_bitcode(90)
-    HAVE_BITCODE = True
-except FileNotFoundError:
-    HAVE_BITCODE = False
-needs_bitcode = pytest.mark.skipif(not HAVE_BITCODE, reason="no NVSHMEM device bitcode")
 
 _EXTRACTED = re.compile(r"^\.func\s+(?:\([^)]*\)\s*)?\w+_\$_extracted\w*\(", re.M)
 SMALL_COLLECTIVE = "nvshmem_int32_sum_reducescatter"

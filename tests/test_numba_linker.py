@@ -30,12 +30,7 @@ from nvshmem_dsl.linker import link, nvvm, pieces, store, store_file# noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
-try:
-    store._default_bitcode(90)
-    HAVE_BITCODE = True
-except FileNotFoundError:
-    HAVE_BITCODE = False
-needs_bitcode = pytest.mark.skipif(not HAVE_BITCODE, reason="no NVSHMEM device bitcode")
+from bitcode_available import needs_bitcode  # noqa: E402
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 VOIDP = ir.IntType(8).as_pointer()
@@ -717,7 +712,6 @@ def test_nvvm_bitcode_strips_explicit_sections(tmp_path, monkeypatch):
     """NVSHMEM 3.4 marks some functions `section ".text.compute"`, which libNVVM (CuTe) rejects."""
     import llvmlite.binding as llvm
 
-    from nvshmem_dsl.linker import store
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "lib.bc"
     src.write_bytes(llvm.parse_assembly(

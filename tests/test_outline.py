@@ -26,11 +26,7 @@ from nvshmem_dsl.linker import store, outline  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
-try:
-    store._default_bitcode(90)
-    HAVE_BITCODE = True
-except FileNotFoundError:
-    HAVE_BITCODE = False
+from bitcode_available import HAVE_BITCODE  # noqa: E402
 pytestmark = pytest.mark.skipif(not HAVE_BITCODE or outline.ptxas() is None,
                                 reason="no NVSHMEM device bitcode or no ptxas")
 
