@@ -37,7 +37,6 @@ if outline.ptxas() is None:  # pragma: no cover
     pytest.skip("no ptxas to build NVSHMEM's objects", allow_module_level=True)
 
 REDUCE, P = "nvshmem_int32_sum_reduce", "nvshmem_int32_p"
-P_HELPER = "_Z23nvshmemi_transfer_rma_pIiEvPvT_ii"  # NVSHMEM's proxy path of an int p
 STATE = "nvshmemi_device_state_d"
 
 
@@ -84,12 +83,10 @@ def hybrid():
 
 
 def test_collective_is_called_out_of_line(hybrid):
-    """The collective is called in its object, p inlined; p's transport helper (NVSHMEM's proxy
-    path) is called in its object too, as in Numba and Triton kernels."""
     ptx = hybrid.__ptx__
-    assert outline.extern_calls(ptx) == {REDUCE, P_HELPER}
+    assert outline.extern_calls(ptx) == {REDUCE}
     assert re.search(rf"^\.extern \.func\s+\([^)]*\)\s*{REDUCE}\b", ptx, re.M)
-    assert _calls(ptx) == {REDUCE}  # p inlined: no call of the API function
+    assert _calls(ptx) == {REDUCE}  # p inlined: no call
     assert P not in ptx
     assert hybrid.outlined == {REDUCE}
 
@@ -99,7 +96,7 @@ def test_linked_cubin(hybrid):
     assert cubin == hybrid.linked_cubin and cubin[:4] == b"\x7fELF"
     assert struct.unpack_from("<H", cubin, 16)[0] == 2  # ET_EXEC: what CuTe loads
     defined, registers = outline.cubin_info(cubin)
-    assert defined[REDUCE] == 1 and defined[P_HELPER] == 1
+    assert defined[REDUCE] == 1
     assert defined[STATE] == 1
     assert not _undefined(cubin)
     # the kernel declares its 64-thread block (.reqntid): the object may use what that leaves a thread
@@ -121,10 +118,8 @@ def test_none_inlines_everything():
     assert STATE in ptx
 
 
-def test_small_functions_call_helpers_in_their_objects():
-    """A kernel calling only small functions inlines them; where they reach NVSHMEM's transport
-    helpers (p: its proxy path) it is linked with the helpers' objects (before, libNVVM compiled
-    them into every such kernel); one that reaches none (my_pe) is not linked."""
+def test_only_small_functions_unchanged():
+    """A kernel calling no outlined function is not linked by nvJitLink."""
 
     @cute.kernel
     def k_p(dst: cute.Tensor):
@@ -134,23 +129,11 @@ def test_small_functions_call_helpers_in_their_objects():
     def host_p(dst: cute.Tensor):
         k_p(dst).launch(grid=[1, 1, 1], block=[32, 1, 1])
 
-    @cute.kernel
-    def k_my_pe(dst: cute.Tensor):
-        dst[0] = nv.my_pe()
-
-    @cute.jit
-    def host_my_pe(dst: cute.Tensor):
-        k_my_pe(dst).launch(grid=[1, 1, 1], block=[32, 1, 1])
-
     with outline.override("auto"):
         k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True, keep_cubin=True)
-        alone = nv.compile(host_my_pe, _args()[0], arch="sm_90a", keep_ptx=True, keep_cubin=True)
-    assert outline.extern_calls(k.__ptx__) == {P_HELPER} and not _calls(k.__ptx__)
-    assert k.outlined == frozenset() and k.linked_cubin is not None
-    defined, _ = outline.cubin_info(k.linked_cubin)
-    assert defined[STATE] == 1 and defined[P_HELPER] == 1 and not _undefined(k.linked_cubin)
-    assert not outline.extern_calls(alone.__ptx__) and alone.linked_cubin is None
-    defined, _ = outline.cubin_info(alone.__cubin__)
+    assert not outline.extern_calls(k.__ptx__) and not _calls(k.__ptx__)
+    assert k.linked_cubin is None
+    defined, _ = outline.cubin_info(k.__cubin__)
     assert defined[STATE] == 1
 
 

@@ -48,7 +48,7 @@ from typing import Optional
 from ..linker import outline
 from ..linker.link import NvshmemLinkError, min_ptx, nvjitlink_cubin, ptx_for_nvjitlink
 
-__all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations", "ptx_dump_pipeline",
+__all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "ptx_dump_pipeline",
            "relocatable_pipeline", "stats", "undefined_symbols"]
 
 #: Counters for tests and diagnostics: kernels linked by nvJitLink.
@@ -118,10 +118,10 @@ def _wrap(orig, dsl):
     @functools.wraps(orig)
     def compile(module, pipeline, *args, **kwargs):
         names = outlined_declarations(module) if "cute-to-nvvm" in pipeline else frozenset()
-        arch = _pipeline_arch(pipeline) if "cute-to-nvvm" in pipeline else None
-        if not names and not (arch and _calls_helpers(inlined_declarations(module), arch)):
+        if not names:
             return orig(module, pipeline, *args, **kwargs)
         pipeline, cap = relocatable_pipeline(pipeline)
+        arch = _pipeline_arch(pipeline)
         with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-cute-") as tmp:
             pipeline, prefix = ptx_dump_pipeline(pipeline, os.path.join(tmp, "kernel"))
             result = orig(module, pipeline, *args, **kwargs)
@@ -141,38 +141,16 @@ def _wrap(orig, dsl):
 def outlined_declarations(module) -> frozenset:
     """The NVSHMEM functions a traced module declares ``no_inline`` (those called out of line),
     read from its ``gpu.module`` before the pipeline runs."""
-    return _declarations(module, True)
-
-
-def inlined_declarations(module) -> frozenset:
-    """The NVSHMEM functions a traced module declares to be inlined (libNVVM links them from
-    :func:`nvshmem_dsl.linker.nvvm.inline_bitcode`)."""
-    return _declarations(module, False)
-
-
-def _declarations(module, no_inline: bool) -> frozenset:
     names = set()
     for op in module.body.operations:
         if op.operation.name != "gpu.module":
             continue
         for f in op.regions[0].blocks[0].operations:
-            if f.operation.name == "func.func" and ("no_inline" in f.attributes) == no_inline:
+            if f.operation.name == "func.func" and "no_inline" in f.attributes:
                 name = f.attributes["sym_name"].value
                 if name.startswith("nvshmem"):
                     names.add(name)
     return frozenset(names)
-
-
-def _calls_helpers(names, arch: str) -> bool:
-    """Whether a kernel inlining the NVSHMEM functions ``names`` for ``arch`` calls NVSHMEM's
-    helpers in their objects (then CuTe's ptxas compiles it relocatable and it is linked)."""
-    if not names or not outline.helpers_out():
-        return False
-    from .._libs import bitcode_path
-    from ..linker import store
-    from ..linker.store_file import _arch_number
-
-    return bool(store.helpers_called(names, _arch_number(arch), bitcode_path(arch)))
 
 
 _PTX_OPTIONS = re.compile(r"ptx-options='([^']*)'")
@@ -283,10 +261,8 @@ def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:
 
 def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[int] = None) -> list:
     """Replace the binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the executable
-    cubin nvJitLink makes of the module's ``ptx`` and the objects of the NVSHMEM functions it
-    calls out of line: the outlined ones (of ``declared``) and NVSHMEM's helpers (the calls
-    specialised on their modes, :func:`nvshmem_dsl.linker.outline.specialise_helper_calls`);
-    returns ``[(names, cubin)]``, ``names`` those of ``declared`` it calls."""
+    cubin nvJitLink makes of the module's ``ptx`` and the objects of the outlined NVSHMEM functions
+    it calls (of ``declared``); returns ``[(names, cubin)]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
@@ -301,16 +277,14 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
         raise NvshmemLinkError(
             f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
             f"{_cute_version()}, one PTX; {_HINT}")
-    ptx = outline.specialise_helper_calls(ptx)
     for op, _ in binaries:
-        calls = outline.extern_calls(ptx)
-        names = calls & frozenset(declared)
+        names = outline.extern_calls(ptx) & frozenset(declared)
         kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
         cap = outline.register_cap([ptx], max_registers)
-        paths = outline.objects(calls, sm, arch, features, cap, bc_path) if calls else []
+        paths = outline.objects(names, sm, arch, features, cap, bc_path) if names else []
         inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
         linked = _nvjitlink(arch, inputs, max_registers)
-        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem") or "nvshmemi_" in n)
+        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem"))
         if missing:
             raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
         op.attributes["value"] = ir.StringAttr.get(linked)

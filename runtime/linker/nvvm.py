@@ -66,7 +66,7 @@ def nvvm_bitcode(bc_path) -> Path:
 
 
 #: Bump when :func:`inline_bitcode` makes its file differently (part of the file's name).
-INLINE_REVISION = 2  # 2: NVSHMEM's helpers declared, called in their objects
+INLINE_REVISION = 1
 
 # `@nvshmemi_device_state_d = ... addrspace(4) externally_initialized global ...`: the global's
 # address space (none: generic)
@@ -79,10 +79,7 @@ def inline_bitcode(bc_path, arch) -> Path:
     linking calls out of line (:func:`nvshmem_dsl.linker.outline.split` of all of them, for
     :func:`~nvshmem_dsl.linker.outline.mode`), which the kernel declares and its link adds from
     their objects (:func:`~nvshmem_dsl.linker.outline.objects`).  libNVVM would otherwise
-    resolve the declarations against the bitcode's definitions and inline them.  NVSHMEM's
-    out-of-line helpers (its ``noinline`` transport functions) are declarations too: a kernel
-    calling them is linked with their objects, as Numba's and Triton's are
-    (:func:`nvshmem_dsl.linker.outline.helpers_out`).
+    resolve the declarations against the bitcode's definitions and inline them.
 
     The device-state globals (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are kept in
     ``@llvm.compiler.used`` as in NVSHMEM's own file, so that every kernel that links it defines
@@ -116,7 +113,7 @@ def inline_bitcode(bc_path, arch) -> Path:
         print(f"nvshmem-dsl: preparing {bc_path.name} without its outlined functions for NVVM "
               f"(once) ...", file=sys.stderr, flush=True)
         inline, _ = outline.split(store.api_names(arch, bc_path), arch, bc_path)
-        text = str(store.api_module(inline, arch, bc_path, helpers_out=True))
+        text = str(store.api_module(inline, arch, bc_path))
         text = _SECTION.sub("", text)
         if "@llvm.compiler.used" not in text:
             used = []

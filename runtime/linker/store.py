@@ -36,8 +36,7 @@ builds in the calling process, without closures.
 and parses them (a few ms to a few hundred ms), memoised per process.
 
 Public functions: :func:`api_module`, :func:`prefetch`, :func:`pruned_bitcode`,
-:func:`api_names`, :func:`body_sizes`, :func:`helper_closure`, :func:`helpers_called`, :func:`cache_dir`;
-constant :data:`EXPORTED_GLOBALS`.
+:func:`api_names`, :func:`body_sizes`, :func:`cache_dir`; constant :data:`EXPORTED_GLOBALS`.
 
 The file and its format are :mod:`.store_file`'s, the text-level splitting :mod:`.pieces`', the
 build processes :mod:`.store_build`'s; this module finds or builds the store a kernel needs.
@@ -281,35 +280,22 @@ def helper_closure(names, arch=90, bc_path=None) -> frozenset:
     that the helpers among them call, through the functions they inline, transitively, in the
     store's call graph (at most what their objects call: :func:`nvshmem_dsl.linker.outline.objects`
     finds those in the objects themselves, some specialised)."""
-    st = _store_for(names, arch, bc_path)
-    return frozenset(names) | _reachable_helpers(st, [n for n in names if n in st.helpers])
-
-
-def helpers_called(names, arch=90, bc_path=None) -> frozenset:
-    """The NVSHMEM helpers that the functions ``names`` call, through the functions they inline
-    and the helpers, transitively: what a kernel inlining ``names`` calls out of line when
-    NVSHMEM's helpers are objects (empty: it needs no link)."""
-    return _reachable_helpers(_store_for(names, arch, bc_path), names)
-
-
-def _store_for(names, arch, bc_path):
+    names = frozenset(names)
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     with _lock:
         st = _stores.get(key)
-    return st if st is not None else _first_store(frozenset(names), bc_path, arch, key)
-
-
-def _reachable_helpers(st, starts) -> frozenset:
-    """The helpers reachable from the functions ``starts`` in ``st``'s call graph."""
-    found, todo, seen = set(), list(starts), set()
+    if st is None:
+        st = _first_store(names, bc_path, arch, key)
+    helpers = st.helpers
+    found, todo, seen = set(names), [n for n in names if n in helpers], set()
     while todo:
         name = todo.pop()
         for callee in st.functions.get(name, (None,) * 4)[3]:
             if callee in seen or callee not in st.functions:
                 continue
             seen.add(callee)
-            if callee in st.helpers:
+            if callee in helpers:
                 found.add(callee)
             todo.append(callee)
     return frozenset(found)
