@@ -510,3 +510,16 @@ def test_ptx_alone_builds_no_objects(monkeypatch):
     with pytest.raises(Exception):  # no objects given to the link: it fails, after starting them
         lib.get_cubin(cc=CC)
     assert started == [sorted({COLLECTIVE, "nvshmem_sync_all"})]
+
+
+def test_a_prefetch_and_the_links_objects_build_each_object_once(objects_dir):
+    """The link's objects() call while the prefetch of the same objects is under way waits for
+    those builds (their file locks) instead of repeating them: each object is built once."""
+    builds = outline.stats["builds"]
+    thread = outline.prefetch([COLLECTIVE], 90, "sm_90", "+ptx85")
+    assert thread is not None
+    paths = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
+    thread.join()
+    assert paths and all(p.exists() for p in paths)
+    assert outline.stats["builds"] == builds + len(paths)
+    assert outline.prefetch([COLLECTIVE], 90, "sm_90", "+ptx85") is None  # all cached: no thread
