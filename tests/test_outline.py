@@ -284,6 +284,7 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     ([".reqntid 32"], 100, 100),             # the kernel's own -maxrregcount
     ([".reqntid 32", None], None, 64),       # two kernels: the least
     ([".reqntid 32\n.maxnreg 40"], None, 40),  # the kernel's own limit (Triton's maxnreg)
+    ([], 100, outline.MAX_REGISTERS),        # no kernel (a library's PTX): as a kernel that declares none
 ])
 def test_register_cap_follows_the_declared_block_size(directives, max_registers, cap):
     ptx = "".join(f".visible .entry k{i}(\n\t.param .u64 p\n)\n{d or ''}\n{{\n\tret;\n}}\n"

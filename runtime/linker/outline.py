@@ -141,10 +141,10 @@ def register_cap(ptx_texts, max_registers=None) -> int:
 
 def block_cap(blocks, limits=()) -> int:
     """Registers a thread may use in kernels declaring the block sizes ``blocks`` (threads; None
-    for a kernel that declares none: :data:`MAX_REGISTERS`), at most each of ``limits`` (register
-    limits; None for none): the least.  :data:`MAX_REGISTERS` when there are none."""
-    caps = [registers_a_thread(t) if t else MAX_REGISTERS for t in blocks] + [n for n in limits if n]
-    return min(caps) if caps else MAX_REGISTERS
+    for a kernel that declares none: :data:`MAX_REGISTERS`; no kernels count as one of those), at
+    most each of ``limits`` (register limits; None for none): the least."""
+    caps = [registers_a_thread(t) if t else MAX_REGISTERS for t in (blocks or [None])]
+    return min(caps + [n for n in limits if n])
 
 #: Bump when objects are built differently (names the cached objects).
 VERSION = 2
