@@ -1,0 +1,60 @@
+"""Experiment: do objects' LLVM steps run in parallel in threads?  (CPU only.)
+
+llvmlite takes one process-wide lock around every call into LLVM, so the LLVM step of several
+objects built in threads of one process (nvshmem_dsl.linker.outline.objects) runs one at a time;
+only their ptxas runs in parallel.  This times outline.object_ptx (the LLVM step: the module from
+the piece store, light optimisation, PTX emission) for a few objects one after the other, in a
+thread each, and in a process each (spawned, importing the package), on NVSHMEM's default sm_90
+bitcode with the piece store built.
+
+    python bench/experiments/llvm_lock.py [name,name,...]
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+import time
+
+OBJECTS = ("nvshmem_int_broadcast", "nvshmem_int32_sum_reduce", "nvshmemx_int_fcollect_block",
+           "nvshmemx_int_alltoall_warp")
+
+
+def _llvm(name: str) -> float:
+    from nvshmem_dsl.linker import outline
+
+    t0 = time.perf_counter()
+    outline.object_ptx([name], 90, "sm_90", "+ptx85")
+    return time.perf_counter() - t0
+
+
+def main(argv) -> int:
+    names = argv[0].split(",") if argv else list(OBJECTS)
+    for name in names:  # warm: the piece store's subsets parsed once, as in a running process
+        _llvm(name)
+    print(f"{os.cpu_count()} CPUs; objects: {', '.join(names)}", flush=True)
+
+    t0 = time.perf_counter()
+    each = [_llvm(n) for n in names]
+    print(f"one after the other: {time.perf_counter() - t0:.2f} s ({', '.join(f'{s:.2f}' for s in each)})", flush=True)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=_llvm, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"a thread each: {time.perf_counter() - t0:.2f} s", flush=True)
+
+    ctx = multiprocessing.get_context("spawn")
+    t0 = time.perf_counter()
+    with ctx.Pool(len(names)) as pool:
+        inside = pool.map(_llvm, names)
+    print(f"a process each (spawned, imports and first parse included): {time.perf_counter() - t0:.2f} s "
+          f"(in the processes: {', '.join(f'{s:.2f}' for s in inside)})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
