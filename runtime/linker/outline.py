@@ -373,18 +373,9 @@ def _ir_constant(arg: str):
 
 
 def _ir_arguments(text: str) -> list:
-    """The arguments of an IR call (``ptr noundef %0, i32 9, i1 true``), split at the commas
-    outside brackets, each as :func:`_ir_constant` reads it."""
-    args, depth, start = [], 0, 0
-    for i, c in enumerate(text + ","):
-        if c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        elif c == "," and depth == 0:
-            args.append(_ir_constant(text[start:i]))
-            start = i + 1
-    return args if text.strip() else []
+    """The arguments of an IR call (``ptr noundef %0, i32 9, i1 true``), each as :func:`_ir_constant`
+    reads it."""
+    return [_ir_constant(arg.decode()) for arg in pieces._split_top(text.encode())]
 
 
 def predicted_helper_calls(mod) -> frozenset:

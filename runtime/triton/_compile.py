@@ -598,7 +598,7 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
     triton_cubin = stages.get("cubin")
     cap = capability if capability is not None else getattr(getattr(backend, "target", None), "arch", 90)
 
-    ours = []  # our cubin stage, when Triton has one
+    ours = None  # our cubin stage, when Triton has one
     if triton_cubin is not None:
         from ..linker import outline
 
@@ -607,14 +607,13 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
                 return link_cubin(src, cap, options)
             return triton_cubin(src, metadata)
 
-        stages["cubin"] = cubin_stage
-        ours.append(cubin_stage)
+        stages["cubin"] = ours = cubin_stage
 
     def ptx_stage(src, metadata):
         if isinstance(src, str) and SHIM_PREFIX in src and _DECLARATION.search(src):
             # the objects are wanted when our cubin stage is to link them (not when PTX is all)
             return compile_ptx(src, metadata, options, cap,
-                               prefetch=bool(ours) and stages.get("cubin") is ours[0])
+                               prefetch=ours is not None and stages.get("cubin") is ours)
         return triton_ptx(src, metadata)
 
     stages["ptx"] = ptx_stage
