@@ -3,6 +3,7 @@ objects (:mod:`nvshmem_dsl.linker.outline`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import llvmlite.binding as llvm
@@ -50,3 +51,20 @@ def run(mod, pb, *passes) -> None:
     for p in passes:
         getattr(mpm, f"add_{p}_pass")()
     mpm.run(mod, pb)
+
+
+@contextlib.contextmanager
+def nontrivial_unswitching():
+    """LLVM's non-trivial loop unswitching for the passes run inside, which LLVM's O3 leaves off
+    for GPUs unless the branch is provably uniform.  llvmlite has no per-pipeline way to ask for
+    it, only LLVM's process-wide command-line option ``-enable-nontrivial-unswitch``: it is on
+    for the duration only, under llvmlite's lock (which every call into LLVM takes: no other
+    thread's optimisation runs meanwhile), and off again after, as LLVM has it, so that nothing
+    else compiled with llvmlite in the process is changed (GPU code's other passes, the first O3
+    of a later NVSHMEM kernel included; CPU code optimised below O3)."""
+    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
+        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=true")
+        try:
+            yield
+        finally:
+            llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=false")

@@ -12,7 +12,6 @@ those objects to its link.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -20,7 +19,7 @@ import re
 import llvmlite.binding as llvm
 
 from . import outline, store
-from ._llvm import function_shape, internalize, run
+from ._llvm import function_shape, internalize, nontrivial_unswitching, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
            "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_cubin", "nvjitlink_ptx_isa",
@@ -152,23 +151,6 @@ def unswitching() -> bool:
     """Whether NVSHMEM kernels are compiled with loop unswitching (``$NVSHMEM_DSL_UNSWITCH``,
     on unless it says 0/off/no/false)."""
     return os.environ.get(UNSWITCH_ENV, "").strip().lower() not in ("0", "off", "no", "false")
-
-
-@contextlib.contextmanager
-def nontrivial_unswitching():
-    """LLVM's non-trivial loop unswitching for the passes run inside, which LLVM's O3 leaves off
-    for GPUs unless the branch is provably uniform.  llvmlite has no per-pipeline way to ask for
-    it, only LLVM's process-wide command-line option ``-enable-nontrivial-unswitch``: it is on
-    for the duration only, under llvmlite's lock (which every call into LLVM takes: no other
-    thread's optimisation runs meanwhile), and off again after, as LLVM has it, so that nothing
-    else compiled with llvmlite in the process is changed (GPU code's other passes, the first O3
-    of a later NVSHMEM kernel included; CPU code optimised below O3)."""
-    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
-        llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=true")
-        try:
-            yield
-        finally:
-            llvm.set_option("nvshmem-dsl", "-enable-nontrivial-unswitch=false")
 
 
 def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool, opt: bool = True,

@@ -38,7 +38,7 @@ Linkers use it through :func:`extern_calls` (the outlined functions a kernel's P
 DSL can link the same objects.
 
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
-:func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
+:func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
 :func:`specialise_helper_calls`, :func:`predicted_helper_calls`, :func:`specialised_name`,
 :func:`split_specialised`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`, :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
@@ -65,10 +65,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import loop_split, pieces, rewrites, store, store_build, store_file
+from . import loop_split, object_workers, pieces, rewrites, store, store_build, store_file
+from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ptx", "objects",
+           "is_large", "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "override", "predicted_helper_calls", "prefetch", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
@@ -80,7 +81,6 @@ MODES = ("auto", "none", "all")
 #: optimised it) or ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
 #: code gets it).  Part of each object's cache key.
 OPT_ENV = "NVSHMEM_DSL_OUTLINE_OPT"
-OPT_LEVELS = ("light", "o3")
 
 #: The criterion's threshold: an NVSHMEM function whose own body has at least this many
 #: instructions is linked out of line (between the largest small operation, 477, and the smallest
@@ -213,10 +213,6 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
     return names - out, frozenset(out)
 
 
-#: ``<helper>$p<position>_<value>...``: NVSHMEM's helper ``<helper>`` with the 32-bit parameters at
-#: those positions fixed (``m`` for a minus sign), an object of its own (:func:`specialise_helper_calls`).
-SPECIALISED = "$p"
-
 # `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like; NVSHMEM's
 # helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised
 _NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"\d+_m?\d+)*"
@@ -229,21 +225,6 @@ _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTIO
 _CALLSEQ = re.compile(r"^\s*\{ // callseq (\d+), \d+\n(.*?)^\s*\} // callseq \1\n", re.M | re.S)
 _CALL = re.compile(r"^(\s*call(?:\.uni)? (?:\([^)]*\), )?)(" + _NVSHMEM_FUNCTION + r"), \(([^)]*)\);", re.M)
 _IMMEDIATE_B32 = re.compile(r"^\s*st\.param\.b32\s+\[(\w+)\], (-?\d+);", re.M)
-
-
-def specialised_name(helper: str, constants: dict) -> str:
-    """The name of ``helper`` specialised on ``constants`` (position -> value)."""
-    return helper + "".join(f"{SPECIALISED}{pos}_{str(val).replace('-', 'm')}" for pos, val in sorted(constants.items()))
-
-
-def split_specialised(name: str) -> tuple[str, dict]:
-    """``(helper, {position: value})`` of a :func:`specialised_name` (``(name, {})`` for others)."""
-    base, *parts = name.split(SPECIALISED)
-    constants = {}
-    for part in parts:
-        pos, _, val = part.partition("_")
-        constants[int(pos)] = int(val.replace("m", "-"))
-    return base, constants
 
 
 _BUILTIN_TYPES = "vwbcahstijlmxynofdeg"
@@ -378,14 +359,20 @@ def _ir_arguments(text: str) -> list:
     return [_ir_constant(arg.decode()) for arg in pieces._split_top(text.encode())]
 
 
-def predicted_helper_calls(mod) -> frozenset:
+# a declaration in LLVM IR: `declare hidden fastcc void @_Z..(ptr, i32) #3`
+_IR_DECLARE = re.compile(r"^declare [^@\n]*@\"?([^\"(\s]+)\"?\(", re.M)
+
+
+def predicted_helper_calls(ir) -> frozenset:
     """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
-    PTX) that the llvmlite module ``mod`` calls and declares: read from its IR before the PTX is
-    emitted, so that their objects can start building meanwhile.  A call the PTX passes a mode in
-    a register (not a constant) is named otherwise there; the PTX's names are what links."""
-    declared = {fn.name for fn in mod.functions if fn.is_declaration} - _optable.device_ops().keys()
+    PTX) that IR ``ir`` (an object's :func:`object_ir`, or an llvmlite module) calls and declares:
+    read before any LLVM runs on it, so that their objects can start building at once.  A call the
+    PTX passes a mode in a register (not a constant: IPSCCP may fold one more) is named otherwise
+    there; the PTX's names are what links."""
+    text = ir if isinstance(ir, str) else str(ir)
+    declared = set(_IR_DECLARE.findall(text)) - _optable.device_ops().keys()
     return frozenset(_callee(name, _ir_arguments(args))
-                     for name, args in _IR_CALL.findall(str(mod)) if name in declared)
+                     for name, args in _IR_CALL.findall(text) if name in declared)
 
 
 def helpers_out() -> bool:
@@ -509,30 +496,45 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     SM ``arch`` (the bitcode's) compiled for ``cpu`` and ``features`` (e.g. ``sm_90a``,
     ``+ptx85``), one per function, with those of the helpers they call, transitively (an
     object calls NVSHMEM's helpers in theirs: :func:`object_calls`), in the order of their
-    sorted names, built where not cached (several at once: a helper's as soon as the object
-    calling it has its PTX); their functions use at most ``max_registers`` registers (at most
-    :data:`REGISTERS_PER_THREAD`; :data:`MAX_REGISTERS` when not given: see :func:`register_cap`)."""
+    sorted names, built where not cached; their functions use at most ``max_registers``
+    registers (at most :data:`REGISTERS_PER_THREAD`; :data:`MAX_REGISTERS` when not given: see
+    :func:`register_cap`).
+
+    Builds run at once, largest IR first: those of the helpers an object will call start with
+    it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
+    PTX is there), since a collective's object and its put_signal helper take about as long."""
     cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
     bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
-    paths: dict = {}
+    paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
     futures = collections.deque()
     hits = 0
 
-    def want(wanted, ex):
+    def plan(wanted) -> list:
+        """``(IR, name)`` of the objects to build for ``wanted`` and the helpers they are
+        predicted to call, transitively, largest first (the paths of all in ``paths``)."""
         nonlocal hits
-        with lock:
-            new = sorted(n for n in wanted if n not in paths)
-            for n in new:
-                paths[n] = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
-        for n in new:
-            if paths[n].exists():
+        todo, builds = list(wanted), []
+        while todo:
+            n = todo.pop()
+            with lock:
+                if n in paths:
+                    continue
+                paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
+            if path.exists():
                 with lock:
                     hits += 1
-                want(object_calls(paths[n]), ex)
+                todo += object_calls(path)
             else:
-                futures.append(ex.submit(_build, n, arch, bc_path, cpu, features, _scope_cap(n, cap), paths[n],
-                                         lambda calls: want(calls, ex)))
+                text = object_ir([n], arch, bc_path)
+                builds.append((text, n))
+                todo += predicted_helper_calls(text)
+        return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
+
+    def want(wanted, ex):
+        for text, n in plan(wanted):
+            futures.append(ex.submit(_build, n, arch, bc_path, cpu, features, _scope_cap(n, cap), paths[n], text,
+                                     lambda calls: want(calls, ex)))
 
     built = 0
     with ThreadPoolExecutor(max_workers=store_build._cpus()) as ex:
@@ -542,7 +544,13 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     with _stats_lock:
         stats["builds"] += built
         stats["hits"] += hits
-    return [paths[n] for n in sorted(paths)]
+    linked, todo = set(), list(names)  # what the kernel calls, transitively (not what was only predicted)
+    while todo:
+        n = todo.pop()
+        if n not in linked:
+            linked.add(n)
+            todo += object_calls(paths[n])
+    return [paths[n] for n in sorted(linked)]
 
 
 def object_calls(path: Path) -> frozenset:
@@ -555,18 +563,16 @@ def object_calls(path: Path) -> frozenset:
                          if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(_NVSHMEM_FUNCTION, n))
 
 
-def _build(name, arch, bc_path, cpu, features, cap, path: Path, on_calls=None) -> bool:
-    """Build the object ``path`` of function ``name`` unless another process did meanwhile; True
-    if built here.  ``on_calls(names)``: told what it calls in other objects, before ptxas runs."""
+def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_calls=None) -> bool:
+    """Build the object ``path`` of function ``name`` (from its :func:`object_ir` ``text`` where
+    given) unless another process did meanwhile; True if built here.  ``on_calls(names)``: told
+    what it calls in other objects, before ptxas runs."""
     with store_file._file_lock(path.with_suffix(".lock")):
         if path.exists():
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
-        # the helpers it calls start building while its PTX is emitted (from its IR), and those
-        # of the PTX's calls named otherwise when it is
-        before_emit = None if on_calls is None else (lambda mod: on_calls(predicted_helper_calls(mod)))
-        ptx = specialise_helper_calls(object_ptx([name], arch, cpu, features, bc_path, before_emit=before_emit))
+        ptx = specialise_helper_calls(object_ptx([name], arch, cpu, features, bc_path, text=text))
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)
@@ -586,88 +592,31 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, on_calls=None) -
         return True
 
 
-def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True,
-               before_emit=None) -> str:
+def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
+    """The LLVM IR text an object of the NVSHMEM functions ``names`` is built from
+    (:func:`object_ptx`): their helpers' (:func:`split_specialised`), everything they call but
+    NVSHMEM's out-of-line helpers (declared; ``helpers_out`` False: those too), and the
+    device-state globals, declared."""
+    bases = sorted({split_specialised(name)[0] for name in names})
+    return store.api_text(bases, arch, bc_path, declare_exported=True, helpers_out=helpers_out)
+
+
+def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True, text=None) -> str:
     """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
     they call, for ``cpu``/``features``, except NVSHMEM's helpers, which it calls in their objects
     (``helpers_out`` False: those too, as objects were built before 2026-11-24 afternoon, for
-    bench/experiments/object_sizes.py); the device-state globals are ``.extern``.
-    ``before_emit(module)``: called with the optimised llvmlite module before the PTX is emitted
-    (most of the time taken here)."""
-    import llvmlite.binding as llvm
-
-    from ._llvm import TRIPLE, function_shape, internalize, run, target_machine
-
+    bench/experiments/object_sizes.py); the device-state globals are ``.extern``.  ``text``:
+    their :func:`object_ir`, where the caller has it.  The LLVM part
+    (:func:`nvshmem_dsl.linker.object_llvm.emit`) runs in a worker process where there may be
+    one (:mod:`nvshmem_dsl.linker.object_workers`)."""
     ops = _optable.device_ops()
-    # the NVSHMEM helpers an object's functions call are objects of their own (specialised on the
-    # calls' constant modes by specialise_helper_calls), shared by every object calling them
     bases = sorted({split_specialised(name)[0] for name in names})
-    mod = store.api_module(bases, arch, bc_path, declare_exported=True, helpers_out=helpers_out)
-    for name in names:  # the kernel's declarations are checked against the op table
-        if name in ops:
-            have = function_shape(mod.get_function(name).global_value_type)
-            if have != ops[name]["llvm_type"]:
-                raise RuntimeError(f"NVSHMEM's {name} is {have}, the op table says {ops[name]['llvm_type']}")
-    tm = target_machine(cpu, features, 3)
-    mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
-    for name in names:
-        if SPECIALISED in name:
-            _define_specialised(mod, name)
-    internalize(mod, set(names))  # a specialised helper's own is internal now: IPSCCP folds the constants
-    for name in names:  # NVSHMEM's helpers are internal in its bitcode
-        mod.get_function(name).linkage = llvm.Linkage.external
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
-    if opt_level() == "o3":
-        from .link import nontrivial_unswitching
-
-        with nontrivial_unswitching():
-            pb.getModulePassManager().run(mod, pb)
-    else:
-        run(mod, pb, "ipsccp", "global_opt", "dead_arg_elimination")
-        fpm = llvm.create_new_function_pass_manager()
-        for p in ("instruction_combine", "simplify_cfg", "loop_unroll", "simplify_cfg"):
-            getattr(fpm, f"add_{p}_pass")()  # loop_unroll: the copy loops the copy rewrite marks
-        for fn in mod.functions:
-            if not fn.is_declaration:
-                fpm.run(fn, pb)
-    run(mod, pb, "global_dead_code_eliminate")
-    if loop_split.wanted(store.body_sizes(bases, arch, bc_path)):
-        loop_split.extract_loops(mod, pb)  # ptxas's time grows faster than a function's size
-    if before_emit is not None:
-        before_emit(mod)
-    return tm.emit_assembly(mod)
-
-
-def _define_specialised(mod, name: str) -> None:
-    """Define the :func:`specialised_name` ``name`` in ``mod`` (which defines its helper): a
-    function of the helper's type that calls it with the constants in their places."""
-    import llvmlite.binding as llvm
-
-    base, constants = split_specialised(name)
-    fn = mod.get_function(base)
-    fn.linkage = llvm.Linkage.external  # for the definition below to link to it
-    printed = str(fn)
-    define = next(line for line in printed.splitlines() if line.startswith("define "))
-    cc = "fastcc " if re.search(r"^define [^@]*\bfastcc\b", define) else ""
-    ret = str(fn.global_value_type.get_function_return())
-    params = [str(p) for p in fn.global_value_type.get_function_parameters()]
-    args = []
-    for i, ty in enumerate(params):
-        if i not in constants:
-            args.append(f"{ty} %a{i}")
-        elif ty == "i1":
-            args.append(f"i1 {'true' if constants[i] else 'false'}")
-        elif ty in ("i8", "i16", "i32"):
-            args.append(f"{ty} {constants[i]}")
-        else:
-            raise ValueError(f"{name}: parameter {i} of {base} is {ty}, not a 32-bit constant")
-    call = f'call {cc}{ret} @"{base}"({", ".join(args)})'
-    body = f"  {call}\n  ret void" if ret == "void" else f"  %r = {call}\n  ret {ret} %r"
-    text = (pieces.function_declaration(define.encode()).decode().rsplit(" #", 1)[0] + "\n\n"
-            f'define {cc}{ret} @"{name}"({", ".join(f"{t} %a{i}" for i, t in enumerate(params))}) {{\n{body}\n}}\n')
-    wrapper = llvm.parse_assembly(text)
-    wrapper.triple, wrapper.data_layout = mod.triple, mod.data_layout
-    mod.link_in(wrapper)
+    if text is None:
+        text = object_ir(names, arch, bc_path, helpers_out)
+    return object_workers.emit(
+        text=text, names=list(names), cpu=cpu, features=features, opt=opt_level(),
+        split_loops=loop_split.wanted(store.body_sizes(bases, arch, bc_path)),
+        types={n: ops[n]["llvm_type"] for n in names if n in ops})
 
 
 # --------------------------------------------------------------------------

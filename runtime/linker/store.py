@@ -35,7 +35,7 @@ builds in the calling process, without closures.
 (plus the state globals the host library looks up), assembles those pieces
 and parses them (a few ms to a few hundred ms), memoised per process.
 
-Public functions: :func:`api_module`, :func:`prefetch`, :func:`pruned_bitcode`,
+Public functions: :func:`api_module` (:func:`api_text` parsed), :func:`prefetch`, :func:`pruned_bitcode`,
 :func:`api_names`, :func:`body_sizes`, :func:`cache_dir`; constant :data:`EXPORTED_GLOBALS`.
 
 The file and its format are :mod:`.store_file`'s, the text-level splitting :mod:`.pieces`', the
@@ -60,6 +60,7 @@ __all__ = [
     "EXPORTED_GLOBALS",
     "api_module",
     "api_names",
+    "api_text",
     "body_sizes",
     "cache_dir",
     "prefetch",
@@ -189,9 +190,47 @@ def api_names(arch=90, bc_path=None) -> frozenset:
     return _store(bc_path, arch).api
 
 
+def api_text(names, arch=90, bc_path=None, unswitch=False, declare_exported=False, helpers_out=False) -> str:
+    """The LLVM IR text that :func:`api_module` parses (same arguments): the NVSHMEM device
+    functions ``names``, everything they call and :data:`EXPORTED_GLOBALS`, with the rewrites of
+    inlined code applied.  Made without LLVM (text from the store), so that another process can
+    parse it (the objects' workers: :mod:`nvshmem_dsl.linker.object_workers`)."""
+    # imported here: the build workers load this file on its own, outside the package
+    from . import rewrites
+
+    names = tuple(sorted(set(names)))
+    bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
+    key = _cache_key(bc_path)
+    for attempt in (0, 1):
+        with _lock:
+            st = _stores.get(key)
+        if st is None:
+            st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
+        try:
+            return _text(st, names, rewrites.mode(), unswitch, declare_exported, helpers_out)
+        except CacheCorrupt:
+            if attempt:
+                raise
+            if not st.temporary:
+                _drop_store(bc_path, arch)  # rebuilt by the next _store()
+    raise AssertionError("unreachable")
+
+
+def _text(st, names, how, unswitch, declare_exported, helpers_out) -> str:
+    from . import rewrites
+
+    declared = st.helpers if helpers_out else frozenset()
+    text, _ = rewrites.for_inlining(st.assemble(names, declare_exported, declared).decode(), how)
+    text, _ = rewrites.freeze_loops(text)  # clang's unrolling stays as it was
+    if unswitch:
+        text, _ = rewrites.thread_helpers_not_convergent(text)
+    return text
+
+
 def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=False, helpers_out=False):
     """A fresh :class:`llvmlite.binding.ModuleRef` holding the NVSHMEM device
-    functions ``names``, everything they call, and :data:`EXPORTED_GLOBALS`.
+    functions ``names``, everything they call, and :data:`EXPORTED_GLOBALS` (:func:`api_text`
+    parsed).
 
     ``unswitch``: NVSHMEM's thread-level helpers are not ``convergent`` (see
     :func:`nvshmem_dsl.linker.rewrites.thread_helpers_not_convergent`).
@@ -231,12 +270,7 @@ def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fa
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            declared = st.helpers if helpers_out else frozenset()
-            text, _ = rewrites.for_inlining(st.assemble(names, declare_exported, declared).decode(), how)
-            text, _ = rewrites.freeze_loops(text)  # clang's unrolling stays as it was
-            if unswitch:
-                text, _ = rewrites.thread_helpers_not_convergent(text)
-            mod = llvm.parse_assembly(text)
+            mod = llvm.parse_assembly(_text(st, names, how, unswitch, declare_exported, helpers_out))
         except (CacheCorrupt, RuntimeError):
             if attempt:
                 raise

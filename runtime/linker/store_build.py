@@ -63,6 +63,10 @@ def _worker_main(argv) -> None:
         bc_path, arch, out, key = args
         _lower_priority()
         _build(Path(bc_path), int(arch), Path(out), key, side=True)
+    elif what == "objects":  # an object worker: requests on stdin until it ends
+        from . import object_workers
+
+        object_workers._serve()
     else:
         raise SystemExit(f"unknown worker command {what!r}")
 
@@ -78,10 +82,10 @@ def _lower_priority() -> None:
 
 
 def _spawn(args, **kw) -> subprocess.Popen:
+    kw.setdefault("stdin", subprocess.DEVNULL)
     return subprocess.Popen(
         [sys.executable, "-S", "-c", _WORKER_MAIN, json.dumps(sys.path),
-         os.path.dirname(os.path.abspath(__file__)), *map(str, args)],
-        stdin=subprocess.DEVNULL, **kw,
+         os.path.dirname(os.path.abspath(__file__)), *map(str, args)], **kw,
     )
 
 

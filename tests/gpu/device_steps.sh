@@ -24,6 +24,9 @@
 #   coll-ab      collective and p/g/atomic latency of C++ and IMPLS (default cpp,numba,triton), NVSHMEM_DSL_OUTLINE
 #                auto and none (OUTLINE_MODES), 2 PEs (one GPU: under MPS)
 #   split-ab     collective latency of C++ and IMPLS with NVSHMEM_DSL_OUTLINE_SPLIT in SPLIT_MODES (none default)
+#   cold-objects each of KERNELS compiled by Numba from an empty cache (bench/compile_time.py --phases), without
+#                and with NVSHMEM initialised first (--init, one PE), NVSHMEM_DSL_OBJECT_WORKERS in WORKER_MODES
+#                (0 default): the objects' LLVM steps in this process or in worker processes
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -178,6 +181,19 @@ case "$step" in
         --out "$work/split-$m.json" > "$work/split-$m.log" 2>&1 || rc=$?
       grep -E "^(coll_lat|build_time|bench )" "$work/split-$m.log" | sed "s/^/$m /"
       build=--no-build
+    done
+    ;;
+  cold-objects)
+    for m in ${WORKER_MODES:-0 default}; do
+      v=$m; [ "$m" = default ] && v=""
+      for k in ${KERNELS:-coll_broadcast_thread coll_broadcast_block coll_reduce_block coll_reduce_thread}; do
+        for init in "" --init; do
+          rm -rf /tmp/cold-objects; mkdir -p /tmp/cold-objects  # outside $work: the tarball stays small
+          NVSHMEM_DSL_OBJECT_WORKERS=$v NVSHMEM_DSL_CACHE=/tmp/cold-objects timeout 120 python3 bench/compile_time.py \
+            --impl numba --label "cold workers=$m${init:+ init}" --phases --kernel $k $init 2>/dev/null \
+            | tee -a "$work/cold-objects.jsonl" | python3 bench/experiments/phases.py || rc=$?
+        done
+      done
     done
     ;;
   limited-mpg)
