@@ -23,6 +23,11 @@ SPECIALISED = "$p"
 #: How the objects' code may be optimised (:data:`nvshmem_dsl.linker.outline.OPT_ENV`).
 OPT_LEVELS = ("light", "o3")
 
+#: LLVM's code generation level for each (NVPTX's code generation is most of an object's LLVM
+#: time; ptxas optimises what it emits): a broadcast's object 0.41 s at 2, 0.62 s at 3, its PTX
+#: within 1 KiB and ptxas as fast (bench/results/object-codegen-cpu-2026-11-24.txt).
+CODEGEN_LEVELS = {"light": 2, "o3": 3}
+
 
 def specialised_name(helper: str, constants: dict) -> str:
     """The name of ``helper`` specialised on ``constants`` (position -> value)."""
@@ -59,7 +64,7 @@ def emit(text: str, names, cpu: str, features: str, opt: str = "light", split_lo
         have = function_shape(mod.get_function(name).global_value_type)
         if have != want:
             raise RuntimeError(f"NVSHMEM's {name} is {have}, the op table says {want}")
-    tm = target_machine(cpu, features, 3)
+    tm = target_machine(cpu, features, CODEGEN_LEVELS[opt])
     mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
     for name in names:
         if SPECIALISED in name:

@@ -147,7 +147,7 @@ def block_cap(blocks, limits=()) -> int:
     return min(caps + [n for n in limits if n])
 
 #: Bump when objects are built differently (names the cached objects).
-VERSION = 2
+VERSION = 3
 
 #: Counters for tests and diagnostics: objects built, objects found cached (by :func:`objects`).
 stats = {"builds": 0, "hits": 0}
