@@ -102,3 +102,14 @@ def test_concepts_states_the_outlining_thresholds_the_code_has():
     text = " ".join((DOCS / "concepts.rst").read_text().split())
     assert f"at least {outline.MIN_INSTRUCTIONS} instructions" in text
     assert f"at least {loop_split.MIN_INSTRUCTIONS:,} instructions".replace(",", " ") in text
+
+
+def test_docs_state_the_object_workers_the_code_has():
+    """concepts.rst and troubleshooting.rst name the object workers' variable and default bound as
+    nvshmem_dsl.linker.object_workers has them."""
+    from nvshmem_dsl.linker import object_workers
+
+    for page in ("concepts.rst", "troubleshooting.rst"):
+        text = " ".join((DOCS / page).read_text().split())
+        assert f"``{object_workers.ENV}`` a process (default: its CPUs, at most {object_workers.DEFAULT_MAX}" in text \
+            or f"``{object_workers.ENV}``, default: the CPUs, at most {object_workers.DEFAULT_MAX}" in text, page
