@@ -199,6 +199,14 @@ def api_text(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fals
     from . import rewrites
 
     names = tuple(sorted(set(names)))
+    how = rewrites.mode()
+    return _read_store(names, arch, bc_path,
+                       lambda st: _text(st, names, how, unswitch, declare_exported, helpers_out))
+
+
+def _read_store(names, arch, bc_path, read):
+    """``read(store)`` of a store that has ``names`` (:func:`_first_store`); a store found corrupt
+    meanwhile is dropped and ``read`` tried once more on a rebuilt one."""
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     for attempt in (0, 1):
@@ -207,7 +215,7 @@ def api_text(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fals
         if st is None:
             st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
         try:
-            return _text(st, names, rewrites.mode(), unswitch, declare_exported, helpers_out)
+            return read(st)
         except CacheCorrupt:
             if attempt:
                 raise
@@ -292,21 +300,7 @@ def body_sizes(names, arch=90, bc_path=None) -> dict:
     caller); names that are not API functions are left out.  From the store, or with none cached
     yet from the closure that :func:`api_module` then reuses."""
     names = frozenset(names)
-    bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
-    key = _cache_key(bc_path)
-    for attempt in (0, 1):
-        with _lock:
-            st = _stores.get(key)
-        if st is None:
-            st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
-        try:
-            return {n: st.instructions(n) for n in names if n in st.api}
-        except CacheCorrupt:  # as in api_module: rebuilt once
-            if attempt:
-                raise
-            if not st.temporary:
-                _drop_store(bc_path, arch)
-    raise AssertionError("unreachable")
+    return _read_store(names, arch, bc_path, lambda st: {n: st.instructions(n) for n in names if n in st.api})
 
 
 def helper_closure(names, arch=90, bc_path=None) -> frozenset:
