@@ -105,11 +105,13 @@ def test_concepts_states_the_outlining_thresholds_the_code_has():
 
 
 def test_docs_state_the_object_workers_the_code_has():
-    """concepts.rst and troubleshooting.rst name the object workers' variable and default bound as
-    nvshmem_dsl.linker.object_workers has them."""
+    """concepts.rst and troubleshooting.rst name the object workers' variable, default bound and idle
+    time as nvshmem_dsl.linker.object_workers has them."""
     from nvshmem_dsl.linker import object_workers
 
     for page in ("concepts.rst", "troubleshooting.rst"):
         text = " ".join((DOCS / page).read_text().split())
         assert f"``{object_workers.ENV}`` a process (default: its CPUs, at most {object_workers.DEFAULT_MAX}" in text \
             or f"``{object_workers.ENV}``, default: the CPUs, at most {object_workers.DEFAULT_MAX}" in text, page
+    concepts = " ".join((DOCS / "concepts.rst").read_text().split())
+    assert f"ended {object_workers.IDLE_SECONDS:g} s after the last" in concepts

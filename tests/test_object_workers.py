@@ -91,6 +91,17 @@ def test_no_more_workers_than_asked(workers):
     assert 1 <= len(workers._all) <= 2
 
 
+def test_idle_workers_end(workers, monkeypatch):
+    """A process does not keep its workers (~160 MB each) once it builds no more objects."""
+    monkeypatch.setattr(object_workers, "IDLE_SECONDS", 0.2)
+    assert object_workers.emit(**_request())
+    proc = workers._all[0].proc
+    proc.wait(timeout=10)
+    assert not workers._all and proc.returncode == 0
+    assert object_workers.emit(**_request())  # a new one starts when needed
+    assert len(workers._all) == 1
+
+
 def test_zero_workers_builds_here(monkeypatch):
     monkeypatch.setenv(object_workers.ENV, "0")
     pool = object_workers._Pool()

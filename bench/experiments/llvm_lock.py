@@ -4,8 +4,9 @@ llvmlite takes one process-wide lock around every call into LLVM, so the LLVM st
 objects built in threads of one process (nvshmem_dsl.linker.outline.objects) runs one at a time;
 only their ptxas runs in parallel.  This times outline.object_ptx (the LLVM step: the module from
 the piece store, light optimisation, PTX emission) for a few objects one after the other, in a
-thread each, and in a process each (spawned, importing the package), on NVSHMEM's default sm_90
-bitcode with the piece store built.
+thread each, in a process each (spawned, importing the package), and in a thread each calling the
+persistent object workers (nvshmem_dsl.linker.object_workers, started beforehand: what objects() does
+since 2026-11-24 21:00), on NVSHMEM's default sm_90 bitcode with the piece store built.
 
     python bench/experiments/llvm_lock.py [name,name,...]
 """
@@ -29,8 +30,21 @@ def _llvm(name: str) -> float:
     return time.perf_counter() - t0
 
 
+def _threads(names) -> float:
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=_llvm, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def main(argv) -> int:
+    from nvshmem_dsl.linker import object_workers
+
     names = argv[0].split(",") if argv else list(OBJECTS)
+    os.environ[object_workers.ENV] = "0"  # in this process, as objects were built before the workers
     for name in names:  # warm: the piece store's subsets parsed once, as in a running process
         _llvm(name)
     print(f"{os.cpu_count()} CPUs; objects: {', '.join(names)}", flush=True)
@@ -39,13 +53,7 @@ def main(argv) -> int:
     each = [_llvm(n) for n in names]
     print(f"one after the other: {time.perf_counter() - t0:.2f} s ({', '.join(f'{s:.2f}' for s in each)})", flush=True)
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=_llvm, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print(f"a thread each: {time.perf_counter() - t0:.2f} s", flush=True)
+    print(f"a thread each: {_threads(names):.2f} s", flush=True)
 
     ctx = multiprocessing.get_context("spawn")
     t0 = time.perf_counter()
@@ -53,6 +61,10 @@ def main(argv) -> int:
         inside = pool.map(_llvm, names)
     print(f"a process each (spawned, imports and first parse included): {time.perf_counter() - t0:.2f} s "
           f"(in the processes: {', '.join(f'{s:.2f}' for s in inside)})", flush=True)
+
+    os.environ[object_workers.ENV] = str(len(names))
+    _threads(names)  # the workers started (and their first LLVM calls made), as after a kernel's first object
+    print(f"a thread each, LLVM in the persistent object workers: {_threads(names):.2f} s", flush=True)
     return 0
 
 

@@ -6,8 +6,8 @@ step took 1.6-2.9 s beside a collective's, 0.04-0.2 s alone (tests/gpu/records/2
 h200-loop-split.txt).  Here each object's LLVM step runs in a process of its own: up to
 :func:`count` persistent workers a process, started when the first object is built (each
 ``python -S`` loading this folder as a package of its own, as the store's build workers do:
-:data:`.store_build._WORKER_MAIN`), kept until the process exits.  ptxas runs in the calling
-thread as before.
+:data:`.store_build._WORKER_MAIN`), ended :data:`IDLE_SECONDS` after the last build or when the
+process exits.  ptxas runs in the calling thread as before.
 
 ``$NVSHMEM_DSL_OBJECT_WORKERS``: how many (default: the CPUs, at most :data:`DEFAULT_MAX`); ``0``
 builds in the calling process.  A worker that cannot start leaves the build to the calling process;
@@ -30,6 +30,9 @@ from . import object_llvm
 ENV = "NVSHMEM_DSL_OBJECT_WORKERS"
 #: Most workers a process starts by default (a collective's object and its helpers' build at once).
 DEFAULT_MAX = 4
+#: Seconds a process keeps its workers once none is building (each holds ~160 MB after a collective's
+#: object): the objects of one kernel, and of the next few, share them; a long job does not keep them.
+IDLE_SECONDS = 30.0
 
 _HEADER = struct.Struct("<Q")  # a message: its length, then a pickle
 
@@ -116,6 +119,7 @@ class _Pool:
         self._all: list = []
         self._pid = os.getpid()
         self._failed = False
+        self._reaper = None  # a timer ending the idle workers
 
     def take(self):
         """An idle worker, a new one while fewer than :func:`count` exist, else the next one given
@@ -148,6 +152,21 @@ class _Pool:
             elif worker in self._all:
                 self._all.remove(worker)
             self._cond.notify()
+            if len(self._idle) == len(self._all):  # none building: end them unless one is taken soon
+                if self._reaper is not None:
+                    self._reaper.cancel()
+                self._reaper = threading.Timer(IDLE_SECONDS, self._reap)
+                self._reaper.daemon = True
+                self._reaper.start()
+
+    def _reap(self) -> None:
+        """End the workers that are idle (none taken since the timer started: those are busy)."""
+        with self._cond:
+            if len(self._idle) != len(self._all) or self._pid != os.getpid():
+                return
+            workers, self._idle, self._all = self._idle, [], []
+        for worker in workers:
+            worker.close()
 
     def close(self) -> None:
         """End every worker (at exit)."""
