@@ -73,6 +73,35 @@ def test_a_worker_that_died_is_reported_and_replaced(workers):
     assert object_workers.emit(**_request())
 
 
+def test_workers_that_cannot_run_leave_the_build_here(workers, monkeypatch):
+    """An interpreter whose workers end before answering (here: they exit at once) builds its objects
+    itself, and says so once."""
+    import subprocess
+    import sys
+
+    def spawn(args, **kw):
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], **kw)
+
+    monkeypatch.setattr("nvshmem_dsl.linker.store_build._spawn", spawn)
+    with pytest.warns(RuntimeWarning, match="built in this process, without workers: .*exit status 3"):
+        assert object_workers.emit(**_request()) == object_llvm.emit(**_request())
+    assert workers._failed and not workers._all
+    assert object_workers.emit(**_request())  # no worker tried again, no second warning
+
+
+def test_a_worker_dying_on_an_object_after_others_is_an_error(workers, monkeypatch):
+    """A worker that built objects and dies on the next is not retried here (that object might
+    bring this process down too): the build fails, naming it."""
+    assert object_workers.emit(**_request())
+
+    def die(self, request):
+        raise object_workers.WorkerDied("an NVSHMEM object worker ended building nvshmem_test_add")
+
+    monkeypatch.setattr(object_workers._Worker, "call", die)
+    with pytest.raises(object_workers.WorkerDied, match="nvshmem_test_add"):
+        object_workers.emit(**_request())
+
+
 def test_no_more_workers_than_asked(workers):
     results, errors = [], []
 

@@ -10,8 +10,9 @@ h200-loop-split.txt).  Here each object's LLVM step runs in a process of its own
 process exits.  ptxas runs in the calling thread as before.
 
 ``$NVSHMEM_DSL_OBJECT_WORKERS``: how many (default: the CPUs, at most :data:`DEFAULT_MAX`); ``0``
-builds in the calling process.  A worker that cannot start leaves the build to the calling process;
-one that dies mid-build raises :class:`RuntimeError` with its last output.
+builds in the calling process.  Where workers cannot start or end before their first answer, the
+process builds its objects itself (a warning says so once); a worker that dies building after it
+built others raises :class:`WorkerDied` with its last output.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 
 from . import object_llvm
 
@@ -60,10 +62,15 @@ def emit(**request) -> str:
     if count() == 0:
         return object_llvm.emit(**request)
     worker = _pool.take()
-    if worker is None:  # none could start
+    if worker is None:  # none can start here
         return object_llvm.emit(**request)
     try:
         return worker.call(request)
+    except WorkerDied as exc:
+        if worker.served:  # it built objects before: this object killed it; not tried here
+            raise
+        _pool.fail(exc)  # workers do not start here (an interpreter that cannot run them)
+        return object_llvm.emit(**request)
     finally:
         _pool.give(worker)
 
@@ -78,11 +85,13 @@ class _Worker:
 
         self.log = tempfile.TemporaryFile()
         self.proc = _spawn(["objects"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        self.served = 0  # requests answered
 
     def call(self, request: dict) -> str:
         try:
             _send(self.proc.stdin, request)
             ok, value = _receive(self.proc.stdout)
+            self.served += 1
         except (OSError, EOFError, pickle.UnpicklingError, struct.error):
             self.close()
             self.log.seek(0)
@@ -144,6 +153,17 @@ class _Pool:
                     self._all.append(worker)
                     return worker
                 self._cond.wait()
+
+    def fail(self, exc) -> None:
+        """Workers cannot run here (the first one ended before answering): build in the calling
+        process from now on, and say so once."""
+        with self._cond:
+            if self._failed:
+                return
+            self._failed = True
+            self._cond.notify_all()
+        warnings.warn(f"nvshmem-dsl: NVSHMEM's objects are built in this process, without workers: {exc}",
+                      RuntimeWarning, stacklevel=4)
 
     def give(self, worker) -> None:
         with self._cond:
