@@ -179,3 +179,26 @@ def test_a_collectives_objects_start_with_its_helpers_largest_first(monkeypatch,
     sizes = [size for _, size in started]  # all planned at once: what the helpers call is predicted too
     assert sizes == sorted(sizes, reverse=True)
     assert {p.name.split("-")[0] for p in paths} == {"nvshmem_float_broadcast", *sorted(helpers)[1:]}
+
+
+@needs_bitcode
+def test_a_predicted_helper_nvshmem_lacks_is_not_built(monkeypatch, tmp_path):
+    """Predictions only start builds early: one that names no NVSHMEM function is dropped, while a
+    function the kernel asks for that NVSHMEM lacks is an error."""
+    built = []
+
+    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None):
+        built.append(name)
+        path.with_suffix(".calls").write_text("")
+        path.write_bytes(b"")
+        return 1
+
+    predicted = outline.predicted_helper_calls
+    monkeypatch.setattr(outline, "predicted_helper_calls", lambda text: predicted(text) | {"_Z9nvshmemi_nonev"})
+    monkeypatch.setattr(outline, "_build", build)
+    monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
+    paths = outline.objects(["nvshmem_barrier_all"], 90, "sm_90a", "+ptx85")
+    assert "nvshmem_barrier_all" in built and "_Z9nvshmemi_nonev" not in built
+    assert [p.name.split("-")[0] for p in paths] == ["nvshmem_barrier_all"]
+    with pytest.raises(KeyError, match="_Z9nvshmemi_nonev"):
+        outline.objects(["_Z9nvshmemi_nonev"], 90, "sm_90a", "+ptx85")

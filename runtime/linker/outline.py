@@ -514,6 +514,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
         """``(IR, name)`` of the objects to build for ``wanted`` and the helpers they are
         predicted to call, transitively, largest first (the paths of all in ``paths``)."""
         nonlocal hits
+        wanted = set(wanted)
         todo, builds = list(wanted), []
         while todo:
             n = todo.pop()
@@ -525,10 +526,17 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                 with lock:
                     hits += 1
                 todo += object_calls(path)
-            else:
+                continue
+            try:
                 text = object_ir([n], arch, bc_path)
-                builds.append((text, n))
-                todo += predicted_helper_calls(text)
+            except KeyError:
+                if n in wanted:
+                    raise
+                with lock:  # only predicted: not NVSHMEM's to build (what the PTX calls decides)
+                    del paths[n]
+                continue
+            builds.append((text, n))
+            todo += predicted_helper_calls(text)
         return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
 
     def want(wanted, ex):
