@@ -180,7 +180,8 @@ class _Pool:
                 self._reaper.start()
 
     def _reap(self) -> None:
-        """End the workers that are idle (none taken since the timer started: those are busy)."""
+        """End the workers, all idle since the timer started; none if one is building now (the
+        :meth:`give` after its build starts another timer)."""
         with self._cond:
             if len(self._idle) != len(self._all) or self._pid != os.getpid():
                 return
