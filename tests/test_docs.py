@@ -115,3 +115,6 @@ def test_docs_state_the_object_workers_the_code_has():
             or f"``{object_workers.ENV}``, default: the CPUs, at most {object_workers.DEFAULT_MAX}" in text, page
     concepts = " ".join((DOCS / "concepts.rst").read_text().split())
     assert f"ended {object_workers.IDLE_SECONDS:g} s after the last" in concepts
+    troubleshooting = " ".join((DOCS / "troubleshooting.rst").read_text().split())
+    assert f"ends {object_workers.IDLE_SECONDS:g} s after its last build" in troubleshooting
+    assert f"``RuntimeWarning: {object_workers.FALLBACK_WARNING}``" in troubleshooting

@@ -38,6 +38,9 @@ IDLE_SECONDS = 30.0
 
 _HEADER = struct.Struct("<Q")  # a message: its length, then a pickle
 
+#: The warning a process gives when it builds its objects itself, workers not running here.
+FALLBACK_WARNING = "nvshmem-dsl: NVSHMEM's objects are built in this process, without workers"
+
 
 def count() -> int:
     """How many workers a process may start: ``$NVSHMEM_DSL_OBJECT_WORKERS``, else its CPUs up to
@@ -162,8 +165,7 @@ class _Pool:
                 return
             self._failed = True
             self._cond.notify_all()
-        warnings.warn(f"nvshmem-dsl: NVSHMEM's objects are built in this process, without workers: {exc}",
-                      RuntimeWarning, stacklevel=4)
+        warnings.warn(f"{FALLBACK_WARNING}: {exc}", RuntimeWarning, stacklevel=4)
 
     def give(self, worker) -> None:
         with self._cond:
