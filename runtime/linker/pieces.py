@@ -180,16 +180,20 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
     ctx, mod = parsed or _parse(bc_path)
     local = (llvm.Linkage.internal, llvm.Linkage.private)
     api, defined = [], {}
-    for f in mod.functions:
-        if not f.is_declaration and f.linkage not in local:
-            defined[f.name] = f
-            if f.linkage == llvm.Linkage.external and f.name.startswith("nvshmem"):
-                api.append(f.name)
-    api, public = (api, set(defined)) if listing is None else listing
     # a closure of internal functions (NVSHMEM's helpers, built as objects of their own): kept
     # through GlobalDCE as if public, printed as they are
-    inner = {} if own is None else {f.name: f for f in mod.functions
-                                    if f.name in own and not f.is_declaration and f.linkage in local}
+    inner = {}
+    for f in mod.functions:  # one pass: a closure's module declares thousands (an LLVM call each)
+        if f.is_declaration:
+            continue
+        name, linkage = f.name, f.linkage
+        if linkage not in local:
+            defined[name] = f
+            if linkage == llvm.Linkage.external and name.startswith("nvshmem"):
+                api.append(name)
+        elif own is not None and name in own:
+            inner[name] = f
+    api, public = (api, set(defined)) if listing is None else listing
     mine = set(sorted(public)[part::parts]) if own is None else set(own) & (public | inner.keys())
     changed = {}
     for name, f in defined.items():
