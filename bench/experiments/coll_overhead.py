@@ -8,12 +8,19 @@ device events, median of 5) in four Numba kernels:
   inline-rt-team  inlined, the team a kernel argument (NVSHMEM's code cannot fold it)
   outline         out of line (default), no launch bounds: the object capped at 64 registers
   outline-255     out of line, ``launch_bounds=(1,)``: the object may use 255 registers
+  inline-reload   inlined, the team read again in every iteration (from ``dst``, which the
+                  collective writes): nothing that depends on the team can leave the loop, as
+                  for a call
+  inline-rt-count inlined, the element count read in every iteration (team and root constant)
+  inline-rt-all   inlined, team, count and root read in every iteration: what an object gets
+If ``inline-reload`` is as slow as ``outline``, the cost is what inlined code hoists out of the
+caller's loop (NVSHMEM's team state, read again after each collective's fences by a call).
 If ``inline-rt-team`` is as slow as ``outline``, what the kernel's constants let LLVM fold is the
 cost (objects specialised on constant arguments would recover it); if it is as fast as
 ``inline``, the cost is in the call itself (the loop cannot hoist NVSHMEM's loads, the code is
 not laid out for the hot path).
 
-Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py
+Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py [--only=broadcast]
 On the CPU:   python bench/experiments/coll_overhead.py --ptx   (PTX size of each variant)
 """
 import os
@@ -51,11 +58,51 @@ def k_reduce_rt(dst, src, iters, team):
         nv.sum_reduce(team, dst, src, 2)
 
 
+def k_broadcast_reload(dst, src, iters, team):
+    for _ in range(iters):
+        nv.broadcast(team + (1 if dst[63] > 1e30 else 0), dst, src, 2, 0)  # dst[63] stays 0
+
+
+def k_broadcast_rt_count(dst, src, iters, team):
+    for _ in range(iters):
+        nv.broadcast(W, dst, src, 2 + (1 if dst[63] > 1e30 else 0), 0)
+
+
+def k_broadcast_rt_all(dst, src, iters, team):
+    for _ in range(iters):
+        x = 1 if dst[63] > 1e30 else 0
+        nv.broadcast(team + x, dst, src, 2 + x, x)
+
+
+def k_reduce_rt_count(dst, src, iters, team):
+    for _ in range(iters):
+        nv.sum_reduce(W, dst, src, 2 + (1 if dst[63] > 1e30 else 0))
+
+
+def k_reduce_rt_all(dst, src, iters, team):
+    for _ in range(iters):
+        x = 1 if dst[63] > 1e30 else 0
+        nv.sum_reduce(team + x, dst, src, 2 + x)
+
+
+def k_reduce_reload(dst, src, iters, team):
+    for _ in range(iters):
+        nv.sum_reduce(team + (1 if dst[63] > 1e30 else 0), dst, src, 2)
+
+
 def variants():
     """(collective, variant, function, outline mode, cuda.jit options)."""
-    for coll, const, rt in (("broadcast", k_broadcast, k_broadcast_rt), ("sum_reduce", k_reduce, k_reduce_rt)):
+    only = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
+    for coll, const, rt, reload, count, every in (
+            ("broadcast", k_broadcast, k_broadcast_rt, k_broadcast_reload, k_broadcast_rt_count, k_broadcast_rt_all),
+            ("sum_reduce", k_reduce, k_reduce_rt, k_reduce_reload, k_reduce_rt_count, k_reduce_rt_all)):
+        if only and coll not in only:
+            continue
         yield coll, "inline", const, "none", {}
         yield coll, "inline-rt-team", rt, "none", {}
+        yield coll, "inline-reload", reload, "none", {}
+        yield coll, "inline-rt-count", count, "none", {}
+        yield coll, "inline-rt-all", every, "none", {}
         yield coll, "outline", const, "auto", {}
         yield coll, "outline-255", const, "auto", {"launch_bounds": (1,)}
 
