@@ -298,31 +298,6 @@ def test_prefetch_starts_the_build(bc, tmp_path, monkeypatch):
     assert canonical(str(mod)) == canonical(st.assemble(["nvshmem_baz"]).decode())
 
 
-def test_prefetch_reads_the_closures_listing_ahead(bc, tmp_path, monkeypatch):
-    """A prefetch that starts the build also reads the bitcode's function listing in a thread, so
-    that the first kernel's closure does not (0.2 s on the CPU machine for NVSHMEM's)."""
-    import threading
-
-    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "listing"))
-    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
-    started = []
-    monkeypatch.setattr(store, "_start_builder", lambda *a: started.append(a) or True)  # a build that never ends
-    monkeypatch.setattr(pieces, "_listed", {})
-    monkeypatch.setattr(store, "_closures", {})
-    listings = []
-    real = bodies.functions
-    monkeypatch.setattr(bodies, "functions", lambda data: listings.append(1) or real(data))
-    store.prefetch(90, bc_path=bc)
-    for t in threading.enumerate():
-        if t.name == "nvshmem-dsl-listing":
-            t.join(timeout=30)
-    assert listings == [1]
-    assert len(started) == 1
-    mod = store.api_module(["nvshmem_baz"], 90, bc_path=bc)  # a closure: the store is being built
-    assert _functions(mod) == ["helper", "nvshmem_baz", "nvshmem_foo"]
-    assert store._closures and listings == [1]  # the closure used the listing read ahead
-
-
 @pytest.mark.parametrize("jobs", ["1", None])
 def test_prefetch_does_nothing_without_side_builds_or_with_a_store(bc, tmp_path, monkeypatch, jobs):
     if jobs:  # the store is built in the calling process, when a kernel needs it

@@ -281,28 +281,6 @@ def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:
     return _part(bc_path, part, parts, threads, parsed=parsed, prototypes=True, listing=(api, public))
 
 
-def _listing(bc_path: Path, data: bytes) -> list:
-    """:func:`.bodies.functions` of the bitcode ``bc_path`` (whose bytes are ``data``), once per
-    process and file."""
-    st = bc_path.stat()
-    key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
-    fns = _listed.get(key)
-    if fns is None:
-        fns = _listed.setdefault(key, bodies.functions(data))
-    return fns
-
-
-def read_listing_ahead(bc_path: Path) -> None:
-    """Read what the first closure of this process from ``bc_path`` needs before it is asked for
-    (the file's function listing, 0.2 s on the CPU machine, and the file into the page cache):
-    :func:`nvshmem_dsl.linker.store.prefetch` runs it in a thread.  Never raises: the closure
-    reports what fails."""
-    try:
-        _listing(bc_path, bc_path.read_bytes())
-    except Exception:  # noqa: BLE001 - see the docstring
-        pass
-
-
 def _closure(bc_path: Path, names) -> dict:
     """The closure of ``names`` (:func:`_part` with ``own``), from a parse of the function bodies
     it needs only (:mod:`nvshmem_dsl.linker.bodies`): ``names`` and every function that is not
@@ -312,7 +290,9 @@ def _closure(bc_path: Path, names) -> dict:
     :mod:`~nvshmem_dsl.linker.bodies` does not read is parsed whole."""
     data = bc_path.read_bytes()
     try:
-        fns = _listing(bc_path, data)
+        st = bc_path.stat()
+        key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
+        fns = _listed.get(key) or _listed.setdefault(key, bodies.functions(data))
         api = _api_of(fns)
         keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}
         while True:

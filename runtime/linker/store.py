@@ -143,7 +143,7 @@ _prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen
 
 def prefetch(arch=90, bc_path=None) -> None:
     """Start building the store for ``arch`` (processes of their own) if it is not cached yet,
-    and reading what a closure needs (:func:`.pieces.read_listing_ahead`), before any kernel needs it: ``nvshmem_dsl.init()`` calls this (with Numba's API imported)
+    before any kernel needs it: ``nvshmem_dsl.init()`` calls this (with Numba's API imported)
     once it has chosen the GPU, so that the store is ready sooner (a kernel linked before it is
     there links a closure).  Does nothing when the store is cached, when the build runs in the calling process
     (``NVSHMEM_DSL_BUILD_JOBS=1``), or for arguments seen before.  Never raises: what fails here
@@ -158,9 +158,6 @@ def prefetch(arch=90, bc_path=None) -> None:
         path = _store_file(bc_path, key)
         if _side_builds(bc_path) and not path.exists() and key not in _stores:
             _start_builder(bc_path, _arch_number(arch), path, key)
-            # the first kernels link closures until the store is there: what they read, read now
-            threading.Thread(target=pieces.read_listing_ahead, args=(bc_path,), daemon=True,
-                             name="nvshmem-dsl-listing").start()
     except Exception:  # noqa: BLE001 - see the docstring
         return
 
