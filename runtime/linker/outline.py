@@ -363,13 +363,12 @@ def _ir_arguments(text: str) -> list:
 _IR_DECLARE = re.compile(r"^declare [^@\n]*@\"?([^\"(\s]+)\"?\(", re.M)
 
 
-def predicted_helper_calls(ir) -> frozenset:
+def predicted_helper_calls(text: str) -> frozenset:
     """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
-    PTX) that IR ``ir`` (an object's :func:`object_ir`, or an llvmlite module) calls and declares:
-    read before any LLVM runs on it, so that their objects can start building at once.  A call the
-    PTX passes a mode in a register (not a constant: IPSCCP may fold one more) is named otherwise
-    there; the PTX's names are what links."""
-    text = ir if isinstance(ir, str) else str(ir)
+    PTX) that the IR ``text`` (an object's :func:`object_ir`) calls and declares: read before any
+    LLVM runs on it, so that their objects can start building at once.  A call the PTX passes a
+    mode in a register (not a constant: IPSCCP may fold one more) is named otherwise there; the
+    PTX's names are what links."""
     declared = set(_IR_DECLARE.findall(text)) - _optable.device_ops().keys()
     return frozenset(_callee(name, _ir_arguments(args))
                      for name, args in _IR_CALL.findall(text) if name in declared)
@@ -468,6 +467,12 @@ def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
 
+def _cap_and_bitcode(max_registers, arch, bc_path) -> tuple[int, Path]:
+    """The register cap :func:`objects` builds at for ``max_registers``, and the bitcode file."""
+    cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
+    return cap, Path(bc_path) if bc_path else store_file._default_bitcode(arch)
+
+
 def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=None):
     """Start building the objects of ``names`` that are not cached (:func:`objects`, same
     arguments) in a thread of its own, and return it (None when there is nothing to build): a
@@ -475,8 +480,7 @@ def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=N
     PTX is emitted, and its later :func:`objects` call waits for the builds under way (their file
     locks) instead of starting them again.  Errors are left to that call.  A process waits for
     the thread when it exits."""
-    cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
-    bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
+    cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     if all(_object_path(n, bc_path, cpu, features, _scope_cap(n, cap)).exists() for n in names):
         return None
 
@@ -503,8 +507,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     Builds run at once, largest IR first: those of the helpers an object will call start with
     it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
     PTX is there), since a collective's object and its put_signal helper take about as long."""
-    cap = min(REGISTERS_PER_THREAD, max_registers) if max_registers else MAX_REGISTERS
-    bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(arch)
+    cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
     futures = collections.deque()
