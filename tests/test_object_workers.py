@@ -121,7 +121,7 @@ def test_no_more_workers_than_asked(workers):
 
 
 def test_idle_workers_end(workers, monkeypatch):
-    """A process does not keep its workers (~160 MB each) once it builds no more objects."""
+    """A process does not keep its workers (100-150 MiB each) once it builds no more objects."""
     monkeypatch.setattr(object_workers, "IDLE_SECONDS", 0.2)
     assert object_workers.emit(**_request())
     proc = workers._all[0].proc

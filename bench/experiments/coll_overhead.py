@@ -14,7 +14,9 @@ device events, median of 5) in four Numba kernels:
   inline-rt-count inlined, the element count read in every iteration (team and root constant)
   inline-rt-all   inlined, team, count and root read in every iteration: what an object gets
 If ``inline-reload`` is as slow as ``outline``, the cost is what inlined code hoists out of the
-caller's loop (NVSHMEM's team state, read again after each collective's fences by a call).
+caller's loop (NVSHMEM's team state, read again after each collective's fences by a call).  Measured
+2026-11-24 (tests/gpu/records/2026-11-24/h200-coll-overhead-reload.txt): it is not; ``inline-rt-all``
+is still 0.7-0.9 us a call faster than ``outline``.
 If ``inline-rt-team`` is as slow as ``outline``, what the kernel's constants let LLVM fold is the
 cost (objects specialised on constant arguments would recover it); if it is as fast as
 ``inline``, the cost is in the call itself (the loop cannot hoist NVSHMEM's loads, the code is

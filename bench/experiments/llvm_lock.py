@@ -6,7 +6,8 @@ only their ptxas runs in parallel.  This times outline.object_ptx (the LLVM step
 the piece store, light optimisation, PTX emission) for a few objects one after the other, in a
 thread each, in a process each (spawned, importing the package), and in a thread each calling the
 persistent object workers (nvshmem_dsl.linker.object_workers, started beforehand: what objects() does
-since 2026-11-24 21:00), on NVSHMEM's default sm_90 bitcode with the piece store built.
+since 2026-11-24 21:00), on NVSHMEM's default sm_90 bitcode with the piece store built; then each
+worker's resident memory (VmRSS) after those builds and a block reduction's.
 
     python bench/experiments/llvm_lock.py [name,name,...]
 """
@@ -65,6 +66,11 @@ def main(argv) -> int:
     os.environ[object_workers.ENV] = str(len(names))
     _threads(names)  # the workers started (and their first LLVM calls made), as after a kernel's first object
     print(f"a thread each, LLVM in the persistent object workers: {_threads(names):.2f} s", flush=True)
+    _llvm("nvshmemx_int32_sum_reduce_block")  # the largest object
+    for worker in object_workers._pool._all:
+        with open(f"/proc/{worker.proc.pid}/status") as f:
+            rss = next(line.split()[1] for line in f if line.startswith("VmRSS"))
+        print(f"worker {worker.proc.pid}: {int(rss) >> 10} MiB resident", flush=True)
     return 0
 
 

@@ -32,8 +32,9 @@ from . import object_llvm
 ENV = "NVSHMEM_DSL_OBJECT_WORKERS"
 #: Most workers a process starts by default (a collective's object and its helpers' build at once).
 DEFAULT_MAX = 4
-#: Seconds a process keeps its workers once none is building (each holds ~160 MB after a collective's
-#: object): the objects of one kernel, and of the next few, share them; a long job does not keep them.
+#: Seconds a process keeps its workers once none is building (each held 106-153 MiB after collectives'
+#: objects, bench/results/llvm-lock-cpu-2026-11-24.txt): the objects of one kernel, and of the next few,
+#: share them; a long job does not keep them.
 IDLE_SECONDS = 30.0
 
 _HEADER = struct.Struct("<Q")  # a message: its length, then a pickle
