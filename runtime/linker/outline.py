@@ -359,17 +359,14 @@ def _ir_arguments(text: str) -> list:
     return [_ir_constant(arg.decode()) for arg in pieces._split_top(text.encode())]
 
 
-# a declaration in LLVM IR: `declare hidden fastcc void @_Z..(ptr, i32) #3`
-_IR_DECLARE = re.compile(r"^declare [^@\n]*@\"?([^\"(\s]+)\"?\(", re.M)
-
-
 def predicted_helper_calls(text: str) -> frozenset:
     """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
     PTX) that the IR ``text`` (an object's :func:`object_ir`) calls and declares: read before any
     LLVM runs on it, so that their objects can start building at once.  A call the PTX passes a
     mode in a register (not a constant: IPSCCP may fold one more) is named otherwise there; the
     PTX's names are what links."""
-    declared = set(_IR_DECLARE.findall(text)) - _optable.device_ops().keys()
+    declared = {pieces._unquote(pieces._name_of(line)) for line in text.encode().splitlines()
+                if line.startswith(b"declare ")} - _optable.device_ops().keys()
     return frozenset(_callee(name, _ir_arguments(args))
                      for name, args in _IR_CALL.findall(text) if name in declared)
 
