@@ -14,6 +14,7 @@ import re
 import struct
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -158,6 +159,61 @@ def test_relocatable_pipeline():
 def test_nvjitlink_error_is_clear():
     with pytest.raises(NvshmemLinkError, match=r"nvJitLink failed.*\n(.|\n)*NVSHMEM_DSL_OUTLINE=none"):
         _link._nvjitlink("sm_90a", [("broken.cubin", b"\x7fELF not a cubin at all")])
+
+
+def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):
+    """The compile replaces the placeholder its calls named by the kernel's own bitcode: the
+    functions it inlines (``p``) and the device state (kept), not the outlined collective."""
+    import llvmlite.binding as llvm
+
+    from nvshmem_dsl._libs import bitcode_path
+    from nvshmem_dsl.linker.nvvm import kernel_bitcode, kernel_bitcode_placeholder
+
+    seen = []
+    orig = _link.resolve_kernel_bitcode
+
+    def spy(module, pipeline):
+        seen.append((pipeline, orig(module, pipeline)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(_link, "resolve_kernel_bitcode", spy)
+    with outline.override("auto"):
+        _compile()
+    placeholder = kernel_bitcode_placeholder(bitcode_path("sm_90a"))
+    (before, after), = seen
+    path = str(kernel_bitcode({P}, 90, bitcode_path("sm_90a")))
+    assert placeholder in before and placeholder not in after and path in after
+    mod = llvm.parse_bitcode(Path(path).read_bytes())
+    defined = {f.name for f in mod.functions if not f.is_declaration}
+    assert P in defined and REDUCE not in defined
+    assert not mod.get_global_variable(STATE).is_declaration
+    assert "@llvm.compiler.used" in str(mod)
+
+
+def test_kernel_bitcode_of_no_function_defines_the_state():
+    """A kernel that only calls outlined functions still defines the device state they read."""
+    import llvmlite.binding as llvm
+
+    from nvshmem_dsl._libs import bitcode_path
+    from nvshmem_dsl.linker.nvvm import kernel_bitcode
+
+    mod = llvm.parse_bitcode(kernel_bitcode((), 90, bitcode_path("sm_90a")).read_bytes())
+    assert not [f.name for f in mod.functions if not f.is_declaration and f.name.startswith("nvshmem")]
+    assert not mod.get_global_variable(STATE).is_declaration
+
+
+def test_objects_start_before_cute_compiles(monkeypatch):
+    """The hook starts the objects at the cap of the kernel's declared block (its ``nvvm.reqntid``),
+    the cap the link after CuTe's compile asks for."""
+    asked = {}
+    monkeypatch.setattr(outline, "prefetch", lambda *a: asked.setdefault("prefetch", a))
+    orig = outline.objects
+    monkeypatch.setattr(outline, "objects", lambda *a: asked.setdefault("objects", a) and orig(*a))
+    with outline.override("auto"):
+        _compile()
+    assert asked["prefetch"] == asked["objects"]
+    names, sm, arch, features, cap, _ = asked["prefetch"]
+    assert set(names) == {REDUCE} and cap == outline.registers_a_thread(64) and arch == "sm_90a"
 
 
 def test_hook_unavailable_falls_back_to_inlining(monkeypatch):

@@ -39,10 +39,12 @@ with NN <= the target (NVSHMEM >= 3.5), else the single ``libnvshmem_device.bc``
 Hybrid linking (:mod:`nvshmem_dsl.cute._link`): a function that
 :func:`nvshmem_dsl.linker.outline.split` outlines (collectives, barriers; all of them with
 ``NVSHMEM_DSL_OUTLINE=all``, none with ``none``) is declared ``inline=False`` and linked from
-its cached object after CuTe's compile; every call links the bitcode without those functions
-(:func:`nvshmem_dsl.linker.nvvm.inline_bitcode`).  The choice is made when the call is traced,
-for :func:`nvshmem_dsl.linker.outline.mode` then (``with nvshmem_dsl.cute.outline("none"):``
-around the compile).
+its cached object after CuTe's compile; every call names the kernel's own bitcode, made at the
+compile from the functions the kernel inlines (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`;
+until then a placeholder path, :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`).  The
+choice is made when the call is traced, for :func:`nvshmem_dsl.linker.outline.mode` then
+(``with nvshmem_dsl.cute.outline("none"):`` around the compile: the whole library, prepared for
+libNVVM once, :func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`).
 """
 
 from __future__ import annotations
@@ -69,24 +71,22 @@ __all__ = [
 
 
 def bitcode_for_arch(arch: str) -> str:
-    """The NVSHMEM device bitcode to link for ``arch`` (e.g. ``"sm_90a"``), in a form
-    libNVVM accepts, for the outlining mode in effect (:func:`._link.effective_mode`): without
-    the outlined functions (:func:`nvshmem_dsl.linker.nvvm.inline_bitcode`), or in mode
-    ``none`` the whole library (:func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`)."""
+    """The NVSHMEM device bitcode a call traced now for ``arch`` (e.g. ``"sm_90a"``) names, for
+    the outlining mode in effect (:func:`._link.effective_mode`): with hybrid linking the
+    placeholder of the kernel's own bitcode, made at its compile
+    (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`), in mode ``none`` the whole
+    library prepared for libNVVM (:func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`)."""
     return _bitcode(arch, _link.effective_mode())
 
 
 @functools.lru_cache(maxsize=None)
 def _bitcode(arch: str, how: str) -> str:
     from .._libs import bitcode_path
-    from ..linker import outline
-    from ..linker.nvvm import inline_bitcode, nvvm_bitcode
-    from ..linker.store_file import _arch_number
+    from ..linker.nvvm import kernel_bitcode_placeholder, nvvm_bitcode
 
     if how == "none":
         return str(nvvm_bitcode(bitcode_path(arch)))
-    with outline.override(how):
-        return str(inline_bitcode(bitcode_path(arch), _arch_number(arch)))
+    return kernel_bitcode_placeholder(bitcode_path(arch))
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,11 +7,16 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
 
 1. While a kernel is traced, each NVSHMEM call that :func:`nvshmem_dsl.linker.outline.split`
    says to outline is declared ``ffi(inline=False)`` (``func.func private @f {no_inline}``:
-   ``.extern .func f`` in the PTX); the small ones stay ``inline=True``.  Both link
-   :func:`nvshmem_dsl.linker.nvvm.inline_bitcode`, NVSHMEM's bitcode *without* the outlined
-   functions (so that libNVVM cannot inline them) and with the device state kept.
+   ``.extern .func f`` in the PTX); the small ones stay ``inline=True``.  Both name a placeholder
+   for the kernel's bitcode (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`).
 2. :func:`install` wraps CuTe's ``compiler_provider.compile`` (the step that runs the
-   ``cute-to-nvvm`` pipeline).  When the module declares outlined NVSHMEM functions, the wrapper
+   ``cute-to-nvvm`` pipeline).  Before the pipeline, the wrapper makes the kernel's bitcode: the
+   NVSHMEM functions it inlines and what they call, *without* the outlined ones (so that libNVVM
+   cannot inline them), with the device state kept (:func:`resolve_kernel_bitcode`,
+   :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`: from a closure of the piece store, so that a
+   first kernel need not wait for the whole store), and starts building the outlined functions'
+   objects at the register cap of the kernel's declared block size (``nvvm.reqntid``), while CuTe
+   compiles.  When the module declares outlined NVSHMEM functions, the wrapper
    adds ``-c`` to the pipeline's ``ptx-options`` (CuTe's own ptxas then accepts the unresolved
    calls) and asks for the kernel's PTX (``dump-ptx-path``); after the pipeline
    :func:`link_module` links that PTX with the functions' objects
@@ -38,6 +43,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import glob
+import math
 import os
 import re
 import tempfile
@@ -48,8 +54,8 @@ from typing import Optional
 from ..linker import outline
 from ..linker.link import NvshmemLinkError, min_ptx, nvjitlink_cubin, ptx_for_nvjitlink
 
-__all__ = ["effective_mode", "install", "link_module", "outlined_declarations", "ptx_dump_pipeline",
-           "relocatable_pipeline", "stats", "undefined_symbols"]
+__all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations",
+           "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats", "undefined_symbols"]
 
 #: Counters for tests and diagnostics: kernels linked by nvJitLink.
 stats = {"linked": 0}
@@ -117,11 +123,15 @@ def effective_mode() -> str:
 def _wrap(orig, dsl):
     @functools.wraps(orig)
     def compile(module, pipeline, *args, **kwargs):
-        names = outlined_declarations(module) if "cute-to-nvvm" in pipeline else frozenset()
+        if "cute-to-nvvm" not in pipeline:
+            return orig(module, pipeline, *args, **kwargs)
+        pipeline = resolve_kernel_bitcode(module, pipeline)
+        names = outlined_declarations(module)
         if not names:
             return orig(module, pipeline, *args, **kwargs)
         pipeline, cap = relocatable_pipeline(pipeline)
         arch = _pipeline_arch(pipeline)
+        _prefetch_objects(module, arch, names, cap)  # built while CuTe compiles the kernel
         with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-cute-") as tmp:
             pipeline, prefix = ptx_dump_pipeline(pipeline, os.path.join(tmp, "kernel"))
             result = orig(module, pipeline, *args, **kwargs)
@@ -138,19 +148,83 @@ def _wrap(orig, dsl):
     return compile
 
 
-def outlined_declarations(module) -> frozenset:
-    """The NVSHMEM functions a traced module declares ``no_inline`` (those called out of line),
-    read from its ``gpu.module`` before the pipeline runs."""
+def _gpu_modules(module):
+    return [op for op in module.body.operations if op.operation.name == "gpu.module"]
+
+
+def _declarations(module, outlined: bool) -> frozenset:
     names = set()
-    for op in module.body.operations:
-        if op.operation.name != "gpu.module":
-            continue
+    for op in _gpu_modules(module):
         for f in op.regions[0].blocks[0].operations:
-            if f.operation.name == "func.func" and "no_inline" in f.attributes:
+            if f.operation.name == "func.func" and ("no_inline" in f.attributes) == outlined:
                 name = f.attributes["sym_name"].value
                 if name.startswith("nvshmem"):
                     names.add(name)
     return frozenset(names)
+
+
+def outlined_declarations(module) -> frozenset:
+    """The NVSHMEM functions a traced module declares ``no_inline`` (those called out of line),
+    read from its ``gpu.module`` before the pipeline runs."""
+    return _declarations(module, outlined=True)
+
+
+def inlined_declarations(module) -> frozenset:
+    """The NVSHMEM functions a traced module declares to be inlined (from its bitcode)."""
+    return _declarations(module, outlined=False)
+
+
+def resolve_kernel_bitcode(module, pipeline: str) -> str:
+    """Make the bitcode of the NVSHMEM functions a traced module inlines
+    (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`) and put its path in place of the placeholder
+    its calls named (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`), in the module's
+    ``link-libraries`` and in ``pipeline`` (which CuTe made of them); returns the pipeline.  A
+    module whose calls named no placeholder (mode ``none``) is left as it is."""
+    from cutlass._mlir import ir
+
+    from .._libs import bitcode_path
+    from ..linker.nvvm import kernel_bitcode, kernel_bitcode_placeholder
+    from ..linker.store_file import _arch_number
+
+    arch = _pipeline_arch(pipeline)
+    placeholder = kernel_bitcode_placeholder(bitcode_path(arch))
+    modules = [op for op in _gpu_modules(module) if "link-libraries" in op.attributes
+               and placeholder in [x.value for x in op.attributes["link-libraries"]]]
+    if not modules and placeholder not in pipeline:
+        return pipeline
+    path = str(kernel_bitcode(inlined_declarations(module), _arch_number(arch), bitcode_path(arch)))
+    for op in modules:
+        paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]})
+        op.attributes["link-libraries"] = ir.ArrayAttr.get([ir.StringAttr.get(x) for x in paths])
+    return pipeline.replace(placeholder, path)
+
+
+_INTS = re.compile(r"\d+")
+
+
+def _prefetch_objects(module, arch: str, names, max_registers: Optional[int]) -> None:
+    """Start building the objects of the outlined ``names`` (:func:`nvshmem_dsl.linker.outline.prefetch`)
+    at the register cap :func:`link_module` will ask for: the kernels' declared block sizes
+    (``nvvm.reqntid``/``nvvm.maxntid``, the PTX's ``.reqntid``/``.maxntid``) and ``max_registers``."""
+    from .._libs import bitcode_path
+    from ..linker.store_file import _arch_number
+
+    blocks = []
+    for op in _gpu_modules(module):
+        for f in op.regions[0].blocks[0].operations:
+            if "gpu.kernel" not in f.attributes and "nvvm.kernel" not in f.attributes:
+                continue
+            dims = next((f.attributes[a] for a in ("nvvm.reqntid", "nvvm.maxntid") if a in f.attributes), None)
+            # `array<i32: 64, 1, 1>`: the numbers after the element type
+            blocks.append(math.prod(int(d) for d in _INTS.findall(str(dims).rpartition(":")[2]))
+                          if dims is not None else None)
+    sm = _arch_number(arch)
+    outline.prefetch(names, sm, arch, _features(sm), outline.block_cap(blocks, [max_registers]), bitcode_path(arch))
+
+
+def _features(sm: int) -> str:
+    """The PTX ISA the objects of a kernel for SM ``sm`` are built for (LLVM's feature string)."""
+    return f"+ptx{max(85, min_ptx(sm))}"
 
 
 _PTX_OPTIONS = re.compile(r"ptx-options='([^']*)'")
@@ -269,7 +343,7 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
     from ..linker.store_file import _arch_number
 
     sm = _arch_number(arch)
-    features = f"+ptx{max(85, min_ptx(sm))}"
+    features = _features(sm)
     bc_path = bitcode_path(arch)
     done = []
     binaries = list(_binaries(module))

@@ -1,6 +1,6 @@
-"""Copies of NVSHMEM's device bitcode that libNVVM accepts (the CuTe DSL links bitcode through
-libNVVM): the whole library (:func:`nvvm_bitcode`) and the library without the functions hybrid
-linking calls out of line (:func:`inline_bitcode`)."""
+"""NVSHMEM's device bitcode in forms libNVVM accepts (the CuTe DSL links bitcode through
+libNVVM): the whole library (:func:`nvvm_bitcode`, for kernels that inline everything) and, with
+hybrid linking, one file per set of functions kernels inline (:func:`kernel_bitcode`)."""
 
 from __future__ import annotations
 
@@ -65,56 +65,56 @@ def nvvm_bitcode(bc_path) -> Path:
         return copy
 
 
-#: Bump when :func:`inline_bitcode` makes its file differently (part of the file's name).
-INLINE_REVISION = 1
+#: Bump when :func:`kernel_bitcode` makes its files differently (part of their names).
+KERNEL_REVISION = 1
 
 # `@nvshmemi_device_state_d = ... addrspace(4) externally_initialized global ...`: the global's
 # address space (none: generic)
 _GLOBAL_DEF = r"^@{name} = [\w ]*?(?:addrspace\((\d+)\) )?[\w ]*?(?:global|constant) "
 
 
-def inline_bitcode(bc_path, arch) -> Path:
-    """The bitcode the CuTe DSL links through libNVVM for kernels of SM ``arch`` (an int, e.g.
-    90): NVSHMEM's, prepared as by :func:`nvvm_bitcode`, *without* the functions that hybrid
-    linking calls out of line (:func:`nvshmem_dsl.linker.outline.split` of all of them, for
-    :func:`~nvshmem_dsl.linker.outline.mode`), which the kernel declares and its link adds from
-    their objects (:func:`~nvshmem_dsl.linker.outline.objects`).  libNVVM would otherwise
-    resolve the declarations against the bitcode's definitions and inline them.
+def kernel_bitcode_placeholder(bc_path) -> str:
+    """The path CuTe kernels traced with hybrid linking name as their NVSHMEM bitcode (in their
+    ``link-libraries``) until their compile, when :func:`nvshmem_dsl.cute._link` puts the path of
+    their :func:`kernel_bitcode` in its place.  No file: the name says which bitcode it stands
+    for (its cache key), so that CuTe's own caches tell kernels of two NVSHMEM builds apart."""
+    bc_path = Path(bc_path)
+    return str(cache_dir() / f"{bc_path.stem}-{_cache_key(bc_path)[:24]}-kernel.nvvm.bc")
 
-    The device-state globals (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are kept in
-    ``@llvm.compiler.used`` as in NVSHMEM's own file, so that every kernel that links it defines
-    them (once: the objects only declare them), also one that calls only outlined functions.
 
-    In mode ``none``, or without ptxas to build the objects (then nothing is outlined), it is
-    :func:`nvvm_bitcode`'s file: everything is inlined, as before hybrid linking.  Otherwise the
-    file is made once per (bitcode, rewrites, outlining criterion, mode) in the cache directory
-    (a few seconds: it needs the piece store) and later calls only stat it.
-    """
+def kernel_bitcode(names, arch, bc_path) -> Path:
+    """The bitcode libNVVM links into a CuTe kernel that calls the NVSHMEM functions ``names``
+    inlined (for SM ``arch``, an int): those functions and everything they call, from the piece
+    store (:func:`nvshmem_dsl.linker.store.api_text`: with no store cached yet, from a closure of
+    them extracted while the store is built, well under a second), with the rewrites of inlined
+    code, in a form libNVVM accepts (no sections, libNVVM's data layout).  The functions the
+    kernel calls out of line are not in it: the kernel declares them and its link adds their
+    objects (:func:`nvshmem_dsl.linker.outline.objects`).  The device-state globals
+    (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are defined and kept in
+    ``@llvm.compiler.used`` as in NVSHMEM's own file, so that every kernel defines them (once:
+    the objects only declare them), also one that calls only outlined functions.
+
+    Made once per (bitcode, rewrites, ``names``) in the cache directory (tens of ms with the
+    store cached); later calls only stat it."""
     import hashlib
     import json
 
     import llvmlite.binding as llvm
 
-    from . import outline, store
+    from . import store
 
     bc_path = Path(bc_path)
-    how = outline.mode()
-    if how == "none" or outline.ptxas() is None:
-        return nvvm_bitcode(bc_path)
-    ident = [_cache_key(bc_path), rewrites.mode(), rewrites.REVISION, outline.VERSION,
-             outline.MIN_INSTRUCTIONS, how, INLINE_REVISION]
-    digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
-    path = cache_dir() / f"{bc_path.stem}-inline-{how}-{digest}.nvvm.bc"
+    names = sorted(set(names))
+    ident = [_cache_key(bc_path), rewrites.mode(), rewrites.REVISION, KERNEL_REVISION, names]
+    digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
+    path = cache_dir() / "kernels" / f"{bc_path.stem}-{digest}.nvvm.bc"
     if path.exists():
         return path
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     with _file_lock(path.with_suffix(".lock")):
         if path.exists():
             return path
-        print(f"nvshmem-dsl: preparing {bc_path.name} without its outlined functions for NVVM "
-              f"(once) ...", file=sys.stderr, flush=True)
-        inline, _ = outline.split(store.api_names(arch, bc_path), arch, bc_path)
-        text = str(store.api_module(inline, arch, bc_path))
-        text = _SECTION.sub("", text)
+        text = _SECTION.sub("", store.api_text(names, arch, bc_path))
         if "@llvm.compiler.used" not in text:
             used = []
             for name in store.EXPORTED_GLOBALS:
