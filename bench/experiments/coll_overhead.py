@@ -22,7 +22,11 @@ cost (objects specialised on constant arguments would recover it); if it is as f
 ``inline``, the cost is in the call itself (the loop cannot hoist NVSHMEM's loads, the code is
 not laid out for the hot path).
 
-Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py [--only=broadcast]
+With ``--caps`` (and of the inlined variants only ``inline`` and ``inline-rt-all``), also out of line with the object capped at 40, 48, 96 and 128 registers (fewer
+callee-saved registers to save at its entry, more spills: the object at 255 saves ~70 registers at
+its entry, at 64 ~40 and spills in its body) and at 255 with the objects at LLVM's O3.
+
+Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py [--only=broadcast] [--caps]
 On the CPU:   python bench/experiments/coll_overhead.py --ptx   (PTX size of each variant)
 """
 import os
@@ -35,6 +39,7 @@ from numba import cuda, float32, int32  # noqa: E402
 
 import nvshmem_dsl as nvshmem  # noqa: E402
 import nvshmem_dsl.numba as nv  # noqa: E402
+from nvshmem_dsl.linker.outline import OPT_ENV  # noqa: E402
 
 W = nv.Team.TEAM_WORLD
 SIG = (float32[:], float32[:], int32, int32)
@@ -100,19 +105,25 @@ def variants():
             ("sum_reduce", k_reduce, k_reduce_rt, k_reduce_reload, k_reduce_rt_count, k_reduce_rt_all)):
         if only and coll not in only:
             continue
+        caps = "--caps" in sys.argv
         yield coll, "inline", const, "none", {}
-        yield coll, "inline-rt-team", rt, "none", {}
-        yield coll, "inline-reload", reload, "none", {}
-        yield coll, "inline-rt-count", count, "none", {}
+        if not caps:
+            yield coll, "inline-rt-team", rt, "none", {}
+            yield coll, "inline-reload", reload, "none", {}
+            yield coll, "inline-rt-count", count, "none", {}
         yield coll, "inline-rt-all", every, "none", {}
         yield coll, "outline", const, "auto", {}
         yield coll, "outline-255", const, "auto", {"launch_bounds": (1,)}
+        if caps:  # the object's register cap (callee-saved registers against spills)
+            for cap in (40, 48, 96, 128):
+                yield coll, f"outline-{cap}", const, "auto", {"launch_bounds": (1,), "max_registers": cap}
+            yield coll, "outline-o3-255", const, "auto-o3", {"launch_bounds": (1,)}
 
 
 def check_ptx():
     for coll, name, fn, how, opts in variants():
-        with nv.outline(how):
-            ptx, _ = cuda.compile_ptx(fn, SIG, cc=(9, 0), **opts)
+        with nv.outline(how.split("-")[0]):
+            ptx, _ = cuda.compile_ptx(fn, SIG, cc=(9, 0), **{k: v for k, v in opts.items() if k != "max_registers"})
         print(f"{coll:>10} {name:>14}: {len(ptx) >> 10} KiB PTX, {ptx.count('call')} calls")
 
 
@@ -127,6 +138,8 @@ def main():
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     iters = 2000
     for coll, name, fn, how, opts in variants():
+        how, _, opt = how.partition("-")  # auto-o3: objects at LLVM's O3 (built at the first launch)
+        os.environ[OPT_ENV] = opt or "light"
         with nv.outline(how):
             k = cuda.jit(SIG, **opts)(fn)
         times = []
