@@ -22,6 +22,9 @@ cost (objects specialised on constant arguments would recover it); if it is as f
 ``inline``, the cost is in the call itself (the loop cannot hoist NVSHMEM's loads, the code is
 not laid out for the hot path).
 
+With ``--ptr``, also ``inline-rt-ptr``: as ``inline-rt-all`` with ``dst`` and ``src`` offset by the same
+unknown amount in every iteration (so that nothing depending on the addresses, the peers' addresses of
+``dst`` and NVSHMEM's alignment tests, can leave the loop either).
 With ``--caps`` (and of the inlined variants only ``inline`` and ``inline-rt-all``), also out of line with the object capped at 40, 48, 96 and 128 registers (fewer
 callee-saved registers to save at its entry, more spills: the object at 255 saves ~70 registers at
 its entry, at 64 ~40 and spills in its body) and at 255 with the objects at LLVM's O3.
@@ -92,6 +95,18 @@ def k_reduce_rt_all(dst, src, iters, team):
         nv.sum_reduce(team + x, dst, src, 2 + x)
 
 
+def k_broadcast_rt_ptr(dst, src, iters, team):
+    for _ in range(iters):
+        x = 1 if dst[63] > 1e30 else 0
+        nv.broadcast(team + x, dst[x:], src[x:], 2 + x, x)
+
+
+def k_reduce_rt_ptr(dst, src, iters, team):
+    for _ in range(iters):
+        x = 1 if dst[63] > 1e30 else 0
+        nv.sum_reduce(team + x, dst[x:], src[x:], 2 + x)
+
+
 def k_reduce_reload(dst, src, iters, team):
     for _ in range(iters):
         nv.sum_reduce(team + (1 if dst[63] > 1e30 else 0), dst, src, 2)
@@ -100,9 +115,10 @@ def k_reduce_reload(dst, src, iters, team):
 def variants():
     """(collective, variant, function, outline mode, cuda.jit options)."""
     only = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
-    for coll, const, rt, reload, count, every in (
-            ("broadcast", k_broadcast, k_broadcast_rt, k_broadcast_reload, k_broadcast_rt_count, k_broadcast_rt_all),
-            ("sum_reduce", k_reduce, k_reduce_rt, k_reduce_reload, k_reduce_rt_count, k_reduce_rt_all)):
+    for coll, const, rt, reload, count, every, ptr in (
+            ("broadcast", k_broadcast, k_broadcast_rt, k_broadcast_reload, k_broadcast_rt_count, k_broadcast_rt_all,
+             k_broadcast_rt_ptr),
+            ("sum_reduce", k_reduce, k_reduce_rt, k_reduce_reload, k_reduce_rt_count, k_reduce_rt_all, k_reduce_rt_ptr)):
         if only and coll not in only:
             continue
         caps = "--caps" in sys.argv
@@ -112,6 +128,8 @@ def variants():
             yield coll, "inline-reload", reload, "none", {}
             yield coll, "inline-rt-count", count, "none", {}
         yield coll, "inline-rt-all", every, "none", {}
+        if "--ptr" in sys.argv:
+            yield coll, "inline-rt-ptr", ptr, "none", {}
         yield coll, "outline", const, "auto", {}
         yield coll, "outline-255", const, "auto", {"launch_bounds": (1,)}
         if caps:  # the object's register cap (callee-saved registers against spills)
