@@ -25,6 +25,11 @@ not laid out for the hot path).
 With ``--ptr``, also ``inline-rt-ptr``: as ``inline-rt-all`` with ``dst`` and ``src`` offset by the same
 unknown amount in every iteration (so that nothing depending on the addresses, the peers' addresses of
 ``dst`` and NVSHMEM's alignment tests, can leave the loop either).
+With ``--noinline`` (and of the inlined variants only ``inline`` and ``inline-rt-all``), also ``noinline-rt-all``: as ``inline-rt-all`` but the collective itself not
+inlined: an internal function of the kernel's own PTX that ptxas compiles with the kernel (and
+``noinline-rt-all-1`` with ``launch_bounds=(1,)``).  As slow as ``outline``: the cost is the call
+boundary itself (what inlining lets the two sides share); as fast as ``inline-rt-all``: it is the
+separate compilation (relocatable ABI, the object's own optimisation).
 With ``--caps`` (and of the inlined variants only ``inline`` and ``inline-rt-all``), also out of line with the object capped at 40, 48, 96 and 128 registers (fewer
 callee-saved registers to save at its entry, more spills: the object at 255 saves ~70 registers at
 its entry, at 64 ~40 and spills in its body) and at 255 with the objects at LLVM's O3.
@@ -112,6 +117,34 @@ def k_reduce_reload(dst, src, iters, team):
         nv.sum_reduce(team + (1 if dst[63] > 1e30 else 0), dst, src, 2)
 
 
+def _noinline_api(names):
+    """Make the NVSHMEM functions ``names`` ``noinline`` in the modules the linker inlines from
+    (the experiment's ``noinline-rt-all``): each stays an internal function of the kernel's own
+    PTX, compiled with it by ptxas (no relocatable object, no separate LLVM optimisation)."""
+    import re
+
+    import llvmlite.binding as llvm
+
+    from nvshmem_dsl.linker import store
+
+    orig = store.api_module
+
+    def api_module(wanted, *a, **k):
+        mod = orig(wanted, *a, **k)
+        if not set(names) & set(wanted):
+            return mod
+        text = str(mod)
+        for name in names:
+            m = re.search(rf'^define [^\n]*@"?{name}"?\([^\n]*\)[^\n#]* #(\d+)', text, re.M)
+            group = re.search(rf"^attributes #{m.group(1)} = \{{([^\n]*)\}}", text, re.M).group(1)
+            new = 90000 + len(text) % 1000
+            text = text[:m.start(1)] + str(new) + text[m.end(1):]
+            text += f"\nattributes #{new} = {{{group.replace('alwaysinline', 'noinline')}}}\n"
+        return llvm.parse_assembly(text)
+
+    store.api_module = api_module
+
+
 def variants():
     """(collective, variant, function, outline mode, cuda.jit options)."""
     only = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
@@ -123,13 +156,16 @@ def variants():
             continue
         caps = "--caps" in sys.argv
         yield coll, "inline", const, "none", {}
-        if not caps:
+        if not caps and "--noinline" not in sys.argv:
             yield coll, "inline-rt-team", rt, "none", {}
             yield coll, "inline-reload", reload, "none", {}
             yield coll, "inline-rt-count", count, "none", {}
         yield coll, "inline-rt-all", every, "none", {}
         if "--ptr" in sys.argv:
             yield coll, "inline-rt-ptr", ptr, "none", {}
+        if "--noinline" in sys.argv:  # everything inlined but the collective, a function of the kernel's PTX
+            yield coll, "noinline-rt-all", every, "none-noinline", {}
+            yield coll, "noinline-rt-all-1", every, "none-noinline", {"launch_bounds": (1,)}
         yield coll, "outline", const, "auto", {}
         yield coll, "outline-255", const, "auto", {"launch_bounds": (1,)}
         if caps:  # the object's register cap (callee-saved registers against spills)
@@ -140,6 +176,8 @@ def variants():
 
 def check_ptx():
     for coll, name, fn, how, opts in variants():
+        if how.endswith("-noinline"):
+            _noinline_api([f"nvshmem_float_{coll}"])
         with nv.outline(how.split("-")[0]):
             ptx, _ = cuda.compile_ptx(fn, SIG, cc=(9, 0), **{k: v for k, v in opts.items() if k != "max_registers"})
         print(f"{coll:>10} {name:>14}: {len(ptx) >> 10} KiB PTX, {ptx.count('call')} calls")
@@ -157,6 +195,9 @@ def main():
     iters = 2000
     for coll, name, fn, how, opts in variants():
         how, _, opt = how.partition("-")  # auto-o3: objects at LLVM's O3 (built at the first launch)
+        if opt == "noinline":
+            _noinline_api([f"nvshmem_float_{coll}"])
+            opt = ""
         os.environ[OPT_ENV] = opt or "light"
         with nv.outline(how):
             k = cuda.jit(SIG, **opts)(fn)
