@@ -36,6 +36,8 @@ its entry, at 64 ~40 and spills in its body) and at 255 with the objects at LLVM
 
 Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py [--only=broadcast] [--caps]
 On the CPU:   python bench/experiments/coll_overhead.py --ptx   (PTX size of each variant)
+              python bench/experiments/coll_overhead.py --sass  (registers saved at the broadcast's entry:
+              as an object, and as a noinline function compiled with the kernel)
 """
 import os
 import sys
@@ -183,6 +185,43 @@ def check_ptx():
         print(f"{coll:>10} {name:>14}: {len(ptx) >> 10} KiB PTX, {ptx.count('call')} calls")
 
 
+def prologue_saves(sass: str, function: str) -> int:
+    """Local-memory stores (STL) before the first branch of ``function`` in nvdisasm's ``sass``:
+    the callee-saved registers its entry saves."""
+    import re
+
+    body = re.split(rf"^\$?[^\n]*\b{re.escape(function)}:\n", sass, maxsplit=1, flags=re.M)[-1]
+    entry = re.split(r"\bBRA\b|\bBRX\b|\bCALL\b|\bRET\b", body, maxsplit=1)[0]
+    return len(re.findall(r"\bSTL\b", entry))
+
+
+def check_sass():
+    """The broadcast's entry (CPU: ptxas and nvdisasm, NVDISASM= to name it): as a relocatable
+    object (out of line, 64 and 255 registers) and as a noinline function of the kernel's own PTX."""
+    import subprocess
+    import tempfile
+
+    from nvshmem_dsl.linker import outline
+
+    nvdisasm = os.environ.get("NVDISASM", "nvdisasm")
+    name = "nvshmem_float_broadcast"
+    for cap in (64, 255):
+        obj = [p for p in outline.objects([name], 90, "sm_90a", "+ptx85", cap) if p.name.startswith(name)][0]
+        sass = subprocess.run([nvdisasm, "-c", str(obj)], capture_output=True, text=True).stdout
+        print(f"object, {cap:3} registers: {prologue_saves(sass, name)} STL at the entry")
+    _noinline_api([name])
+    with nv.outline("none"):
+        ptx, _ = cuda.compile_ptx(k_broadcast_rt_all, SIG, cc=(9, 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        subprocess.run([outline.ptxas(), "-arch=sm_90", "-O3", src, "-o", out], check=True)
+        sass = subprocess.run([nvdisasm, "-c", out], capture_output=True, text=True).stdout
+    print(f"noinline in the kernel's PTX: {prologue_saves(sass, name)} STL at the entry, "
+          f"{sass.count('CALL.REL')} CALL.REL in the module (the collective called, not inlined)")
+
+
 def main():
     nvshmem.init()
     import cupy as cp
@@ -221,4 +260,7 @@ def main():
 
 
 if __name__ == "__main__":
-    check_ptx() if "--ptx" in sys.argv else main()
+    if "--sass" in sys.argv:
+        check_sass()
+    else:
+        check_ptx() if "--ptx" in sys.argv else main()
