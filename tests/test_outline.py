@@ -323,66 +323,6 @@ def test_numba_objects_follow_the_kernels_launch_bounds(monkeypatch):
     assert [(sorted(set(n) & set(_optable.device_ops())), c, f, r) for n, c, f, r in api] == prefetched
 
 
-def _join_early_threads():
-    import threading
-
-    for t in threading.enumerate():
-        if t.name == "nvshmem-dsl-early-objects":
-            t.join(120)
-
-
-def test_numba_objects_start_while_the_kernel_is_typed(monkeypatch):
-    """A kernel compiled for a launch (numba-cuda's ``_Kernel.__init__``, wrapped by
-    nvshmem_dsl.numba._early) starts the objects of what it calls out of line when the calls are
-    typed: the same objects, at the same register cap, as its link asks for afterwards; nothing
-    for what is inlined, and nothing for a compile that is not for a launch."""
-    from numba.cuda.codegen import CUDACodeLibrary
-
-    from nvshmem_dsl.numba import _early
-
-    monkeypatch.delenv(outline.ENV, raising=False)
-    monkeypatch.setattr(CUDACodeLibrary, "_ensure_cc", lambda self, cc: cc or CC)
-    early, seen = [], []
-
-    def prefetch(names, arch, cpu, features, max_registers=None, bc_path=None):
-        early.append((sorted(names), cpu, features, max_registers))
-
-    def objects(names, arch, cpu, features, max_registers=None, bc_path=None):
-        seen.append((sorted(n for n in names if n in _optable.device_ops()), cpu, features, max_registers))
-        raise _Stop
-
-    def init(self, py_func, argtypes, max_registers=None, launch_bounds=None):
-        """What _Kernel.__init__ does, as far as the link: compile, launch bounds, the library's limit."""
-        lib, _ = _compile_pyfunc_with_fixup(py_func, argtypes, device=False, abi="numba", cc=CC,
-                                            launch_bounds=launch_bounds)
-        _join_early_threads()  # the typing's early start, before the link's own prefetch
-        monkeypatch.setattr(outline, "prefetch", lambda *a, **k: None)
-        lib._max_registers = max_registers
-        with pytest.raises(_Stop):
-            lib.get_cubin(cc=CC)
-
-    monkeypatch.setattr(outline, "objects", objects)
-    wrapped = _early.compiling(init)
-    for bounds, most in ((None, None), ((32,), None), (512, None), ((32,), 100)):
-        monkeypatch.setattr(outline, "prefetch", prefetch)
-        # a fresh function each time: Numba would not type a compiled one again
-        wrapped(None, _fresh(k_collective), (I32, I32), max_registers=most, launch_bounds=bounds)
-        _join_early_threads()
-    assert [e[-1] for e in early] == [64, 255, 128, 100]
-    assert early == seen and all(COLLECTIVE in names and "nvshmem_int32_p" not in names for names, *_ in early)
-    assert _early._compiling.get() is None
-    early.clear()
-    _compile_pyfunc_with_fixup(_fresh(k_collective), (I32, I32), device=False, abi="numba", cc=CC)
-    _join_early_threads()
-    assert early == []  # not a compile for a launch
-
-
-def _fresh(fn):
-    import types as pytypes
-
-    return pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-
-
 def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
     """Where a kernel allows 255 registers, thread- and warp-scope objects get them; block-scope
     ones stay at 64 (outline.CAPPED_SCOPES: measured slower with more)."""

@@ -26,7 +26,6 @@ from numba.cuda import types
 from numba.cuda.extending import intrinsic
 
 from .. import _optable
-from . import _early
 from ._intrinsics import declare_device_function
 
 # Roles whose argument is one element, addressed by an array and an optional index.
@@ -285,7 +284,6 @@ def make_api(api: str, dispatch: dict, doc: str = ""):
     def typer(typingctx, *args):
         argtys = args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args
         op = _select(api, dispatch, argtys)
-        _early.kernel_calls(op["symbol"])  # a large routine's object starts building now
         n_params = len(op["params"])
         default_count = has_count and len(argtys) < n_params and not _index_given(op, argtys, n_params)
         plan = _plan(api, op, argtys, default_count, allow_index=True)
@@ -323,7 +321,6 @@ def c_function(symbol: str):
 
     def typer(typingctx, *args):
         argtys = args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args
-        _early.kernel_calls(symbol)
         plan = _plan(symbol, op, argtys, default_count=False, allow_index=False)
         sig = signature(_return_type(op), types.StarArgTuple.from_types(argtys))
         return sig, _star_codegen(op, plan, argtys)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from . import _early
 from . import _linker  # noqa: F401  (installs the code library class)
 
 __all__ = ["declare_device_function"]
@@ -37,7 +36,6 @@ def declare_device_function(builder_or_module, name: str, fnty: ir.FunctionType)
     """
     if not name.startswith("nvshmem"):
         raise ValueError(f"{name!r} is not an NVSHMEM device function name")
-    _early.kernel_calls(name)  # as at its typing, which Numba does once per argument types
     module = getattr(builder_or_module, "module", builder_or_module)
     fn = module.globals.get(name)
     if fn is None:

@@ -358,7 +358,6 @@ def install() -> None:
 
 install()
 
-from . import _early, _launch  # noqa: E402
+from . import _launch  # noqa: E402
 
 _launch.install()  # a launch with more threads than the registers allow names the kernel and the remedies
-_early.install()  # large routines' objects start building while a kernel is typed
