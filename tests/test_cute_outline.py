@@ -190,6 +190,20 @@ def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):
     assert "@llvm.compiler.used" in str(mod)
 
 
+def test_kernel_bitcode_placeholder_names_what_the_bitcode_is_made_of(monkeypatch):
+    """CuTe keys its cached kernels by module and pipeline, which hold the placeholder: a kernel
+    whose NVSHMEM code is rewritten differently names another one."""
+    from nvshmem_dsl._libs import bitcode_path
+    from nvshmem_dsl.linker import rewrites
+    from nvshmem_dsl.linker.nvvm import kernel_bitcode_placeholder
+
+    names = set()
+    for how in rewrites.MODES:
+        monkeypatch.setenv(rewrites.ENV, how)
+        names.add(kernel_bitcode_placeholder(bitcode_path("sm_90a")))
+    assert len(names) == len(rewrites.MODES)
+
+
 def test_kernel_bitcode_of_no_function_defines_the_state():
     """A kernel that only calls outlined functions still defines the device state they read."""
     import llvmlite.binding as llvm

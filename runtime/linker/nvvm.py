@@ -76,10 +76,21 @@ _GLOBAL_DEF = r"^@{name} = [\w ]*?(?:addrspace\((\d+)\) )?[\w ]*?(?:global|const
 def kernel_bitcode_placeholder(bc_path) -> str:
     """The path CuTe kernels traced with hybrid linking name as their NVSHMEM bitcode (in their
     ``link-libraries``) until their compile, when :func:`nvshmem_dsl.cute._link` puts the path of
-    their :func:`kernel_bitcode` in its place.  No file: the name says which bitcode it stands
-    for (its cache key), so that CuTe's own caches tell kernels of two NVSHMEM builds apart."""
+    their :func:`kernel_bitcode` in its place.  No file: the name says what the kernel's bitcode
+    is made of (NVSHMEM's bitcode, by its cache key, and the rewrites of its code), so that CuTe's
+    own caches, which key a kernel by its module and pipeline, tell kernels of two NVSHMEM builds or
+    rewrite modes apart."""
+    import hashlib
+    import json
+
     bc_path = Path(bc_path)
-    return str(cache_dir() / f"{bc_path.stem}-{_cache_key(bc_path)[:24]}-kernel.nvvm.bc")
+    digest = hashlib.sha256(json.dumps(_kernel_ident(bc_path)).encode()).hexdigest()[:24]
+    return str(cache_dir() / f"{bc_path.stem}-{digest}-kernel.nvvm.bc")
+
+
+def _kernel_ident(bc_path: Path) -> list:
+    """What a :func:`kernel_bitcode` is made of, but the functions."""
+    return [_cache_key(bc_path), rewrites.mode(), rewrites.REVISION, KERNEL_REVISION]
 
 
 def kernel_bitcode(names, arch, bc_path) -> Path:
@@ -105,7 +116,7 @@ def kernel_bitcode(names, arch, bc_path) -> Path:
 
     bc_path = Path(bc_path)
     names = sorted(set(names))
-    ident = [_cache_key(bc_path), rewrites.mode(), rewrites.REVISION, KERNEL_REVISION, names]
+    ident = _kernel_ident(bc_path) + [names]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
     path = cache_dir() / "kernels" / f"{bc_path.stem}-{digest}.nvvm.bc"
     if path.exists():
