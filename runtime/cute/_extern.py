@@ -79,14 +79,22 @@ def bitcode_for_arch(arch: str) -> str:
     return _bitcode(arch, _link.effective_mode())
 
 
-@functools.lru_cache(maxsize=None)
 def _bitcode(arch: str, how: str) -> str:
     from .._libs import bitcode_path
-    from ..linker.nvvm import kernel_bitcode_placeholder, nvvm_bitcode
+    from ..linker.nvvm import kernel_bitcode_placeholder
 
     if how == "none":
-        return str(nvvm_bitcode(bitcode_path(arch)))
+        return _whole_bitcode(arch)
+    # not cached: the compile hook names it again, for the rewrites in effect then
     return kernel_bitcode_placeholder(bitcode_path(arch))
+
+
+@functools.lru_cache(maxsize=None)
+def _whole_bitcode(arch: str) -> str:
+    from .._libs import bitcode_path
+    from ..linker.nvvm import nvvm_bitcode
+
+    return str(nvvm_bitcode(bitcode_path(arch)))
 
 
 @functools.lru_cache(maxsize=None)
