@@ -27,6 +27,8 @@
 #   cold-objects each of KERNELS compiled by Numba from an empty cache (bench/compile_time.py --phases), without
 #                and with NVSHMEM initialised first (--init, one PE), NVSHMEM_DSL_OBJECT_WORKERS in WORKER_MODES
 #                (0 default): the objects' LLVM steps in this process or in worker processes
+#   coll-overhead bench/experiments/coll_overhead.py with the step's arguments (--ptr, --noinline, --caps), 2 PEs, on
+#                the carried 3.8 (.dw/nv38) and then the image's 3.4.5
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -194,6 +196,16 @@ case "$step" in
             | tee -a "$work/cold-objects.jsonl" | python3 bench/experiments/phases.py || rc=$?
         done
       done
+    done
+    ;;
+  coll-overhead)  # bench/experiments/coll_overhead.py (where an out-of-line collective's time goes) with the
+                  # step's arguments (e.g. --noinline --caps), 2 PEs; with .dw/nv38 carried on 3.8 and then the image's 3.4.5
+    ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu ))
+    for v in ${NVSHMEM_HOME:+3.8} 3.4.5; do
+      ( [ "$v" = 3.4.5 ] && unset NVSHMEM_HOME
+        timeout ${AB_TIMEOUT:-250} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m nvshmem_dsl.run -n 2 \
+          bench/experiments/coll_overhead.py "$@" > "$work/overhead-$v.txt" 2>&1 ) || rc=$?
+      grep "us per" "$work/overhead-$v.txt" | sed "s/^/$v /"
     done
     ;;
   limited-mpg)
