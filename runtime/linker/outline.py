@@ -501,56 +501,43 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     registers (at most :data:`REGISTERS_PER_THREAD`; :data:`MAX_REGISTERS` when not given: see
     :func:`register_cap`).
 
-    Builds run at once, those of ``names`` first (each as soon as its IR is made), then those of
-    the helpers they will call, largest IR first (:func:`predicted_helper_calls` of its IR; a
-    call its PTX names otherwise starts when the PTX is there), since a collective's object and
-    its put_signal helper take about as long."""
+    Builds run at once, largest IR first: those of the helpers an object will call start with
+    it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
+    PTX is there), since a collective's object and its put_signal helper take about as long."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
     futures = collections.deque()
     hits = 0
 
-    def plan(wanted):
-        """``(IR, name)`` of the objects to build for ``wanted`` (each as soon as its IR is made: the
-        roots of the longest builds) and then of the helpers they are predicted to call,
-        transitively, largest first (the paths of all in ``paths``)."""
-        todo = []
-
-        def visit(n, asked: bool):
-            """The IR of ``n``'s object if it is to be built here, else None; what it calls to ``todo``."""
-            nonlocal hits
+    def plan(wanted) -> list:
+        """``(IR, name)`` of the objects to build for ``wanted`` and the helpers they are
+        predicted to call, transitively, largest first (the paths of all in ``paths``)."""
+        nonlocal hits
+        wanted = set(wanted)
+        todo, builds = list(wanted), []
+        while todo:
+            n = todo.pop()
             with lock:
                 if n in paths:
-                    return None
+                    continue
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
             if path.exists():
                 with lock:
                     hits += 1
-                todo.extend(object_calls(path))
-                return None
+                todo += object_calls(path)
+                continue
             try:
                 text = object_ir([n], arch, bc_path)
             except KeyError:
-                if asked:
+                if n in wanted:
                     raise
                 with lock:  # only predicted: not NVSHMEM's to build (what the PTX calls decides)
                     del paths[n]
-                return None
-            todo.extend(predicted_helper_calls(text))
-            return text
-
-        for n in sorted(set(wanted)):
-            text = visit(n, True)
-            if text is not None:
-                yield text, n
-        builds = []
-        while todo:
-            n = todo.pop()
-            text = visit(n, False)
-            if text is not None:
-                builds.append((text, n))
-        yield from sorted(builds, key=lambda b: (-len(b[0]), b[1]))
+                continue
+            builds.append((text, n))
+            todo += predicted_helper_calls(text)
+        return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
 
     def want(wanted, ex):
         for text, n in plan(wanted):
