@@ -204,6 +204,20 @@ def test_kernel_bitcode_placeholder_names_what_the_bitcode_is_made_of(monkeypatc
     assert len(names) == len(rewrites.MODES)
 
 
+def test_kernel_bitcode_leaves_out_declarations_nvshmem_lacks(monkeypatch):
+    """A module's own ``nvshmem*``-named declaration that is no NVSHMEM function is not asked of
+    NVSHMEM's bitcode (it stays the module's to define), so the compile does not fail on it."""
+    asked = []
+    monkeypatch.setattr(_link, "inlined_declarations", lambda module: frozenset({P, "nvshmem_users_own"}))
+    import nvshmem_dsl.linker.nvvm as nvvm
+
+    real = nvvm.kernel_bitcode
+    monkeypatch.setattr(nvvm, "kernel_bitcode", lambda names, *a: asked.append(set(names)) or real(names, *a))
+    with outline.override("auto"):
+        _compile()
+    assert asked == [{P}]
+
+
 def test_kernel_bitcode_of_no_function_defines_the_state():
     """A kernel that only calls outlined functions still defines the device state they read."""
     import llvmlite.binding as llvm

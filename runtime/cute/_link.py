@@ -182,6 +182,7 @@ def resolve_kernel_bitcode(module, pipeline: str) -> str:
     module whose calls named no placeholder (mode ``none``) is left as it is."""
     from cutlass._mlir import ir
 
+    from .. import _optable
     from .._libs import bitcode_path
     from ..linker.nvvm import kernel_bitcode, kernel_bitcode_placeholder
     from ..linker.store_file import _arch_number
@@ -192,7 +193,9 @@ def resolve_kernel_bitcode(module, pipeline: str) -> str:
                and placeholder in [x.value for x in op.attributes["link-libraries"]]]
     if not modules and placeholder not in pipeline:
         return pipeline
-    path = str(kernel_bitcode(inlined_declarations(module), _arch_number(arch), bitcode_path(arch)))
+    # NVSHMEM's functions (the op table's); another ``nvshmem*`` declaration is not ours to define
+    names = inlined_declarations(module) & _optable.device_ops().keys()
+    path = str(kernel_bitcode(names, _arch_number(arch), bitcode_path(arch)))
     for op in modules:
         paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]})
         op.attributes["link-libraries"] = ir.ArrayAttr.get([ir.StringAttr.get(x) for x in paths])
