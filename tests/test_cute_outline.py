@@ -218,6 +218,30 @@ def test_kernel_bitcode_leaves_out_declarations_nvshmem_lacks(monkeypatch):
     assert asked == [{P}]
 
 
+def test_a_kernel_without_nvshmem_compiles_as_before(monkeypatch):
+    """The hook wraps every CuTe compile: one whose module declares no NVSHMEM function is left to
+    CuTe as it was, NVSHMEM's bitcode not even looked for."""
+    import nvshmem_dsl._libs
+
+    def no_bitcode(arch):
+        raise AssertionError("NVSHMEM's bitcode looked for")
+
+    assert _link.install()  # as after any NVSHMEM call traced in the process
+    monkeypatch.setattr(nvshmem_dsl._libs, "bitcode_path", no_bitcode)
+
+    @cute.kernel
+    def k_plain(dst: cute.Tensor):
+        dst[0] = Int32(7)
+
+    @cute.jit
+    def host_plain(dst: cute.Tensor):
+        k_plain(dst).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+    with outline.override("auto"):
+        k = nv.compile(host_plain, _args()[0], arch="sm_90a", keep_ptx=True)
+    assert "nvshmem" not in k.__ptx__ and k.linked_cubin is None
+
+
 def test_kernel_bitcode_of_no_function_defines_the_state():
     """A kernel that only calls outlined functions still defines the device state they read."""
     import llvmlite.binding as llvm

@@ -10,7 +10,8 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    ``.extern .func f`` in the PTX); the small ones stay ``inline=True``.  Both name a placeholder
    for the kernel's bitcode (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`).
 2. :func:`install` wraps CuTe's ``compiler_provider.compile`` (the step that runs the
-   ``cute-to-nvvm`` pipeline).  Before the pipeline, the wrapper makes the kernel's bitcode: the
+   ``cute-to-nvvm`` pipeline; a module that declares no NVSHMEM function is left to it as it
+   was).  Before the pipeline, the wrapper makes the kernel's bitcode: the
    NVSHMEM functions it inlines and what they call, *without* the outlined ones (so that libNVVM
    cannot inline them), with the device state kept (:func:`resolve_kernel_bitcode`,
    :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`: from a closure of the piece store, so that a
@@ -52,7 +53,7 @@ import warnings
 from typing import Optional
 
 from ..linker import outline
-from ..linker.link import NvshmemLinkError, min_ptx, nvjitlink_cubin, ptx_for_nvjitlink
+from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin, ptx_for_nvjitlink
 
 __all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations",
            "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats", "undefined_symbols"]
@@ -123,10 +124,10 @@ def effective_mode() -> str:
 def _wrap(orig, dsl):
     @functools.wraps(orig)
     def compile(module, pipeline, *args, **kwargs):
-        if "cute-to-nvvm" not in pipeline:
-            return orig(module, pipeline, *args, **kwargs)
+        names = outlined_declarations(module) if "cute-to-nvvm" in pipeline else frozenset()
+        if not names and not ("cute-to-nvvm" in pipeline and inlined_declarations(module)):
+            return orig(module, pipeline, *args, **kwargs)  # no NVSHMEM here: CuTe's compile as it was
         pipeline = resolve_kernel_bitcode(module, pipeline)
-        names = outlined_declarations(module)
         if not names:
             return orig(module, pipeline, *args, **kwargs)
         pipeline, cap = relocatable_pipeline(pipeline)
@@ -227,7 +228,7 @@ def _prefetch_objects(module, arch: str, names, max_registers: Optional[int]) ->
 
 def _features(sm: int) -> str:
     """The PTX ISA the objects of a kernel for SM ``sm`` are built for (LLVM's feature string)."""
-    return f"+ptx{max(85, min_ptx(sm))}"
+    return f"+ptx{default_ptx(sm)}"
 
 
 _PTX_OPTIONS = re.compile(r"ptx-options='([^']*)'")

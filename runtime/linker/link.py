@@ -44,6 +44,12 @@ def min_ptx(sm: int) -> int:
     return table.get(sm, 80 if sm >= 90 else 70)
 
 
+def default_ptx(sm: int) -> int:
+    """The PTX ISA (x10) kernels' NVSHMEM code and NVSHMEM's objects are emitted for by default:
+    8.5, or what the SM needs (:func:`min_ptx`)."""
+    return max(85, min_ptx(sm))
+
+
 def nvjitlink_ptx_isa() -> int | None:
     """The highest PTX ISA (x10) the installed nvJitLink compiles (CUDA 12.x: 8.0 ... 8.8, 13.x:
     9.x), None without nvJitLink."""

@@ -4,6 +4,8 @@ hybrid linking, one file per set of functions kernels inline (:func:`kernel_bitc
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -57,12 +59,20 @@ def nvvm_bitcode(bc_path) -> Path:
         if sections == 0 and changes == 0:
             same.touch(mode=0o600)
             return bc_path
-        data = llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode()
-        fd, tmp = tempfile.mkstemp(dir=copy.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, copy)
+        _write(copy, llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode())
         return copy
+
+
+def _write(path: Path, data: bytes) -> None:
+    """``path`` holding ``data``, written whole or not at all (others read it without a lock)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _digest(ident: list) -> str:
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
 
 
 #: Bump when :func:`kernel_bitcode` makes its files differently (part of their names).
@@ -80,12 +90,8 @@ def kernel_bitcode_placeholder(bc_path) -> str:
     is made of (NVSHMEM's bitcode, by its cache key, and the rewrites of its code), so that CuTe's
     own caches, which key a kernel by its module and pipeline, tell kernels of two NVSHMEM builds or
     rewrite modes apart."""
-    import hashlib
-    import json
-
     bc_path = Path(bc_path)
-    digest = hashlib.sha256(json.dumps(_kernel_ident(bc_path)).encode()).hexdigest()[:24]
-    return str(cache_dir() / f"{bc_path.stem}-{digest}-kernel.nvvm.bc")
+    return str(cache_dir() / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path))}-kernel.nvvm.bc")
 
 
 def _kernel_ident(bc_path: Path) -> list:
@@ -105,20 +111,15 @@ def kernel_bitcode(names, arch, bc_path) -> Path:
     ``@llvm.compiler.used`` as in NVSHMEM's own file, so that every kernel defines them (once:
     the objects only declare them), also one that calls only outlined functions.
 
-    Made once per (bitcode, rewrites, ``names``) in the cache directory (tens of ms with the
-    store cached); later calls only stat it."""
-    import hashlib
-    import json
-
+    Made once per (bitcode, rewrites, ``names``) in the cache directory (13-75 ms with the store
+    cached, bench/results/cute-kernel-bitcode-cpu-2026-11-24.txt); later calls only stat it."""
     import llvmlite.binding as llvm
 
     from . import store
 
     bc_path = Path(bc_path)
     names = sorted(set(names))
-    ident = _kernel_ident(bc_path) + [names]
-    digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
-    path = cache_dir() / "kernels" / f"{bc_path.stem}-{digest}.nvvm.bc"
+    path = cache_dir() / "kernels" / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path) + [names])}.nvvm.bc"
     if path.exists():
         return path
     path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -139,9 +140,5 @@ def kernel_bitcode(names, arch, bc_path) -> Path:
                          f"[{', '.join(used)}], section \"llvm.metadata\"\n")
         mod = llvm.parse_assembly(text, context=llvm.create_context())
         mod.data_layout = NVVM_DATA_LAYOUT
-        data = mod.as_bitcode()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        _write(path, mod.as_bitcode())
         return path

@@ -89,7 +89,7 @@ from ..linker._llvm import run as _run
 from ..linker._llvm import target_machine as _target_machine
 from ..linker.hooks import ModuleHooks
 from ..linker.link import UNSWITCH_ENV  # noqa: F401 (read by tests and bench scripts here)
-from ..linker.link import (DECLARATION, NvshmemLinkError, inline_nvshmem, mark_declaration, min_ptx,
+from ..linker.link import (DECLARATION, NvshmemLinkError, inline_nvshmem, mark_declaration, default_ptx,
                            nvshmem_functions, unswitching)
 
 __all__ = [
@@ -143,7 +143,7 @@ def _target(cc) -> tuple[str, str]:
     cpu = nvrtc.get_arch_option(*cc).replace("compute_", "sm_")
     sm = int(re.match(r"sm_(\d+)", cpu).group(1))
     ptx = os.environ.get("NVSHMEM_DSL_PTX_VERSION")
-    ptx = int(ptx.replace(".", "")) if ptx else max(85, min_ptx(sm))
+    ptx = int(ptx.replace(".", "")) if ptx else default_ptx(sm)
     return cpu, f"+ptx{ptx}"
 
 
