@@ -1,4 +1,4 @@
-"""`python -m nvshmem_dsl info|demo`: what is installed and what the package offers."""
+"""`python -m nvshmem_dsl info|demo|cache`: what is installed, what the package offers, what its cache holds."""
 from __future__ import annotations
 
 import argparse
@@ -152,10 +152,51 @@ def demo() -> int:
     return 0
 
 
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _days_ago(when: float) -> str:
+    return f"{(time.time() - when) / 86400:.1f} days ago"
+
+
+def cache(prune: float | None = None, clear: bool = False, dry_run: bool = False) -> int:
+    """Report the cache directory's contents by kind; with ``prune``, remove the entries unused for
+    that many days first, with ``clear`` all (``dry_run``: say what would go)."""
+    from .linker import cache as c
+    from .linker.store_file import cache_dir
+
+    print(f"cache directory: {cache_dir()} ($NVSHMEM_DSL_CACHE); automatic pruning: "
+          + (f"entries unused for {c.auto_days():g} days" if c.auto_days() else "off")
+          + f" (${c.DAYS_ENV})")
+    if prune is not None or clear:
+        gone = c.prune(0 if clear else prune, dry_run=dry_run)
+        print(f"{'would remove' if dry_run else 'removed'} {len(gone)} entries, "
+              f"{_mib(sum(e.size for e in gone))}")
+    rows = c.summary()
+    for kind, (n, size, oldest) in sorted(rows.items()):
+        print(f"{kind:>28}: {n:>5} entries, {_mib(size):>12}, least recently used {_days_ago(oldest)}")
+    print(f"{'total':>28}: {sum(r[0] for r in rows.values()):>5} entries, "
+          f"{_mib(sum(r[1] for r in rows.values())):>12}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nvshmem_dsl")
-    ap.add_argument("command", choices=["info", "demo"], nargs="?", default="info")
+    ap = argparse.ArgumentParser(prog="python -m nvshmem_dsl",
+                                 description="info: what is installed; demo: coverage and a kernel per DSL; "
+                                             "cache: the compile cache's contents (--prune DAYS, --clear)")
+    ap.add_argument("command", choices=["info", "demo", "cache"], nargs="?", default="info")
+    ap.add_argument("--prune", type=float, metavar="DAYS",
+                    help="cache: remove the entries unused for DAYS days")
+    ap.add_argument("--clear", action="store_true", help="cache: remove every entry (but builds under way)")
+    ap.add_argument("--dry-run", action="store_true", help="cache: say what --prune/--clear would remove")
     args = ap.parse_args(argv)
+    if args.command != "cache" and (args.prune is not None or args.clear or args.dry_run):
+        ap.error("--prune, --clear and --dry-run go with the cache command")
+    if args.prune is not None and args.prune < 0:
+        ap.error(f"--prune {args.prune:g}: give a number of days >= 0")
+    if args.command == "cache":
+        return cache(args.prune, args.clear, args.dry_run)
     return {"info": info, "demo": demo}[args.command]()
 
 

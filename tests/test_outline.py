@@ -9,7 +9,9 @@ and my_pe, a few seconds each).
 from __future__ import annotations
 
 import collections
+import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -246,6 +248,15 @@ def test_kernel_register_limit_caps_the_objects(objects_dir):
         assert "-r32-" in path.name and path.parent == objects_dir
         registers = outline.cubin_info(path.read_bytes())[1]
         assert registers and max(registers.values()) <= 32
+    # a cached object linked again counts as used now (what the cache's pruning reads)
+    from nvshmem_dsl.linker import store_file
+
+    old = time.time() - 90 * 86400
+    for path in paths:
+        os.utime(path, (old, old))
+        store_file._used.discard(str(path))
+    assert outline.objects(["nvshmem_sync_all"], 90, "sm_90", "+ptx85", max_registers=32) == paths
+    assert all(time.time() - path.stat().st_mtime < 600 for path in paths)
 
 
 def test_extern_calls():

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from . import rewrites
-from .store_file import _cache_key, _file_lock, cache_dir
+from .store_file import _cache_key, _file_lock, cache_dir, mark_used
 
 _SECTION = re.compile(r' section "\.text\.[^"]*"')
 _DATA_LAYOUT = re.compile(r'^target datalayout = "[^"]*"$', re.M)
@@ -45,8 +45,10 @@ def nvvm_bitcode(bc_path) -> Path:
     copy = cache_dir() / f"{bc_path.stem}-{key[:24]}-{how}-r{rewrites.REVISION}.nvvm.bc"
     same = copy.with_suffix(".same")
     if copy.exists():
+        mark_used(copy)
         return copy
     if same.exists():
+        mark_used(same)
         return bc_path
     with _file_lock(copy.with_suffix(".lock")):
         if copy.exists() or same.exists():
@@ -121,6 +123,7 @@ def kernel_bitcode(names, arch, bc_path) -> Path:
     names = sorted(set(names))
     path = cache_dir() / "kernels" / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path) + [names])}.nvvm.bc"
     if path.exists():
+        mark_used(path)
         return path
     path.parent.mkdir(mode=0o700, exist_ok=True)
     with _file_lock(path.with_suffix(".lock")):

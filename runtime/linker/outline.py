@@ -558,6 +558,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
         if n not in linked:
             linked.add(n)
             todo += object_calls(paths[n])
+    for n in linked:
+        store_file.mark_used(paths[n])
     return [paths[n] for n in sorted(linked)]
 
 

@@ -94,6 +94,7 @@ def _open_or_build(bc_path: Path, arch: int, path: Path, key: str) -> _Store:
     st = _open_store(path, key)
     if st is not None:
         return st
+    _prune_cache()  # a new store: a new NVSHMEM or llvmlite, whose old entries are left unused
     started = _start_builder(bc_path, arch, path, key)
     # Serialise builders across processes (two PEs starting at once: one
     # builds, the other waits for it); re-check once we hold the lock.
@@ -105,6 +106,20 @@ def _open_or_build(bc_path: Path, arch: int, path: Path, key: str) -> _Store:
             return st
         store_build._build(bc_path, arch, path, key)  # here: none started, or it failed
     return _Store(path, key)
+
+
+def _prune_cache() -> None:
+    """Remove the cache's entries unused for :func:`.cache.auto_days` days (none if that is off);
+    a cache that cannot be pruned is left as it is."""
+    from . import cache
+
+    days = cache.auto_days()
+    if days is None:
+        return
+    try:
+        cache.prune(days)
+    except OSError:
+        pass
 
 
 def _first_store(names, bc_path: Path, arch, key: str) -> _Store:

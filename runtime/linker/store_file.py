@@ -87,6 +87,22 @@ def cache_dir() -> Path:
     return d
 
 
+_used: set = set()
+
+
+def mark_used(path) -> None:
+    """Record that the cache file ``path`` is used now (its modification time, which
+    :func:`nvshmem_dsl.linker.cache.prune` reads), once per process."""
+    path = str(path)
+    if path in _used:
+        return
+    _used.add(path)
+    try:
+        os.utime(path)
+    except OSError:  # read-only cache, or removed meanwhile: nothing to record
+        pass
+
+
 def _llvm_id() -> list:
     import llvmlite
     import llvmlite.binding as llvm
@@ -153,6 +169,7 @@ class _Store:
             fh.close()
             raise
         self._load(idx, fh, base)
+        mark_used(path)
 
     @staticmethod
     def _index(fh, key: str) -> tuple[dict, int]:
