@@ -37,17 +37,17 @@ def _fill(root):
     """One entry of each kind: an old piece store (with its lock), a fresh one, an old object
     (cubin, calls, lock), an old libNVVM copy, an old CuTe kernel bitcode, an old lock alone, an
     old temporary file."""
-    _file(root / "libnvshmem_device_sm_90-aaaa.pieces", 1000, age_days=40)
-    _file(root / "libnvshmem_device_sm_90-aaaa.lock", 0, age_days=45)
-    _file(root / "libnvshmem_device_sm_90-bbbb.pieces", 2000, age_days=1)
-    _file(root / "libnvshmem_device_sm_90-bbbb.lock", 0, age_days=50)  # the lock is as old as the first build
+    _file(root / "libnvshmem_device_sm_90-aaaaaaaaaaaaaaaaaaaaaaaa.pieces", 1000, age_days=40)
+    _file(root / "libnvshmem_device_sm_90-aaaaaaaaaaaaaaaaaaaaaaaa.lock", 0, age_days=45)
+    _file(root / "libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.pieces", 2000, age_days=1)
+    _file(root / "libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.lock", 0, age_days=50)  # the lock is as old as the first build
     for ending, size in ((".cubin", 300), (".calls", 5), (".lock", 0)):
-        _file(root / "outline" / f"nvshmem_int_broadcast-sm_90-r64-cccc{ending}", size, age_days=31)
-    _file(root / "libnvshmem_device_sm_90-dddd-vector-r5.nvvm.bc", 500, age_days=60)
-    _file(root / "libnvshmem_device_sm_90-dddd-vector-r5.nvvm.lock", 0, age_days=60)
-    _file(root / "kernels" / "libnvshmem_device_sm_90-eeee.nvvm.bc", 50, age_days=35)
-    _file(root / "libnvshmem_device_sm_90-ffff.lock", 0, age_days=40)
-    _file(root / "kernels" / "x.nvvm.bc12345.tmp", 7, age_days=40)
+        _file(root / "outline" / f"nvshmem_int_broadcast-sm_90-r64-cccccccccccccccccccccccc{ending}", size, age_days=31)
+    _file(root / "libnvshmem_device_sm_90-dddddddddddddddddddddddd-vector-r5.nvvm.bc", 500, age_days=60)
+    _file(root / "libnvshmem_device_sm_90-dddddddddddddddddddddddd-vector-r5.nvvm.lock", 0, age_days=60)
+    _file(root / "kernels" / "libnvshmem_device_sm_90-eeeeeeeeeeeeeeeeeeeeeeee.nvvm.bc", 50, age_days=35)
+    _file(root / "libnvshmem_device_sm_90-ffffffffffffffffffffffff.lock", 0, age_days=40)
+    _file(root / "kernels" / "libnvshmem_device_sm_90-eeeeeeeeeeeeeeeeeeeeeeee.nvvm.bc12345.tmp", 7, age_days=40)
 
 
 def test_entries_group_an_entrys_files_by_kind(root):
@@ -58,8 +58,8 @@ def test_entries_group_an_entrys_files_by_kind(root):
     assert sorted(by_kind) == sorted(["piece stores", "out-of-line objects", "libNVVM bitcode (CuTe)",
                                       "CuTe kernels' bitcode", "build leftovers"])
     stores = {e.paths[0].name: e for e in by_kind["piece stores"]}
-    fresh = stores["libnvshmem_device_sm_90-bbbb.lock"]
-    assert [p.name for p in fresh.paths] == ["libnvshmem_device_sm_90-bbbb.lock", "libnvshmem_device_sm_90-bbbb.pieces"]
+    fresh = stores["libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.lock"]
+    assert [p.name for p in fresh.paths] == ["libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.lock", "libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.pieces"]
     assert fresh.size == 2000
     assert time.time() - fresh.last_used == pytest.approx(DAY, abs=60)  # the newest of its files
     obj, = by_kind["out-of-line objects"]
@@ -76,13 +76,27 @@ def test_prune_removes_what_is_unused_for_so_many_days(root):
     gone = cache.prune(30)
     assert len(gone) == 6
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert left == ["libnvshmem_device_sm_90-bbbb.lock", "libnvshmem_device_sm_90-bbbb.pieces"]
+    assert left == ["libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.lock", "libnvshmem_device_sm_90-bbbbbbbbbbbbbbbbbbbbbbbb.pieces"]
     assert cache.prune(0) and not [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_files_the_cache_did_not_name_are_left_alone(root):
+    """A cache directory set to a folder of other files loses none of them: only names with the
+    digest the cache gives its files count."""
+    foreign = [_file(root / "notes.txt", age_days=400), _file(root / "build.lock", age_days=400),
+               _file(root / "outline" / "mine.cubin", age_days=400),
+               _file(root / "kernels" / "attention-v2.nvvm.bc", age_days=400),
+               _file(root / "src" / "x-0123456789abcdef0123.cubin", age_days=400)]
+    _fill(root)
+    assert not any(p in e.paths for e in cache.entries() for p in foreign)
+    cache.prune(0)
+    assert all(p.exists() for p in foreign)
+    assert not cache.entries()
 
 
 def test_prune_skips_an_entry_whose_build_holds_its_lock(root):
     fcntl = pytest.importorskip("fcntl")
-    lock = _file(root / "outline" / "nvshmem_int_broadcast-sm_90-r64-cccc.lock", 0, age_days=90)
+    lock = _file(root / "outline" / "nvshmem_int_broadcast-sm_90-r64-cccccccccccccccccccccccc.lock", 0, age_days=90)
     with open(lock, "rb") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
         assert cache.prune(0) == []
@@ -91,7 +105,7 @@ def test_prune_skips_an_entry_whose_build_holds_its_lock(root):
 
 
 def test_using_an_entry_renews_its_last_use(root):
-    path = _file(root / "outline" / "x-sm_90-r64-cccc.cubin", age_days=40)
+    path = _file(root / "outline" / "x-sm_90-r64-cccccccccccccccccccccccc.cubin", age_days=40)
     store_file._used.discard(str(path))
     store_file.mark_used(path)
     assert time.time() - path.stat().st_mtime < 60
@@ -125,11 +139,11 @@ def test_a_new_piece_store_prunes_the_old_entries(root, monkeypatch):
     monkeypatch.setattr(store, "_start_builder", no_build)
     monkeypatch.setenv(cache.DAYS_ENV, "never")
     with pytest.raises(Built):
-        store._open_or_build(root / "none.bc", 90, root / "libnvshmem_device_sm_90-gggg.pieces", "gggg")
+        store._open_or_build(root / "none.bc", 90, root / "libnvshmem_device_sm_90-gggggggggggggggggggggggg.pieces", "gggg")
     assert len(cache.entries()) == 7
     monkeypatch.setenv(cache.DAYS_ENV, "30")
     with pytest.raises(Built):
-        store._open_or_build(root / "none.bc", 90, root / "libnvshmem_device_sm_90-gggg.pieces", "gggg")
+        store._open_or_build(root / "none.bc", 90, root / "libnvshmem_device_sm_90-gggggggggggggggggggggggg.pieces", "gggg")
     assert [e.kind for e in cache.entries()] == ["piece stores"]
 
 

@@ -118,3 +118,13 @@ def test_docs_state_the_object_workers_the_code_has():
     troubleshooting = " ".join((DOCS / "troubleshooting.rst").read_text().split())
     assert f"ends {object_workers.IDLE_SECONDS:g} s after its last build" in troubleshooting
     assert f"``RuntimeWarning: {object_workers.FALLBACK_WARNING}``" in troubleshooting
+
+
+def test_environment_page_names_every_variable_the_code_reads():
+    """docs/environment.rst names each NVSHMEM_DSL_* variable that runtime/ reads, and no other."""
+    pattern = re.compile(r"\bNVSHMEM_DSL_[A-Z0-9_]*[A-Z0-9]\b")
+    in_code = {m for path in (ROOT / "runtime").rglob("*.py") for m in pattern.findall(path.read_text())}
+    documented = set(pattern.findall((DOCS / "environment.rst").read_text()))
+    assert in_code, "no NVSHMEM_DSL_ variable found in runtime/"
+    assert in_code - documented == set(), "read by the code, missing from docs/environment.rst"
+    assert documented - in_code == set(), "in docs/environment.rst, read by no code"

@@ -4,7 +4,8 @@ Everything nvshmem-dsl derives from NVSHMEM's bitcode lives in :func:`.store_fil
 (``$NVSHMEM_DSL_CACHE``, default ``~/.cache/nvshmem-dsl``), keyed by what it was made from: a
 new NVSHMEM, llvmlite, ptxas or nvshmem-dsl makes new entries and leaves the old ones unused (a
 piece store is about 100 MB, a libNVVM copy 50 MB).  An entry is a file with its companions
-(``X.pieces`` and ``X.lock``; an object ``X.cubin``, ``X.calls``, ``X.lock``); its last use is the
+(``X.pieces`` and ``X.lock``; an object ``X.cubin``, ``X.calls``, ``X.lock``; every name holds the digest
+of what it was made from, and nothing else in the directory is touched); its last use is the
 newest modification time among them, which the code that reads an entry renews
 (:func:`.store_file.mark_used`).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -38,6 +40,8 @@ _SUFFIXES = (".nvvm.lock", ".nvvm.same", ".nvvm.bc", ".pieces", ".cubin", ".call
 _KINDS = {".pieces": "piece stores", ".nvvm.bc": "libNVVM bitcode (CuTe)", ".nvvm.same": "libNVVM bitcode (CuTe)",
           ".same": "libNVVM bitcode (CuTe)", ".cubin": "out-of-line objects"}
 _LEFTOVERS = "build leftovers"
+#: The cache's folders: objects (:mod:`.outline`) and CuTe kernels' bitcode (:mod:`.nvvm`).
+_FOLDERS = ("outline", "kernels")
 
 
 @dataclasses.dataclass
@@ -56,12 +60,21 @@ class Entry:
         return next((p for p in self.paths if p.name.endswith(".lock")), None)
 
 
-def _split(name: str) -> tuple[str, str]:
-    """(stem, ending) of a cache file's name; ending "" for a file no entry claims."""
+#: Every name the cache gives a file or a build's folder holds a hex digest after a dash (the
+#: key of what it was made from); nothing else there is counted or removed, so that a cache
+#: directory set to a folder of other files (``NVSHMEM_DSL_CACHE=~``) loses none of them.
+_DIGEST = re.compile(r"-[0-9a-f]{16,}")
+
+
+def _split(name: str) -> tuple[str, str] | None:
+    """(stem, ending) of a cache file's name (ending "" for a build's leftover); None for a name
+    the cache does not give."""
+    if not _DIGEST.search(name):
+        return None
     for suffix in _SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)], suffix
-    return name, ""
+    return (name, "") if _is_leftover(name) else None
 
 
 def _size(path: Path) -> int:
@@ -75,13 +88,13 @@ def entries(root: Path | None = None) -> list:
     of its folders, by stem."""
     root = Path(root) if root is not None else cache_dir()
     groups: dict = {}
-    folders = [root] + [p for p in root.iterdir() if p.is_dir() and not _is_leftover(p.name)]
+    folders = [root] + [root / name for name in _FOLDERS if (root / name).is_dir()]
     for folder in folders:
         for path in folder.iterdir():
-            if path.is_dir() and not _is_leftover(path.name):
+            split = _split(path.name)
+            if split is None or (path.is_dir() and split[1]):
                 continue
-            stem, ending = _split(path.name)
-            groups.setdefault((folder, stem if ending else path.name), []).append((path, ending))
+            groups.setdefault((folder, split[0]), []).append((path, split[1]))
     out = []
     for (folder, _), files in groups.items():
         endings = {ending for _, ending in files}
