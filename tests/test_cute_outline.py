@@ -83,13 +83,21 @@ def hybrid():
     return k
 
 
+def _api(names) -> set:
+    """``names`` but NVSHMEM's out-of-line helpers."""
+    return {n for n in names if not outline.is_helper(n)}
+
+
 def test_collective_is_called_out_of_line(hybrid):
     ptx = hybrid.__ptx__
-    assert outline.extern_calls(ptx) == {REDUCE}
+    assert _api(outline.extern_calls(ptx)) == {REDUCE}
     assert re.search(rf"^\.extern \.func\s+\([^)]*\)\s*{REDUCE}\b", ptx, re.M)
     assert _calls(ptx) == {REDUCE}  # p inlined: no call
     assert P not in ptx
-    assert hybrid.outlined == {REDUCE}
+    # NVSHMEM's transport helpers that the inlined p calls are in their objects, linked
+    assert hybrid.outlined == outline.extern_calls(ptx)
+    defined, _ = outline.cubin_info(hybrid.linked_cubin)
+    assert all(defined[n] == 1 for n in hybrid.outlined)
 
 
 def test_linked_cubin(hybrid):
@@ -119,8 +127,10 @@ def test_none_inlines_everything():
     assert STATE in ptx
 
 
-def test_only_small_functions_unchanged():
-    """A kernel calling no outlined function is not linked by nvJitLink."""
+def test_only_small_functions_inlined():
+    """A kernel calling only small functions has them inlined; what it calls out of line are
+    NVSHMEM's transport helpers (their fallback path), from their objects, as in Numba and Triton
+    kernels (before 2026-11-25 libNVVM compiled them into every CuTe kernel)."""
 
     @cute.kernel
     def k_p(dst: cute.Tensor):
@@ -132,10 +142,15 @@ def test_only_small_functions_unchanged():
 
     with outline.override("auto"):
         k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True, keep_cubin=True)
-    assert not outline.extern_calls(k.__ptx__) and not _calls(k.__ptx__)
-    assert k.linked_cubin is None
+    helpers = outline.extern_calls(k.__ptx__)
+    assert not _calls(k.__ptx__) and all(outline.is_helper(n) for n in helpers)
+    assert k.outlined == helpers
     defined, _ = outline.cubin_info(k.__cubin__)
-    assert defined[STATE] == 1
+    assert defined[STATE] == 1 and all(defined[n] == 1 for n in helpers)
+    assert (k.linked_cubin is not None) == bool(helpers)
+    with outline.override("none"):  # everything inlined: no helper object
+        k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True)
+    assert not outline.extern_calls(k.__ptx__) and k.linked_cubin is None
 
 
 def test_user_register_cap():
@@ -173,8 +188,9 @@ def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):
     orig = _link.resolve_kernel_bitcode
 
     def spy(module, pipeline):
-        seen.append((pipeline, orig(module, pipeline)))
-        return seen[-1][1]
+        result = orig(module, pipeline)
+        seen.append((pipeline, result[0]))
+        return result
 
     monkeypatch.setattr(_link, "resolve_kernel_bitcode", spy)
     with outline.override("auto"):
@@ -263,9 +279,11 @@ def test_objects_start_before_cute_compiles(monkeypatch):
     monkeypatch.setattr(outline, "objects", lambda *a: asked.setdefault("objects", a) and orig(*a))
     with outline.override("auto"):
         _compile()
-    assert asked["prefetch"] == asked["objects"]
+    assert asked["prefetch"][1:] == asked["objects"][1:]
     names, sm, arch, features, cap, _ = asked["prefetch"]
-    assert set(names) == {REDUCE} and cap == outline.registers_a_thread(64) and arch == "sm_90a"
+    assert _api(names) == {REDUCE} and cap == outline.registers_a_thread(64) and arch == "sm_90a"
+    # the helpers the inlined p calls, predicted from the kernel's bitcode, are what the link asks for
+    assert set(asked["objects"][0]) == set(names)
 
 
 def test_hook_unavailable_falls_back_to_inlining(monkeypatch):

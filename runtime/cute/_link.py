@@ -17,7 +17,11 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`: from a closure of the piece store, so that a
    first kernel need not wait for the whole store), and starts building the outlined functions'
    objects at the register cap of the kernel's declared block size (``nvvm.reqntid``), while CuTe
-   compiles.  When the module declares outlined NVSHMEM functions, the wrapper
+   compiles.  NVSHMEM's out-of-line helpers (its ``noinline`` transport functions, most of a
+   fine-grained kernel's code otherwise) are declarations in that bitcode too, their objects
+   shared with Numba and Triton kernels (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_calls`
+   says which; those its calls are predicted to need start building with the others).  When the
+   module declares outlined NVSHMEM functions, or its bitcode helpers, the wrapper
    adds ``-c`` to the pipeline's ``ptx-options`` (CuTe's own ptxas then accepts the unresolved
    calls) and asks for the kernel's PTX (``dump-ptx-path``); after the pipeline
    :func:`link_module` links that PTX with the functions' objects
@@ -28,7 +32,8 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    and the objects come from the installed ptxas, so the installed toolkit compiles both.  What
    CuTe loads, caches and (``--keep-cubin``) dumps is the linked cubin.
 
-A kernel that calls no outlined function compiles exactly as before (the smaller bitcode aside).
+A kernel whose NVSHMEM code calls nothing out of line compiles exactly as before (the smaller
+bitcode aside).
 
 Private CuTe surfaces used (nvidia-cutlass-dsl 4.8): ``CuTeDSL._get_dsl().compiler_provider``
 and its ``compile(module, pipeline, ...)``, the pipeline option spelling ``ptx-options='...'``,
@@ -127,12 +132,13 @@ def _wrap(orig, dsl):
         names = outlined_declarations(module) if "cute-to-nvvm" in pipeline else frozenset()
         if not names and not ("cute-to-nvvm" in pipeline and inlined_declarations(module)):
             return orig(module, pipeline, *args, **kwargs)  # no NVSHMEM here: CuTe's compile as it was
-        pipeline = resolve_kernel_bitcode(module, pipeline)
-        if not names:
+        pipeline, helpers, predicted = resolve_kernel_bitcode(module, pipeline)
+        if not names and not helpers:
             return orig(module, pipeline, *args, **kwargs)
         pipeline, cap = relocatable_pipeline(pipeline)
         arch = _pipeline_arch(pipeline)
-        _prefetch_objects(module, arch, names, cap)  # built while CuTe compiles the kernel
+        _prefetch_objects(module, arch, names | predicted, cap)  # built while CuTe compiles the kernel
+        names |= helpers
         with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-cute-") as tmp:
             pipeline, prefix = ptx_dump_pipeline(pipeline, os.path.join(tmp, "kernel"))
             result = orig(module, pipeline, *args, **kwargs)
@@ -175,17 +181,19 @@ def inlined_declarations(module) -> frozenset:
     return _declarations(module, outlined=False)
 
 
-def resolve_kernel_bitcode(module, pipeline: str) -> str:
+def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, frozenset]:
     """Make the bitcode of the NVSHMEM functions a traced module inlines
     (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`) and put its path in place of the placeholder
     its calls named (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`), in the module's
-    ``link-libraries`` and in ``pipeline`` (which CuTe made of them); returns the pipeline.  A
-    module whose calls named no placeholder (mode ``none``) is left as it is."""
+    ``link-libraries`` and in ``pipeline`` (which CuTe made of them).  Returns the pipeline, the
+    NVSHMEM helpers that bitcode declares (called in their objects) and the names their calls are
+    predicted to have (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_calls`).  A module whose
+    calls named no placeholder (mode ``none``) is left as it is."""
     from cutlass._mlir import ir
 
     from .. import _optable
     from .._libs import bitcode_path
-    from ..linker.nvvm import kernel_bitcode, kernel_bitcode_placeholder
+    from ..linker.nvvm import kernel_bitcode, kernel_bitcode_calls, kernel_bitcode_placeholder
     from ..linker.store_file import _arch_number
 
     arch = _pipeline_arch(pipeline)
@@ -193,14 +201,14 @@ def resolve_kernel_bitcode(module, pipeline: str) -> str:
     modules = [op for op in _gpu_modules(module) if "link-libraries" in op.attributes
                and placeholder in [x.value for x in op.attributes["link-libraries"]]]
     if not modules and placeholder not in pipeline:
-        return pipeline
+        return pipeline, frozenset(), frozenset()
     # NVSHMEM's functions (the op table's); another ``nvshmem*`` declaration is not ours to define
     names = inlined_declarations(module) & _optable.device_ops().keys()
     path = str(kernel_bitcode(names, _arch_number(arch), bitcode_path(arch)))
     for op in modules:
         paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]})
         op.attributes["link-libraries"] = ir.ArrayAttr.get([ir.StringAttr.get(x) for x in paths])
-    return pipeline.replace(placeholder, path)
+    return (pipeline.replace(placeholder, path), *kernel_bitcode_calls(path))
 
 
 _INTS = re.compile(r"\d+")
@@ -340,7 +348,8 @@ def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:
 def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[int] = None) -> list:
     """Replace the binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the executable
     cubin nvJitLink makes of the module's ``ptx`` and the objects of the outlined NVSHMEM functions
-    it calls (of ``declared``); returns ``[(names, cubin)]``."""
+    and helpers it calls (of ``declared``; a helper also specialised on the modes the PTX passes it,
+    :func:`nvshmem_dsl.linker.outline.specialise_helper_calls`); returns ``[(names, cubin)]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
@@ -355,14 +364,16 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
         raise NvshmemLinkError(
             f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
             f"{_cute_version()}, one PTX; {_HINT}")
+    # NVSHMEM's helpers, called with constant modes, called in objects specialised on them
+    ptx = outline.specialise_helper_calls(ptx)
     for op, _ in binaries:
-        names = outline.extern_calls(ptx) & frozenset(declared)
+        names = frozenset(n for n in outline.extern_calls(ptx) if outline.split_specialised(n)[0] in declared)
         kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
         cap = outline.register_cap([ptx], max_registers)
         paths = outline.objects(names, sm, arch, features, cap, bc_path) if names else []
         inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
         linked = _nvjitlink(arch, inputs, max_registers)
-        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem"))
+        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem") or outline.is_helper(n))
         if missing:
             raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
         op.attributes["value"] = ir.StringAttr.get(linked)

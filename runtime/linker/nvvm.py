@@ -78,50 +78,65 @@ def _digest(ident: list) -> str:
 
 
 #: Bump when :func:`kernel_bitcode` makes its files differently (part of their names).
-KERNEL_REVISION = 1
+KERNEL_REVISION = 2
 
 # `@nvshmemi_device_state_d = ... addrspace(4) externally_initialized global ...`: the global's
 # address space (none: generic)
 _GLOBAL_DEF = r"^@{name} = [\w ]*?(?:addrspace\((\d+)\) )?[\w ]*?(?:global|constant) "
 
 
-def kernel_bitcode_placeholder(bc_path) -> str:
+def _helpers_out(helpers_out) -> bool:
+    if helpers_out is None:
+        from . import outline
+
+        return outline.helpers_out()
+    return bool(helpers_out)
+
+
+def kernel_bitcode_placeholder(bc_path, helpers_out=None) -> str:
     """The path CuTe kernels traced with hybrid linking name as their NVSHMEM bitcode (in their
     ``link-libraries``) until their compile, when :func:`nvshmem_dsl.cute._link` puts the path of
     their :func:`kernel_bitcode` in its place.  No file: the name says what the kernel's bitcode
-    is made of (NVSHMEM's bitcode, by its cache key, and the rewrites of its code), so that CuTe's
-    own caches, which key a kernel by its module and pipeline, tell kernels of two NVSHMEM builds or
-    rewrite modes apart."""
+    is made of (NVSHMEM's bitcode, by its cache key, the rewrites of its code, and whether its
+    helpers are objects: ``helpers_out``, default :func:`nvshmem_dsl.linker.outline.helpers_out`),
+    so that CuTe's own caches, which key a kernel by its module and pipeline, tell kernels of two
+    NVSHMEM builds or linking modes apart."""
     bc_path = Path(bc_path)
-    return str(cache_dir() / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path))}-kernel.nvvm.bc")
+    return str(cache_dir() / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path, _helpers_out(helpers_out)))}"
+                             f"-kernel.nvvm.bc")
 
 
-def _kernel_ident(bc_path: Path) -> list:
+def _kernel_ident(bc_path: Path, helpers_out: bool) -> list:
     """What a :func:`kernel_bitcode` is made of, but the functions."""
-    return [_cache_key(bc_path), rewrites.mode(), rewrites.REVISION, KERNEL_REVISION]
+    return [_cache_key(bc_path), rewrites.mode(), rewrites.REVISION, KERNEL_REVISION, helpers_out]
 
 
-def kernel_bitcode(names, arch, bc_path) -> Path:
+def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
     """The bitcode libNVVM links into a CuTe kernel that calls the NVSHMEM functions ``names``
     inlined (for SM ``arch``, an int): those functions and everything they call, from the piece
     store (:func:`nvshmem_dsl.linker.store.api_text`: with no store cached yet, from a closure of
     them extracted while the store is built, well under a second), with the rewrites of inlined
     code, in a form libNVVM accepts (no sections, libNVVM's data layout).  The functions the
     kernel calls out of line are not in it: the kernel declares them and its link adds their
-    objects (:func:`nvshmem_dsl.linker.outline.objects`).  The device-state globals
+    objects (:func:`nvshmem_dsl.linker.outline.objects`).  With ``helpers_out`` (default
+    :func:`nvshmem_dsl.linker.outline.helpers_out`) NVSHMEM's out-of-line helpers (its
+    ``noinline`` transport functions) are declarations too, linked from their objects, as for
+    Numba and Triton kernels; :func:`kernel_bitcode_calls` says which.  The device-state globals
     (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are defined and kept in
     ``@llvm.compiler.used`` as in NVSHMEM's own file, so that every kernel defines them (once:
     the objects only declare them), also one that calls only outlined functions.
 
-    Made once per (bitcode, rewrites, ``names``) in the cache directory (13-75 ms with the store
-    cached, bench/results/cute-kernel-bitcode-cpu-2026-11-24.txt); later calls only stat it."""
+    Made once per (bitcode, rewrites, ``helpers_out``, ``names``) in the cache directory (13-75 ms
+    with the store cached, bench/results/cute-kernel-bitcode-cpu-2026-11-24.txt); later calls only
+    stat it."""
     import llvmlite.binding as llvm
 
     from . import store
 
     bc_path = Path(bc_path)
     names = sorted(set(names))
-    path = cache_dir() / "kernels" / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path) + [names])}.nvvm.bc"
+    helpers_out = _helpers_out(helpers_out)
+    path = cache_dir() / "kernels" / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path, helpers_out) + [names])}.nvvm.bc"
     if path.exists():
         mark_used(path)
         return path
@@ -129,7 +144,7 @@ def kernel_bitcode(names, arch, bc_path) -> Path:
     with _file_lock(path.with_suffix(".lock")):
         if path.exists():
             return path
-        text = _SECTION.sub("", store.api_text(names, arch, bc_path))
+        text = _SECTION.sub("", store.api_text(names, arch, bc_path, helpers_out=helpers_out))
         if "@llvm.compiler.used" not in text:
             used = []
             for name in store.EXPORTED_GLOBALS:
@@ -143,5 +158,25 @@ def kernel_bitcode(names, arch, bc_path) -> Path:
                          f"[{', '.join(used)}], section \"llvm.metadata\"\n")
         mod = llvm.parse_assembly(text, context=llvm.create_context())
         mod.data_layout = NVVM_DATA_LAYOUT
+        calls = {"helpers": [], "predicted": []}
+        if helpers_out:
+            from . import outline
+
+            calls = {"helpers": sorted(f.name for f in mod.functions if f.is_declaration and outline.is_helper(f.name)),
+                     "predicted": sorted(outline.predicted_helper_calls(text))}
+        _write(_calls_path(path), json.dumps(calls).encode())  # before the bitcode: read once it is there
         _write(path, mod.as_bitcode())
         return path
+
+
+def _calls_path(path: Path) -> Path:
+    return path.parent / (path.name[: -len(".nvvm.bc")] + ".calls")
+
+
+def kernel_bitcode_calls(path) -> tuple[frozenset, frozenset]:
+    """``(helpers, predicted)`` of a :func:`kernel_bitcode`: NVSHMEM's out-of-line helpers it
+    declares (their objects go into the kernel's link), and those helpers as the kernel's PTX is
+    predicted to call them, specialised on constant modes
+    (:func:`nvshmem_dsl.linker.outline.predicted_helper_calls`: what to start building early)."""
+    calls = json.loads(_calls_path(Path(path)).read_text())
+    return frozenset(calls["helpers"]), frozenset(calls["predicted"])

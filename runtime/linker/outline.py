@@ -69,7 +69,7 @@ from . import loop_split, object_workers, pieces, rewrites, store, store_build, 
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_symbols", "helper_calls", "helpers_out", "mode", "object_calls", "object_ir", "object_ptx", "objects",
+           "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "override", "predicted_helper_calls", "prefetch", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
@@ -437,6 +437,12 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) ->
 def helper_calls(ptx) -> frozenset:
     """The NVSHMEM helpers (not API functions) that PTX ``ptx`` calls in their objects."""
     return frozenset(n for n in extern_calls(ptx) if n not in _optable.device_ops())
+
+
+def is_helper(name: str) -> bool:
+    """Whether ``name`` is one of NVSHMEM's out-of-line helpers (a C++ ``nvshmemi_`` function,
+    maybe specialised), not an API function."""
+    return re.fullmatch(_NVSHMEM_FUNCTION, name) is not None and name not in _optable.device_ops()
 
 
 #: A PTX file's ``.version``: (major, minor).
