@@ -191,6 +191,46 @@ def test_cute_kernel_compiles(cute_compiled, name):
         assert re.search(r"^\.reqntid 1, 1, 1$", ptx, re.M)
 
 
+def _loops(ptx: str) -> list:
+    """The bodies of the basic blocks of the PTX's kernel (its ``.entry``, not the functions beside
+    it) that branch back to their own label (loops of one block)."""
+    entry = ptx[ptx.index(".entry"):]
+    parts = re.split(r"^(\$L__BB\d+_\d+):", entry[:entry.index("\n}\n")], flags=re.M)
+    return [body for label, body in zip(parts[1::2], parts[2::2]) if re.search(rf"bra(?:\.uni)?\s+\{label};", body)]
+
+
+#: What each latency kernel's loop does at a peer reached by load/store (P2P), in PTX.
+_P2P_OPS = {"p_lat": r"st\.(?:global\.)?b32", "g_lat": r"ld\.(?:global\.)?(?:nc\.)?b32",
+            "amo_lat": r"atom\.(?:global\.)?(?:sys\.)?add\.u64"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(_P2P_OPS))
+def test_cute_latency_loops_are_unswitched(cute_compiled, name):
+    """libNVVM splits each latency kernel's loop on NVSHMEM's P2P test: one loop of the plain
+    operations, no call in it (the transport call in another loop), because NVSHMEM's thread-scope
+    helpers are not ``convergent`` in the bitcode it links.  With NVSHMEM 3.8 the test and the call
+    stayed in every unrolled copy: ``p`` 0.51x of C++ instead of 0.13x
+    (tests/gpu/records/2026-11-25/h200-cute-helper-objects.txt)."""
+    plain = [b for b in _loops(cute_compiled[name].__ptx__)
+             if len(re.findall(rf"^\s*{_P2P_OPS[name]}", b, re.M)) >= 2 and "call" not in b]
+    assert plain, f"{name}: no loop of {_P2P_OPS[name]} alone"
+
+
+@pytest.mark.slow
+def test_cute_p_loop_is_unswitched_inlining_everything():
+    """The same with ``outline("none")``: the whole library's copy for libNVVM
+    (nvshmem_dsl.linker.nvvm.nvvm_bitcode) has the same rewrite."""
+    _need("cutlass.cute", "sm_90a")
+    import cute_bench as cb
+    from nvshmem_dsl.linker import outline
+
+    with outline.override("none"):
+        ck = cb.compile_all(cb.fake_tensors(1 << 20), arch="sm_90a", names=["p_lat"], keep_ptx=True)["p_lat"]
+    assert [b for b in _loops(ck.__ptx__) if len(re.findall(rf"^\s*{_P2P_OPS['p_lat']}", b, re.M)) >= 2
+            and "call" not in b]
+
+
 @pytest.mark.slow
 def test_cute_coll_kernels_differ(cute_compiled):
     """The launchers made by one factory compile to their own kernels in one process (CuTe caches by IR)."""
