@@ -270,6 +270,29 @@ def test_kernel_bitcode_of_no_function_defines_the_state():
     assert not mod.get_global_variable(STATE).is_declaration
 
 
+def test_kernel_bitcode_declares_the_helpers_it_names():
+    """With the helpers in their objects, a kernel bitcode of ``p`` declares NVSHMEM's transport
+    helper ``p`` calls and names it (and its predicted specialised calls) beside it; without,
+    defines it; a bitcode whose list went missing is made again."""
+    import llvmlite.binding as llvm
+
+    from nvshmem_dsl._libs import bitcode_path
+    from nvshmem_dsl.linker.nvvm import _calls_path, kernel_bitcode, kernel_bitcode_calls
+
+    path = kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=True)
+    helpers, predicted = kernel_bitcode_calls(path)
+    mod = llvm.parse_bitcode(path.read_bytes())
+    declared = {f.name for f in mod.functions if f.is_declaration}
+    assert helpers and helpers <= declared and all(outline.is_helper(n) for n in helpers)
+    assert {outline.split_specialised(n)[0] for n in predicted} <= helpers
+    inlined = kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=False)
+    assert inlined != path and kernel_bitcode_calls(inlined) == (frozenset(), frozenset())
+    assert helpers <= {f.name for f in llvm.parse_bitcode(inlined.read_bytes()).functions if not f.is_declaration}
+    _calls_path(path).unlink()
+    assert kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=True) == path
+    assert kernel_bitcode_calls(path) == (helpers, predicted)
+
+
 def test_objects_start_before_cute_compiles(monkeypatch):
     """The hook starts the objects at the cap of the kernel's declared block (its ``nvvm.reqntid``),
     the cap the link after CuTe's compile asks for."""

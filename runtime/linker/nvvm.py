@@ -147,12 +147,12 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
     names = sorted(set(names))
     helpers_out = _helpers_out(helpers_out)
     path = cache_dir() / "kernels" / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path, helpers_out) + [names])}.nvvm.bc"
-    if path.exists():
+    if path.exists() and _calls_path(path).exists():
         mark_used(path)
         return path
     path.parent.mkdir(mode=0o700, exist_ok=True)
     with _file_lock(path.with_suffix(".lock")):
-        if path.exists():
+        if path.exists() and _calls_path(path).exists():
             return path
         # unswitch: NVSHMEM's thread-scope helpers not convergent, so that libNVVM unswitches a loop of
         # p/g/atomics on NVSHMEM's P2P test (NVSHMEM 3.8: p 26.7 ns without, 0.51x of C++'s)
