@@ -198,7 +198,7 @@ def test_nvvm_copy_for_cute_is_rewritten(tmp_path, monkeypatch):
     src.write_bytes(llvm.parse_assembly(GUARDED, context=llvm.create_context()).as_bitcode())
     monkeypatch.delenv(bc.ENV, raising=False)
     out = nvvm.nvvm_bitcode(src)
-    assert out != src and out.name.endswith(f"-vector-r{bc.REVISION}.nvvm.bc")
+    assert out != src and out.name.endswith(f"-vector-r{bc.REVISION}-c{nvvm.COPY_REVISION}.nvvm.bc")
     text = str(llvm.parse_bitcode(out.read_bytes(), context=llvm.create_context()))
     assert "load <4 x i32>" in text and "asm sideeffect" not in text
     assert nvvm.nvvm_bitcode(src) == out  # cached
