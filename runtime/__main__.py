@@ -166,9 +166,9 @@ def cache(prune: float | None = None, clear: bool = False, dry_run: bool = False
     from .linker import cache as c
     from .linker.store_file import cache_dir
 
+    days = c.auto_days()
     print(f"cache directory: {cache_dir()} ($NVSHMEM_DSL_CACHE); automatic pruning: "
-          + (f"entries unused for {c.auto_days():g} days" if c.auto_days() else "off")
-          + f" (${c.DAYS_ENV})")
+          + (f"entries unused for {days:g} days" if days else "off") + f" (${c.DAYS_ENV})")
     if prune is not None or clear:
         gone = c.prune(0 if clear else prune, dry_run=dry_run)
         print(f"{'would remove' if dry_run else 'removed'} {len(gone)} entries, "
@@ -196,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.prune is not None and args.prune < 0:
         ap.error(f"--prune {args.prune:g}: give a number of days >= 0")
     if args.command == "cache":
-        return cache(args.prune, args.clear, args.dry_run)
+        try:
+            return cache(args.prune, args.clear, args.dry_run)
+        except ValueError as exc:  # a malformed NVSHMEM_DSL_CACHE_DAYS
+            ap.error(str(exc))
     return {"info": info, "demo": demo}[args.command]()
 
 

@@ -171,3 +171,8 @@ def test_cache_command_rejects_bad_arguments(root):
     assert done.returncode == 2 and "--prune -2: give a number of days >= 0" in done.stderr
     done = subprocess.run([sys.executable, "-m", "nvshmem_dsl", "info", "--clear"], capture_output=True, text=True)
     assert done.returncode == 2 and "go with the cache command" in done.stderr
+
+
+def test_cache_command_names_a_malformed_days_variable(root):
+    done = _cli(env={cache.DAYS_ENV: "soon"})
+    assert done.returncode == 2 and cache.DAYS_ENV in done.stderr and "Traceback" not in done.stderr

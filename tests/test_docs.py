@@ -128,3 +128,22 @@ def test_environment_page_names_every_variable_the_code_reads():
     assert in_code, "no NVSHMEM_DSL_ variable found in runtime/"
     assert in_code - documented == set(), "read by the code, missing from docs/environment.rst"
     assert documented - in_code == set(), "in docs/environment.rst, read by no code"
+
+
+def test_environment_page_states_the_defaults_the_code_has():
+    """The numbers docs/environment.rst gives as defaults are the code's constants."""
+    from nvshmem_dsl.host import _bootstrap
+    from nvshmem_dsl.linker import cache, loop_split, object_workers, store_build
+
+    page = " ".join((DOCS / "environment.rst").read_text().split())
+    expected = {
+        "NVSHMEM_DSL_INIT_TIMEOUT": f"(default {_bootstrap.DEFAULT_TIMEOUT:g})",
+        "NVSHMEM_DSL_CACHE_DAYS": f"(default {cache.DEFAULT_DAYS:g};",
+        "NVSHMEM_DSL_BUILD_JOBS": f"at most {store_build._MAX_JOBS},",
+        "NVSHMEM_DSL_OBJECT_WORKERS": f"at most {object_workers.DEFAULT_MAX};",
+        "NVSHMEM_DSL_OUTLINE_SPLIT": f"(default {loop_split.MIN_INSTRUCTIONS}:",
+    }
+    for var, phrase in expected.items():
+        entry = page[page.index(f"``{var}`` "):]
+        entry = entry[:entry.index("``NVSHMEM", 2)] if "``NVSHMEM" in entry[2:] else entry
+        assert phrase in entry, f"docs/environment.rst, {var}: expected {phrase!r}"

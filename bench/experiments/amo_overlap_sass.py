@@ -25,13 +25,12 @@ the GPU's own memory (no NVSHMEM; what matters is their ratio), and checks the c
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
 
 UNROLL = 4
 
@@ -40,6 +39,15 @@ def _bin(tool: str) -> str:
     import triton
 
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+
+
+def _loop_sass():
+    """bench/experiments/loop_sass.py, with Triton's ptxas and nvdisasm unless PTXAS= / NVDISASM= say."""
+    os.environ.setdefault("PTXAS", _bin("ptxas"))
+    os.environ.setdefault("NVDISASM", _bin("nvdisasm"))
+    import loop_sass
+
+    return loop_sass
 
 
 def _loop_ptx(grouped: bool) -> str:
@@ -66,32 +74,12 @@ def _loop_ptx(grouped: bool) -> str:
             "\t@%p0 st.global.u64 [%addr+8], %acc;\n\tret;\n}\n")
 
 
-def _sass(cubin: bytes, function: str = "k") -> list:
-    """The SASS instructions of ``function`` in ``cubin`` (not the objects linked beside it)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([_bin("nvdisasm"), "-c", f.name], capture_output=True, text=True).stdout
-    out = re.split(r"^\s*\.text\.", out, flags=re.M)
-    out = next(part for part in out if part.startswith(function + ":"))
-    return [m.group(1) for m in re.finditer(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;", out, re.M)]
-
-
-def _ptxas(ptx: str) -> bytes:
-    with tempfile.TemporaryDirectory() as d:
-        src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        subprocess.run([_bin("ptxas"), "-arch=sm_90", "-O3", src, "-o", out], check=True)
-        with open(out, "rb") as f:
-            return f.read()
-
-
 _LETTERS = (("ATOM", "A"), ("SHFL", "S"), ("LDG", "L"), ("CALL", "C"), ("BSYNC", "B"))
 
 
 def _report(what: str, sass: list, note: str = "") -> None:
-    seq = "".join(next(letter for op, letter in _LETTERS if op in s) for s in sass
+    """``sass``: ``[(address, instruction)]`` (loop_sass.sass_of_*)."""
+    seq = "".join(next(letter for op, letter in _LETTERS if op in s) for _, s in sass
                   if any(op in s for op, _ in _LETTERS))
     atoms = seq.replace("L", "").replace("C", "").replace("B", "")
     first = atoms.index("S") if "S" in atoms else len(atoms)
@@ -105,7 +93,7 @@ def _run(iters: int = 1 << 16, reps: int = 5) -> None:
     counter = cp.zeros(2, dtype=cp.uint64)
     for grouped in (False, True):
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(_ptxas(_loop_ptx(grouped)))
+            f.write(_loop_sass().assemble(_loop_ptx(grouped), "sm_90"))
             f.flush()
             kernel = cp.RawModule(path=f.name).get_function("k")
         counter[:] = 0
@@ -131,10 +119,10 @@ def main() -> int:
     print(f"ptxas and nvdisasm of triton {triton.__version__}, sm_90, -O3; in program order: A ATOM, S SHFL, "
           "L LDG, C CALL, B BSYNC (reconvergence)")
     for grouped in (False, True):
-        _report("grouped" if grouped else "interleaved", _sass(_ptxas(_loop_ptx(grouped))))
+        _report("grouped" if grouped else "interleaved", _loop_sass().sass_of_ptx(_loop_ptx(grouped), "sm_90"))
     import triton_bench as tb
 
-    _report("triton", _sass(tb.compile_kernel("amo_lat").asm["cubin"], "amo_lat"),
+    _report("triton", _loop_sass().sass_of_cubin(tb.compile_kernel("amo_lat").asm["cubin"], "amo_lat"),
             "a loop of one atomic an iteration (the ATOMs are the global and shared paths of a generic "
             "address), its result shuffled after the warp reconverges")
     if "--run" in sys.argv[1:]:

@@ -2,7 +2,7 @@
 bandwidth and atomic kernels, for C++, Numba and CuTe.
 
     NVSHMEM_HOME=<nvshmem 3.4.5> python bench/experiments/loop_sass.py
-    (needs ptxas and nvdisasm/cuobjdump on PATH, or NVDISASM= / CUOBJDUMP=; C++ from
+    (needs ptxas and nvdisasm/cuobjdump on PATH, or PTXAS= / NVDISASM= / CUOBJDUMP=; C++ from
     bench/cpp/build/bench_cpp, built by bench/cpp/build.sh against the same NVSHMEM)
 
 Prints, per kernel:
@@ -22,6 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+PTXAS = os.environ.get("PTXAS", "ptxas")
 NVDISASM = os.environ.get("NVDISASM", "nvdisasm")
 CUOBJDUMP = os.environ.get("CUOBJDUMP", "cuobjdump")
 CPP = os.path.join(HERE, "..", "cpp", "build", "bench_cpp")
@@ -30,13 +31,30 @@ CPP_KERNELS = {"put_block": "_Z6rma_bwILi2ELb0EEvPfS0_miii", "put_warp": "_Z6rma
 INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
-def sass_of_ptx(ptx: str, arch: str) -> list:
+def assemble(ptx: str, arch: str) -> bytes:
+    """The cubin ptxas -O3 makes of ``ptx`` for ``arch``."""
     with tempfile.TemporaryDirectory() as d:
         src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        subprocess.run(["ptxas", f"-arch={arch}", "-O3", src, "-o", cubin], check=True)
-        out = subprocess.run([NVDISASM, "-c", cubin], capture_output=True, text=True, check=True).stdout
+        subprocess.run([PTXAS, f"-arch={arch}", "-O3", src, "-o", cubin], check=True)
+        with open(cubin, "rb") as f:
+            return f.read()
+
+
+def sass_of_ptx(ptx: str, arch: str) -> list:
+    """``[(address, instruction)]`` of ``ptx`` assembled for ``arch`` (ptxas -O3)."""
+    return sass_of_cubin(assemble(ptx, arch))
+
+
+def sass_of_cubin(cubin: bytes, function: str | None = None) -> list:
+    """``[(address, instruction)]`` of the cubin's code (of ``function`` alone when given)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([NVDISASM, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    if function is not None:
+        out = next(part for part in re.split(r"^\s*\.text\.", out, flags=re.M) if part.startswith(function + ":"))
     return [(int(a, 16), i) for a, i in INSN.findall(out)]
 
 

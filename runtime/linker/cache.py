@@ -27,7 +27,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .store_file import cache_dir
+from .store_file import KERNELS_FOLDER, OBJECTS_FOLDER, cache_dir
 
 __all__ = ["DAYS_ENV", "DEFAULT_DAYS", "Entry", "auto_days", "entries", "prune", "summary"]
 
@@ -36,12 +36,11 @@ DAYS_ENV = "NVSHMEM_DSL_CACHE_DAYS"
 DEFAULT_DAYS = 30.0
 
 #: File endings of an entry's files (longest first), and what its main file says it is.
-_SUFFIXES = (".nvvm.lock", ".nvvm.same", ".nvvm.bc", ".pieces", ".cubin", ".calls", ".lock", ".same")
+_SUFFIXES = (".nvvm.lock", ".nvvm.same", ".nvvm.bc", ".pieces", ".cubin", ".calls", ".lock")
 _KINDS = {".pieces": "piece stores", ".nvvm.bc": "libNVVM bitcode (CuTe)", ".nvvm.same": "libNVVM bitcode (CuTe)",
-          ".same": "libNVVM bitcode (CuTe)", ".cubin": "out-of-line objects"}
+          ".cubin": "out-of-line objects"}
 _LEFTOVERS = "build leftovers"
-#: The cache's folders: objects (:mod:`.outline`) and CuTe kernels' bitcode (:mod:`.nvvm`).
-_FOLDERS = ("outline", "kernels")
+_FOLDERS = (OBJECTS_FOLDER, KERNELS_FOLDER)
 
 
 @dataclasses.dataclass
@@ -99,7 +98,7 @@ def entries(root: Path | None = None) -> list:
     for (folder, _), files in groups.items():
         endings = {ending for _, ending in files}
         kind = next((_KINDS[e] for e in _KINDS if e in endings), _LEFTOVERS)
-        if kind != _LEFTOVERS and folder.name == "kernels":
+        if kind != _LEFTOVERS and folder.name == KERNELS_FOLDER:
             kind = "CuTe kernels' bitcode"
         entry = Entry(kind, sorted(p for p, _ in files))
         for p in entry.paths:

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from . import rewrites
-from .store_file import _cache_key, _file_lock, cache_dir, mark_used
+from .store_file import KERNELS_FOLDER, _cache_key, _file_lock, cache_dir, mark_used
 
 _SECTION = re.compile(r' section "\.text\.[^"]*"')
 _DATA_LAYOUT = re.compile(r'^target datalayout = "[^"]*"$', re.M)
@@ -146,7 +146,7 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
     bc_path = Path(bc_path)
     names = sorted(set(names))
     helpers_out = _helpers_out(helpers_out)
-    path = cache_dir() / "kernels" / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path, helpers_out) + [names])}.nvvm.bc"
+    path = cache_dir() / KERNELS_FOLDER / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path, helpers_out) + [names])}.nvvm.bc"
     if path.exists() and _calls_path(path).exists():
         mark_used(path)
         return path

@@ -413,7 +413,7 @@ def _ptxas_options() -> tuple:
 
 
 def _objects_dir() -> Path:
-    folder = store.cache_dir() / "outline"
+    folder = store.cache_dir() / store_file.OBJECTS_FOLDER
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
@@ -436,7 +436,7 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) ->
 
 def helper_calls(ptx) -> frozenset:
     """The NVSHMEM helpers (not API functions) that PTX ``ptx`` calls in their objects."""
-    return frozenset(n for n in extern_calls(ptx) if n not in _optable.device_ops())
+    return frozenset(n for n in extern_calls(ptx) if is_helper(n))
 
 
 def is_helper(name: str) -> bool:

@@ -87,6 +87,11 @@ def cache_dir() -> Path:
     return d
 
 
+#: The cache directory's folders: the out-of-line objects (:mod:`.outline`) and the CuTe kernels'
+#: bitcode (:func:`.nvvm.kernel_bitcode`); the piece stores and libNVVM copies lie at its top.
+OBJECTS_FOLDER = "outline"
+KERNELS_FOLDER = "kernels"
+
 _used: set = set()
 
 
