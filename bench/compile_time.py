@@ -51,7 +51,12 @@ def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) ->
     if marks is not None:
         _trace_phases(marks)
     gpu = cuda.is_available()  # initialises the driver outside the timed part
-    if init is not None:
+    if init is not None and "prefetch_s" in init:
+        from nvshmem_dsl.numba import _linker
+
+        _linker.prefetch_bitcode(_cc(arch))
+        time.sleep(init["prefetch_s"])
+    elif init is not None:
         import nvshmem_dsl
 
         if not gpu:
@@ -203,12 +208,20 @@ def main(argv=None) -> int:
     ap.add_argument("--init", action="store_true",
                     help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
+    ap.add_argument("--prefetch", type=float, default=None, metavar="SECONDS",
+                    help="numba, no GPU needed: start what init() starts for the device's code "
+                         "(nvshmem_dsl.numba._linker.prefetch_bitcode) and wait SECONDS, as long as an init "
+                         "takes, before the first compile")
     ap.add_argument("--kernel", default=None,
                     help="time this kernel of the benchmark (its name in bench/bench_shapes.py SHAPES) "
                          "alone instead of put_block, then p_lat")
     args = ap.parse_args(argv)
     marks = {} if args.phases and args.impl == "numba" else None
     init = {} if args.init else None
+    if args.prefetch is not None:
+        if args.impl != "numba" or args.init:
+            raise SystemExit("--prefetch: numba only, without --init")
+        init = {"prefetch_s": args.prefetch}
     kernels = (args.kernel,) if args.kernel else KERNELS
     t_import, times, stage = {"numba": _numba, "cute": _cute, "triton": _triton}[args.impl](args.arch, marks, init,
                                                                                               kernels)

@@ -256,6 +256,98 @@ def test_closure_from_the_bodies_it_needs_is_the_same(bc, names, monkeypatch):
     assert len(parsed) == (3 if names == ["nvshmem_baz"] else 2)  # + nvshmem_foo; then the whole
 
 
+# An out-of-line helper that is not the first function with a body (that one's body is always
+# read: tests above), called by an API function beside an internal function that is not one.
+HELPERS_IR = r"""
+target datalayout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+target triple = "nvptx64-nvidia-cuda"
+
+@nvshmemi_device_state_d = addrspace(4) externally_initialized constant i32 0, align 4
+
+define i32 @nvshmem_first() #1 {
+  ret i32 1
+}
+
+define internal i32 @inner(i32 %x) #1 {
+  %r = add i32 %x, 1
+  ret i32 %r
+}
+
+define internal fastcc void @transfer(ptr %p, i32 %x) unnamed_addr #0 {
+  %s = load i32, ptr addrspace(4) @nvshmemi_device_state_d, align 4
+  %v = add i32 %s, %x
+  store i32 %v, ptr %p, align 4
+  ret void
+}
+
+define void @nvshmem_qux(ptr %p, i32 %x) #1 {
+  %y = call i32 @inner(i32 %x)
+  call fastcc void @transfer(ptr %p, i32 %y)
+  ret void
+}
+
+attributes #0 = { noinline nounwind }
+attributes #1 = { alwaysinline nounwind }
+"""
+
+
+@pytest.fixture
+def helpers_bc(tmp_path, monkeypatch):
+    path = tmp_path / "helpers" / "libnvshmem_device_sm_90.bc"
+    path.parent.mkdir()
+    path.write_bytes(llvm.parse_assembly(HELPERS_IR).as_bitcode())
+    monkeypatch.setattr(store, "_stores", {})
+    monkeypatch.setattr(store, "_subsets", type(store._subsets)())
+    monkeypatch.setattr(store, "_closures", {})
+    monkeypatch.setattr(store, "_helper_closures", {})
+    monkeypatch.setattr(store, "_prefetch_asked", set())
+    return path
+
+
+def test_closure_without_helpers_leaves_their_bodies_unread(helpers_bc, monkeypatch):
+    """helpers=False: the out-of-line helper is an external declaration (its prototype printed
+    `declare internal`, which LLVM would not parse back), its body never parsed; the internal
+    function that is not a helper comes with the kernel.  helpers=True: the helper too."""
+    parsed = []
+    real = pieces._parse
+    monkeypatch.setattr(pieces, "_parse", lambda path, data=None: (parsed.append(data), real(path, data))[1])
+    without = store._Store.from_part(pieces._closure(helpers_bc, ["nvshmem_qux"], helpers=False), "k")
+    assert set(without.functions) == {"nvshmem_qux", "inner"}
+    text = without.assemble(["nvshmem_qux"]).decode()
+    assert "declare internal" not in text and re.search(r"^declare fastcc void @transfer\(ptr, i32\) #\d+$", text, re.M)
+    mod = llvm.parse_assembly(text)
+    assert mod.get_function("transfer").is_declaration
+    assert len(parsed) == 2  # nvshmem_qux, then inner
+    with_helpers = store._Store.from_part(pieces._closure(helpers_bc, ["nvshmem_qux"]), "k")
+    assert set(with_helpers.functions) == {"nvshmem_qux", "inner", "transfer"}
+    assert with_helpers.helpers == {"transfer"}
+
+
+def test_prefetch_extracts_the_helpers_closure_for_their_objects(helpers_bc, tmp_path, monkeypatch):
+    """prefetch() (init) extracts the helpers' closure in a process of its own; a kernel's closure
+    then leaves the helpers out, and a helper's object IR comes from the prefetched closure, no
+    closure of its own.  A kernel that inlines the helpers still gets their bodies."""
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(store, "_start_builder", lambda *args: False)  # another process's build
+    monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
+    store.prefetch(90, bc_path=helpers_bc)
+    prefetched = store._helper_closures[store._cache_key(helpers_bc)].result(timeout=120)
+    assert prefetched.helpers == {"transfer"} and "nvshmem_qux" not in prefetched.functions
+    closures = []
+    real = pieces._closure
+    monkeypatch.setattr(pieces, "_closure", lambda path, names, helpers=True: (
+        closures.append((names, helpers)), real(path, names, helpers))[1])
+    kernel = store.api_text(["nvshmem_qux"], 90, bc_path=helpers_bc, helpers_out=True)
+    assert closures == [(["nvshmem_qux"], False)]
+    assert re.search(r"^declare fastcc void @transfer\(", kernel, re.M)
+    helper = store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)
+    assert closures == [(["nvshmem_qux"], False)]  # none more
+    assert "define internal fastcc void @transfer(" in helper
+    assert _functions(store.api_module(["nvshmem_qux"], 90, bc_path=helpers_bc)) == ["inner", "nvshmem_qux", "transfer"]
+    assert closures[-1] == (["nvshmem_qux"], True)
+
+
 def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):
     def unreadable(data):
         raise bodies.BitcodeLayoutError("no")
@@ -274,7 +366,7 @@ def test_every_kernel_before_the_store_links_a_closure(bc, tmp_path, monkeypatch
     monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
     closures = []
     real = pieces._closure
-    monkeypatch.setattr(pieces, "_closure", lambda path, names: (closures.append(names), real(path, names))[1])
+    monkeypatch.setattr(pieces, "_closure", lambda path, names, *a: (closures.append(names), real(path, names, *a))[1])
     assert _functions(store.api_module(["nvshmem_baz"], 90, bc_path=bc)) == ["helper", "nvshmem_baz", "nvshmem_foo"]
     assert _functions(store.api_module(["nvshmem_bar"], 90, bc_path=bc)) == ["nvshmem_bar"]
     assert closures == [["nvshmem_baz"], ["nvshmem_bar"]]

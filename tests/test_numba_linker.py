@@ -523,6 +523,12 @@ def test_closure_of_the_real_bitcode_is_the_stores(names):
     for h in sorted(closure.helpers):
         assert (canonical(closure.assemble([h], True, closure.helpers).decode())
                 == canonical(st.assemble([h], True, st.helpers).decode())), h
+    # without the helpers' bodies (a kernel calling them in their objects): what the store gives
+    # with them declared, from fewer functions still
+    lean = store._Store.from_part(pieces._closure(bc, names, helpers=False), "k")
+    assert not lean.helpers and len(lean.functions) < len(closure.functions)
+    assert (canonical(lean.assemble(names).decode())
+            == canonical(st.assemble(names, False, st.helpers).decode()))
 
 
 @needs_bitcode

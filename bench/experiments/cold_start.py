@@ -6,6 +6,8 @@ latency kernel in the same process), each time with an empty NVSHMEM_DSL_CACHE, 
                calls, from a parse of just their bodies, while the store's build processes run
   init         (GPU) the same with NVSHMEM initialised first (one PE, --init), as a program does
                (nvshmem_dsl.init() starts the store's build)
+  prefetch     (no GPU needed) what init() starts for the device code, then 1.5 s (an init's time on
+               a GPU host) before the compile: the store's build and the helpers' closure
   jobsN        default with N build processes (NVSHMEM_DSL_BUILD_JOBS=N; the default is one per
                CPU, at most 8), e.g. jobs4
 then one warm run (the last cold run's cache).  Prints each JSON line of compile_time.py, then a
@@ -31,7 +33,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPILE_TIME = os.path.join(HERE, "..", "compile_time.py")
-VARIANTS = {"default": [], "init": ["--init"]}
+VARIANTS = {"default": [], "init": ["--init"], "prefetch": ["--prefetch", "1.5"]}
 
 
 def variant(name: str) -> tuple[list, dict]:

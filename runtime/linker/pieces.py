@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import bodies
+from .rewrites import ATTRIBUTE_GROUP
 
 #: Bump when the on-disk layout or the way pieces are derived changes.
 FORMAT_VERSION = 3
@@ -41,6 +42,7 @@ EXPORTED_GLOBALS = (
 # A global name as printed by LLVM: @foo, @"foo bar", or a numbered @12.
 _GLOBAL_REF = re.compile(rb'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*|\d+)')
 _MD_REF = re.compile(rb"!(\d+)")
+_ATTRIBUTE_GROUP = re.compile(ATTRIBUTE_GROUP.encode(), re.M)
 _TARGET_ATTRS = re.compile(rb' ?"target-(?:cpu|features)"="[^"]*"')
 
 
@@ -281,25 +283,34 @@ def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:
     return _part(bc_path, part, parts, threads, parsed=parsed, prototypes=True, listing=(api, public))
 
 
-def _closure(bc_path: Path, names) -> dict:
+def _closure(bc_path: Path, names, helpers: bool = True) -> dict:
     """The closure of ``names`` (:func:`_part` with ``own``), from a parse of the function bodies
     it needs only (:mod:`nvshmem_dsl.linker.bodies`): ``names`` and every function that is not
-    an API function, then the API functions those call, until nothing is missing.  Almost all of
+    an API function, then the API functions those call, until nothing is missing.  ``helpers``
+    False: ``names``, then the functions those call but NVSHMEM's out-of-line helpers (the
+    ``noinline`` functions that are not API functions: :func:`noinline_groups`), which stay
+    declarations, their bodies unread, for code that calls them in their objects.  Almost all of
     NVSHMEM's bitcode is API bodies: this parse is a few percent of the whole file's
-    (tests/gpu/records/2026-11-22/closure-parse.txt).  A file laid out in a way
-    :mod:`~nvshmem_dsl.linker.bodies` does not read is parsed whole."""
+    (tests/gpu/records/2026-11-22/closure-parse.txt); a put kernel's without the helpers 0.13-0.24 s,
+    with them 0.41-0.50 s (bench/results/closure-helpers-cpu-2026-11-25.txt).  A file laid out in a
+    way :mod:`~nvshmem_dsl.linker.bodies` does not read is parsed whole (helpers included)."""
     data = bc_path.read_bytes()
     try:
         st = bc_path.stat()
         key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
         fns = _listed.get(key) or _listed.setdefault(key, bodies.functions(data))
+        with_body = {f.name for f in fns if f.has_body}
         api = _api_of(fns)
-        keep = set(names) | {f.name for f in fns if f.has_body and f.name not in api}
+        # with the helpers: every function that is not an API function at once (a parse of them all
+        # costs less than one more round of parsing)
+        keep = set(names) | (with_body - api if helpers else set())
         while True:
             kept = bodies.keep_bodies(data, keep, fns)
             part = _part(bc_path, 0, 1, 1, own=names, parsed=_parse(bc_path, kept), prototypes=True)
             called = {_unquote(_name_of(line)) for line in part["preamble"] if line.startswith(b"declare ")}
-            missing = (called & api) - keep
+            if not helpers:
+                called -= _declare_helpers(part)
+            missing = (called & with_body) - keep
             if not missing:
                 return part
             keep |= missing
@@ -308,6 +319,46 @@ def _closure(bc_path: Path, names) -> dict:
             return _part(bc_path, 0, 1, 1, own=names)
         finally:
             _release_heap()
+
+
+def _helpers_closure(bc_path: Path) -> dict:
+    """The closure of every function of ``bc_path`` with a body that is not an API function:
+    NVSHMEM's out-of-line helpers and what they call, for their objects, before a kernel names
+    them (:func:`nvshmem_dsl.linker.store.prefetch`).  Raises :class:`.bodies.BitcodeLayoutError`
+    for a file :mod:`~nvshmem_dsl.linker.bodies` does not read."""
+    st = bc_path.stat()
+    key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
+    fns = _listed.get(key) or _listed.setdefault(key, bodies.functions(bc_path.read_bytes()))
+    api = _api_of(fns)
+    return _closure(bc_path, sorted(f.name for f in fns if f.has_body and f.name not in api))
+
+
+def noinline_groups(preamble: bytes) -> frozenset:
+    """The attribute groups (their numbers, as bytes) of IR text ``preamble`` that say ``noinline``."""
+    return frozenset(m[1] for m in _ATTRIBUTE_GROUP.finditer(preamble) if b"noinline" in m[2].split())
+
+
+#: A function declaration's attribute group, at the end of its line.
+_DECLARATION_GROUP = re.compile(rb"#(\d+)$")
+_LOCAL_LINKAGE = re.compile(rb"\b(?:internal|private)\b")
+
+
+def _declare_helpers(part: dict) -> set:
+    """The helpers a closure ``part`` declares (internal and ``noinline`` functions: an API
+    function is external), their declarations made external in its preamble (a body LLVM did
+    not parse leaves an internal function's ``declare internal ...``, which it does not parse
+    back)."""
+    preamble = part["preamble"]
+    groups = noinline_groups(b"\n".join(line for line in preamble if line.startswith(b"attributes #")))
+    found = set()
+    for i, line in enumerate(preamble):
+        if not line.startswith(b"declare ") or not _LOCAL_LINKAGE.search(line[:_GLOBAL_REF.search(line).start()]):
+            continue
+        group = _DECLARATION_GROUP.search(line.rstrip())
+        if group and group[1] in groups:
+            found.add(_unquote(_name_of(line)))
+            preamble[i] = external_declaration(line)
+    return found
 
 
 def _merge_preambles(parts, attr_stride: int, defined=frozenset()) -> bytes:
@@ -437,6 +488,16 @@ def function_declaration(define_line: bytes) -> bytes:
     tail = re.sub(rb"\s*(?:comdat(?:\([^)]*\))?|section \"[^\"]*\"|personality .*|!dbg !\d+)", b"", tail)
     return (b"declare " + _DEFINITION_ONLY.sub(b"", head) + name.group(0) + b"(" + b", ".join(kept) + b")"
             + _DEFINITION_ONLY.sub(b"", tail).rstrip())
+
+
+def external_declaration(declare_line: bytes) -> bytes:
+    """``declare_line`` as an external declaration: a body LLVM did not parse leaves an internal
+    function's prototype printed as ``declare internal fastcc void @f(ptr noundef) unnamed_addr #4``,
+    which LLVM does not parse back (-> ``declare fastcc void @f(ptr noundef) #4``)."""
+    name = _GLOBAL_REF.search(declare_line)
+    head, rest = declare_line[:name.start()], declare_line[name.start():]
+    close = rest.rindex(b")")
+    return _DEFINITION_ONLY.sub(b"", head) + rest[:close + 1] + _DEFINITION_ONLY.sub(b"", rest[close + 1:]).rstrip()
 
 
 def _release_heap() -> None:

@@ -45,6 +45,8 @@ build processes :mod:`.store_build`'s; this module finds or builds the store a k
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -73,6 +75,7 @@ _subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode, unswit
 _MAX_SUBSETS = 64
 _closures: dict = {}  # store key -> the last closures extracted while its store is being built
 _MAX_CLOSURES = 4
+_helper_closures: dict = {}  # store key -> Future of its helpers' closure (prefetch: _start_helpers_closure)
 _lock = threading.RLock()
 
 
@@ -122,30 +125,40 @@ def _prune_cache() -> None:
         pass
 
 
-def _first_store(names, bc_path: Path, arch, key: str) -> _Store:
+def _first_store(names, bc_path: Path, arch, key: str, helpers: bool = True) -> _Store:
     """A store that has ``names``: the cached one; or, while the cache is being built by
     processes of their own (started here if need be), a closure of ``names`` extracted here
     (:func:`_closure`: a parse of the few function bodies it needs, well under a second), for
-    this kernel and for each one after it until the store is there."""
+    this kernel and for each one after it until the store is there.  ``helpers`` False: the
+    caller leaves the out-of-line helpers that ``names`` call out (their objects' own closures
+    read them), so a closure need not hold their bodies."""
     path = _store_file(bc_path, key)
     st = _open_store(path, key)
     if st is not None:
         with _lock:
             _closures.pop(key, None)
+            _helper_closures.pop(key, None)
             return _stores.setdefault(key, st)
     arch = _arch_number(arch)
     if not _side_builds(bc_path):
         return _store(bc_path, arch)
     _start_builder(bc_path, arch, path, key)
     with _lock:  # a closure extracted for a kernel serves each subset of it (body_sizes, then api_module)
-        for st in _closures.get(key, ()):  # (and the helpers it calls: their objects' closures)
-            if set(names) <= st.api | st.helpers:
+        for st in _closures.get(key, ()):  # (and the helpers it calls, if read: their objects')
+            if set(names) <= st.api | st.helpers and (st.helper_bodies or not helpers):
                 return st
+        prefetched = _helper_closures.get(key)
+    if prefetched is not None and not any(n.startswith("nvshmem") for n in names):
+        st = _finished(prefetched)  # helpers' objects: from the closure prefetch() started
+        if st is not None and set(names) <= st.helpers:
+            return st
     try:
-        part = pieces._closure(bc_path, sorted(names))
+        # a kernel's closure reads the helpers' bodies only where no prefetched closure has them
+        part = pieces._closure(bc_path, sorted(names), helpers or prefetched is None)
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
     st = _Store.from_part(part, key)
+    st.helper_bodies = helpers or prefetched is None
     with _lock:
         recent = _closures.setdefault(key, [])
         recent.insert(0, st)
@@ -173,8 +186,46 @@ def prefetch(arch=90, bc_path=None) -> None:
         path = _store_file(bc_path, key)
         if _side_builds(bc_path) and not path.exists() and key not in _stores:
             _start_builder(bc_path, _arch_number(arch), path, key)
+            _start_helpers_closure(bc_path, key)
     except Exception:  # noqa: BLE001 - see the docstring
         return
+
+
+def _start_helpers_closure(bc_path: Path, key: str) -> None:
+    """Extract the closure of NVSHMEM's out-of-line helpers (:func:`.pieces._helpers_closure`) in a
+    process of its own, for the objects of the first kernels linked before the store is there:
+    their own closures then leave the helpers out (a put kernel's: 0.5 -> 0.22 s, its cold first
+    compile 1.95-2.10 -> 1.74-1.87 s on the CPU machine, bench/results/closure-helpers-cpu-2026-11-25.txt)
+    and the objects' IR is there when the kernel's PTX names them.  The closure is only awaited by an object's IR; one that fails
+    is not used."""
+    from concurrent.futures import Future
+
+    future: Future = Future()
+    with _lock:
+        if key in _helper_closures:
+            return
+        _helper_closures[key] = future
+
+    def extract():
+        try:
+            proc = store_build._spawn(["helpers", bc_path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            with proc:
+                data = proc.stdout.read()
+            if proc.returncode != 0:
+                raise RuntimeError(f"the helpers' closure ended with status {proc.returncode}")
+            future.set_result(_Store.from_part(pickle.loads(data), key))
+        except BaseException as exc:  # noqa: BLE001 - not used: kernels' closures read the helpers
+            future.set_exception(exc)
+
+    threading.Thread(target=extract, name="nvshmem-dsl-helpers-closure", daemon=True).start()
+
+
+def _finished(future):
+    """The store ``future`` gives, None if it failed."""
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - see _start_helpers_closure
+        return None
 
 
 def _drop_store(bc_path, arch) -> None:
@@ -216,19 +267,19 @@ def api_text(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fals
     names = tuple(sorted(set(names)))
     how = rewrites.mode()
     return _read_store(names, arch, bc_path,
-                       lambda st: _text(st, names, how, unswitch, declare_exported, helpers_out))
+                       lambda st: _text(st, names, how, unswitch, declare_exported, helpers_out), not helpers_out)
 
 
-def _read_store(names, arch, bc_path, read):
-    """``read(store)`` of a store that has ``names`` (:func:`_first_store`); a store found corrupt
-    meanwhile is dropped and ``read`` tried once more on a rebuilt one."""
+def _read_store(names, arch, bc_path, read, helpers: bool = True):
+    """``read(store)`` of a store that has ``names`` (:func:`_first_store`, ``helpers`` passed on);
+    a store found corrupt meanwhile is dropped and ``read`` tried once more on a rebuilt one."""
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     for attempt in (0, 1):
         with _lock:
             st = _stores.get(key)
         if st is None:
-            st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
+            st = _first_store(names, bc_path, arch, key, helpers) if attempt == 0 else _store(bc_path, arch)
         try:
             return read(st)
         except CacheCorrupt:
@@ -291,7 +342,8 @@ def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fa
                 return mod.clone()
             st = _stores.get(key)
         if st is None:
-            st = _first_store(names, bc_path, arch, key) if attempt == 0 else _store(bc_path, arch)
+            st = (_first_store(names, bc_path, arch, key, not helpers_out) if attempt == 0
+                  else _store(bc_path, arch))
         try:
             mod = llvm.parse_assembly(_text(st, names, how, unswitch, declare_exported, helpers_out))
         except (CacheCorrupt, RuntimeError):
@@ -315,7 +367,8 @@ def body_sizes(names, arch=90, bc_path=None) -> dict:
     caller); names that are not API functions are left out.  From the store, or with none cached
     yet from the closure that :func:`api_module` then reuses."""
     names = frozenset(names)
-    return _read_store(names, arch, bc_path, lambda st: {n: st.instructions(n) for n in names if n in st.api})
+    return _read_store(names, arch, bc_path, lambda st: {n: st.instructions(n) for n in names if n in st.api},
+                       helpers=False)
 
 
 def helper_closure(names, arch=90, bc_path=None) -> frozenset:

@@ -63,6 +63,11 @@ def _worker_main(argv) -> None:
         bc_path, arch, out, key = args
         _lower_priority()
         _build(Path(bc_path), int(arch), Path(out), key, side=True)
+    elif what == "helpers":  # bc_path: the closure of its functions that are not API functions, to stdout
+        answer = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)  # only the pickle on the pipe
+        pickle.dump(pieces._helpers_closure(Path(args[0])), answer, protocol=pickle.HIGHEST_PROTOCOL)
+        answer.close()
     elif what == "objects":  # an object worker: requests on stdin until it ends
         from . import object_workers
 

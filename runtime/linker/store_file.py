@@ -22,10 +22,7 @@ import zlib
 from pathlib import Path
 
 from .pieces import (_GLOBAL_REF, _MD_REF, EXPORTED_GLOBALS, FORMAT_VERSION, _declaration, _merge, _renumber,
-                     function_declaration)
-from .rewrites import ATTRIBUTE_GROUP
-
-_ATTRIBUTE_GROUP = re.compile(ATTRIBUTE_GROUP.encode(), re.M)
+                     function_declaration, noinline_groups)
 
 _MAGIC = b"NVSHMEM-DSL-PIECES\0"
 _HEAD = struct.Struct("<32sQ")  # sha256 of the JSON index, its length
@@ -162,6 +159,9 @@ class _Store:
     from memory: :meth:`from_part`)."""
 
     temporary = False
+    #: Whether the bodies of NVSHMEM's out-of-line helpers are here (a closure may leave them
+    #: declarations: :func:`.pieces._closure`).
+    helper_bodies = True
 
     def __init__(self, path: Path, key: str):
         self.path, self.key = path, key
@@ -276,12 +276,12 @@ class _Store:
         kernel calling them would otherwise compile again."""
         found = self.__dict__.get("_helpers")
         if found is None:
-            groups = {m[1]: m[2].split() for m in _ATTRIBUTE_GROUP.finditer(self.preamble)}
+            groups = noinline_groups(self.preamble)
             found = set()
             for name in self.functions:
                 if name not in self.api:
                     group = re.search(rb"#(\d+)(?: [^#]*)?\{$", self._header(name))
-                    if group is not None and b"noinline" in groups.get(group[1], ()):
+                    if group is not None and group[1] in groups:
                         found.add(name)
             found = self.__dict__["_helpers"] = frozenset(found)
         return found
