@@ -321,18 +321,23 @@ def test_kernel_without_nvshmem_unchanged(monkeypatch):
 
 
 def test_init_prefetches_the_bitcode_of_its_device(monkeypatch):
-    """nvshmem_dsl.init() with Numba's device API imported asks for its device's bitcode (the
-    part of init between choosing the device and NVSHMEM's own init; CPU: no device, faked)."""
+    """nvshmem_dsl.init() with a DSL's device API imported asks for its device's bitcode (the
+    part of init between choosing the device and NVSHMEM's own init; CPU: no device, faked);
+    with none imported (a host-only program), nothing."""
     from nvshmem_dsl.host import _cuda, _init
 
     asked = []
     monkeypatch.setattr(store, "prefetch", lambda arch, bc_path=None: asked.append(arch))
-    monkeypatch.setattr(_cuda, "compute_capability", lambda dev: {0: (9, 0), 1: (10, 0)}[dev])
+    monkeypatch.setattr(_cuda, "compute_capability", lambda dev: {0: (9, 0), 1: (10, 0), 2: (8, 6)}[dev])
     _init._prefetch_device_code(1)
     assert asked == [100]
-    monkeypatch.delitem(sys.modules, "nvshmem_dsl.numba._linker")  # no Numba layer: nothing
+    for name in _init.DEVICE_APIS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
     _init._prefetch_device_code(0)
     assert asked == [100]
+    monkeypatch.setitem(sys.modules, "nvshmem_dsl.cute", object())  # CuTe's or Triton's as Numba's
+    _init._prefetch_device_code(2)
+    assert asked == [100, 86]
 
 
 def test_library_class_installed():

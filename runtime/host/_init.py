@@ -306,15 +306,22 @@ def _read_mpg_mode(s: _state.State, device_id: int) -> None:
     s.limited_mpg = status == InitStatus.STATUS_LIMITED_MPG
 
 
+#: The device APIs whose kernels link NVSHMEM's bitcode (imported: :func:`_prefetch_device_code`).
+DEVICE_APIS = ("nvshmem_dsl.numba", "nvshmem_dsl.cute", "nvshmem_dsl.triton")
+
+
 def _prefetch_device_code(device_id: int) -> None:
-    """With Numba's device API imported, start preparing the cache of NVSHMEM's device bitcode for
-    this device while NVSHMEM initialises, if it is not there yet
-    (``nvshmem_dsl.numba._linker.prefetch_bitcode``).  Never raises."""
-    linker = sys.modules.get("nvshmem_dsl.numba._linker")
-    if linker is None:
+    """With a device API of :data:`DEVICE_APIS` imported, start preparing what this device's first
+    kernels need of NVSHMEM's device bitcode while NVSHMEM initialises, if it is not cached yet
+    (:func:`nvshmem_dsl.linker.store.prefetch`: the store's build and the helpers' closure).
+    Never raises."""
+    if not any(name in sys.modules for name in DEVICE_APIS):
         return
     try:
-        linker.prefetch_bitcode(_cuda.compute_capability(device_id))
+        from ..linker import store
+
+        major, minor = _cuda.compute_capability(device_id)
+        store.prefetch(major * 10 + minor)
     except Exception:  # noqa: BLE001 - the first kernel reads the bitcode itself
         pass
 

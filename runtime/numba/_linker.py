@@ -155,9 +155,9 @@ def _sm(cc) -> int:
 
 def prefetch_bitcode(cc) -> None:
     """Say that kernels for compute capability ``cc`` will call NVSHMEM: with no cached NVSHMEM
-    bitcode store for it yet, :func:`nvshmem_dsl.linker.store.prefetch` starts building it.
-    :func:`nvshmem_dsl.init` calls it with its device's, so that the store is built while NVSHMEM
-    initialises (a kernel linked before it is there links a closure, which is slower)."""
+    bitcode store for it yet, :func:`nvshmem_dsl.linker.store.prefetch` starts building it (as
+    :func:`nvshmem_dsl.init` does for its device), so that it is built while the program does other
+    things (a kernel linked before it is there links a closure, which is slower)."""
     store.prefetch(_sm(tuple(cc)))
 
 
