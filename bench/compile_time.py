@@ -41,6 +41,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 KERNELS = ("put_block", "p_lat")  # the first kernel timed, then a later one
 
 
+def _start(init: dict | None, arch: str, gpu: bool = True) -> None:
+    """What a program does before its first kernel, where asked: ``--init`` (``init`` has no
+    ``prefetch_s``): NVSHMEM initialised, one PE (a GPU), its seconds noted in ``init``;
+    ``--prefetch``: what ``init()`` starts for the device code (the store's build, the helpers'
+    closure), then ``init["prefetch_s"]`` seconds of waiting, no GPU needed."""
+    if init is None:
+        return
+    if "prefetch_s" in init:
+        from nvshmem_dsl.linker import store
+
+        major, minor = _cc(arch)
+        store.prefetch(major * 10 + minor)
+        time.sleep(init["prefetch_s"])
+        return
+    if not gpu:
+        raise SystemExit("--init needs a GPU")
+    import nvshmem_dsl
+
+    t0 = time.perf_counter()
+    nvshmem_dsl.init()
+    init["init_s"] = round(time.perf_counter() - t0, 3)
+
+
 def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
     t0 = time.perf_counter()
     from numba import cuda
@@ -51,19 +74,7 @@ def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) ->
     if marks is not None:
         _trace_phases(marks)
     gpu = cuda.is_available()  # initialises the driver outside the timed part
-    if init is not None and "prefetch_s" in init:
-        from nvshmem_dsl.numba import _linker
-
-        _linker.prefetch_bitcode(_cc(arch))
-        time.sleep(init["prefetch_s"])
-    elif init is not None:
-        import nvshmem_dsl
-
-        if not gpu:
-            raise SystemExit("--init needs a GPU")
-        t0 = time.perf_counter()
-        nvshmem_dsl.init()
-        init["init_s"] = round(time.perf_counter() - t0, 3)
+    _start(init, arch, gpu)
     times = []
     for name in kernels:
         t0 = time.perf_counter()
@@ -149,12 +160,11 @@ def _cc(arch: str) -> tuple[int, int]:
 
 
 def _cute(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
-    if init is not None:
-        raise SystemExit("--init: numba only")
     t0 = time.perf_counter()
     import cute_bench as cb
 
     t_import = time.perf_counter() - t0
+    _start(init, arch)
     tensors = cb.fake_tensors(1 << 20)
     times = []
     for name in kernels:
@@ -165,14 +175,13 @@ def _cute(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> 
 
 
 def _triton(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
-    if init is not None:
-        raise SystemExit("--init: numba only")
     t0 = time.perf_counter()
     from triton.backends.compiler import GPUTarget
 
     import triton_bench as tb
 
     t_import = time.perf_counter() - t0
+    _start(init, arch)
     cc = _cc(arch)
     target = GPUTarget("cuda", cc[0] * 10 + cc[1], 32)
     times = []
@@ -206,11 +215,11 @@ def main(argv=None) -> int:
                     help="numba: add when each step of the first kernel's NVSHMEM link started and ended "
                          "(seconds from its compile request) to its line")
     ap.add_argument("--init", action="store_true",
-                    help="numba, GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
+                    help="GPU: initialise NVSHMEM (one PE) before the first compile, as a program "
                          "does (NVSHMEM's bitcode is read meanwhile); adds init_s, its seconds")
     ap.add_argument("--prefetch", type=float, default=None, metavar="SECONDS",
-                    help="numba, no GPU needed: start what init() starts for the device's code "
-                         "(nvshmem_dsl.numba._linker.prefetch_bitcode) and wait SECONDS, as long as an init "
+                    help="no GPU needed: start what init() starts for the device's code "
+                         "(nvshmem_dsl.linker.store.prefetch) and wait SECONDS, as long as an init "
                          "takes, before the first compile")
     ap.add_argument("--kernel", default=None,
                     help="time this kernel of the benchmark (its name in bench/bench_shapes.py SHAPES) "
@@ -219,8 +228,8 @@ def main(argv=None) -> int:
     marks = {} if args.phases and args.impl == "numba" else None
     init = {} if args.init else None
     if args.prefetch is not None:
-        if args.impl != "numba" or args.init:
-            raise SystemExit("--prefetch: numba only, without --init")
+        if args.init:
+            raise SystemExit("--prefetch or --init, not both")
         init = {"prefetch_s": args.prefetch}
     kernels = (args.kernel,) if args.kernel else KERNELS
     t_import, times, stage = {"numba": _numba, "cute": _cute, "triton": _triton}[args.impl](args.arch, marks, init,

@@ -16,7 +16,7 @@ its compile request: the prefetch (init only), the closure, within it the parse 
 GlobalDCE, the link).  Before the closures parsed only the bodies they need (before 2026-11-22,
 commit 510b5aa and earlier), the variants at-once and after-parse compared when the build starts.
 
-    python bench/experiments/cold_start.py [--reps 3] [--variants default,init,jobs2]
+    python bench/experiments/cold_start.py [--reps 3] [--variants default,init,jobs2] [--impl cute]
 
 CPU machine without a GPU: the kernels go to PTX only (compile_time.py's "stage").
 """
@@ -45,10 +45,12 @@ def variant(name: str) -> tuple[list, dict]:
     return VARIANTS[name], {}
 
 
-def run(cache: str, label: str, extra: list, env_extra: dict | None = None) -> list[dict]:
-    env = dict(os.environ, NVSHMEM_DSL_CACHE=cache, **(env_extra or {}))
+def run(cache: str, label: str, extra: list, env_extra: dict | None = None, impl: str = "numba") -> list[dict]:
+    # the DSL's own caches (CuTe's, Triton's) beside NVSHMEM's: empty with it
+    env = dict(os.environ, NVSHMEM_DSL_CACHE=cache, CUTE_DSL_CACHE_DIR=cache + "-cute",
+               TRITON_CACHE_DIR=cache + "-triton", **(env_extra or {}))
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, COMPILE_TIME, "--impl", "numba", "--label", label, "--phases", *extra],
+    out = subprocess.run([sys.executable, COMPILE_TIME, "--impl", impl, "--label", label, "--phases", *extra],
                          env=env, capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - t0  # with the wait for the store's build at exit
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
@@ -64,6 +66,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--variants", default="default", help=f"of {', '.join(VARIANTS)}, jobsN")
+    ap.add_argument("--impl", default="numba", choices=("numba", "cute", "triton"),
+                    help="the DSL (phases: Numba's only)")
     args = ap.parse_args(argv)
     variants = args.variants.split(",")
     for name in variants:
@@ -75,10 +79,10 @@ def main(argv=None) -> int:
         for rep in range(args.reps):
             for name in variants:
                 cache = os.path.join(root, f"{name}-{rep}")
-                first, later = run(cache, f"cold-{name}", *variant(name))
+                first, later = run(cache, f"cold-{name}", *variant(name), impl=args.impl)
                 rows.append((first["scope"], first["value"], later["value"], first.get("phases", {}),
                              first.get("init_s")))
-        first, later = run(cache, "warm", [])
+        first, later = run(cache, "warm", [], impl=args.impl)
         rows.append(("warm", first["value"], later["value"], first.get("phases", {}), None))
     finally:
         shutil.rmtree(root, ignore_errors=True)
