@@ -27,6 +27,7 @@ import shutil
 import time
 from pathlib import Path
 
+from . import store_file
 from .store_file import KERNELS_FOLDER, OBJECTS_FOLDER, cache_dir
 
 __all__ = ["DAYS_ENV", "DEFAULT_DAYS", "Entry", "auto_days", "entries", "prune", "summary"]
@@ -130,19 +131,12 @@ def _busy(lock: Path | None) -> bool:
     if lock is None:
         return False
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
+        fd = store_file.try_lock(lock, create=False)
+    except OSError:  # no lock file: no build
         return False
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if fd is None:
         return True
-    finally:
-        os.close(fd)  # closing releases the lock taken here
+    os.close(fd)  # releases the lock taken here
     return False
 
 

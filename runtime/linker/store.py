@@ -270,9 +270,10 @@ def api_text(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fals
                        lambda st: _text(st, names, how, unswitch, declare_exported, helpers_out), not helpers_out)
 
 
-def _read_store(names, arch, bc_path, read, helpers: bool = True):
+def _read_store(names, arch, bc_path, read, helpers: bool = True, corrupt=(CacheCorrupt,)):
     """``read(store)`` of a store that has ``names`` (:func:`_first_store`, ``helpers`` passed on);
-    a store found corrupt meanwhile is dropped and ``read`` tried once more on a rebuilt one."""
+    a store found corrupt meanwhile (``read`` raises one of ``corrupt``) is dropped and ``read``
+    tried once more on a rebuilt one."""
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     key = _cache_key(bc_path)
     for attempt in (0, 1):
@@ -282,7 +283,7 @@ def _read_store(names, arch, bc_path, read, helpers: bool = True):
             st = _first_store(names, bc_path, arch, key, helpers) if attempt == 0 else _store(bc_path, arch)
         try:
             return read(st)
-        except CacheCorrupt:
+        except corrupt:
             if attempt:
                 raise
             if not st.temporary:
@@ -334,31 +335,21 @@ def api_module(names, arch=90, bc_path=None, unswitch=False, declare_exported=Fa
     key = _cache_key(bc_path)
     how = rewrites.mode()  # NVSHMEM's copy loops, rewritten in the text before parsing
     subset = (key, names, how, bool(unswitch), bool(declare_exported), bool(helpers_out))
-    for attempt in (0, 1):
-        with _lock:
-            mod = _subsets.get(subset)
-            if mod is not None:
-                _subsets.move_to_end(subset)
-                return mod.clone()
-            st = _stores.get(key)
-        if st is None:
-            st = (_first_store(names, bc_path, arch, key, not helpers_out) if attempt == 0
-                  else _store(bc_path, arch))
-        try:
-            mod = llvm.parse_assembly(_text(st, names, how, unswitch, declare_exported, helpers_out))
-        except (CacheCorrupt, RuntimeError):
-            if attempt:
-                raise
-            if not st.temporary:
-                _drop_store(bc_path, arch)  # rebuilt by the next _store()
-            continue
-        stats["subset_parses"] += 1
-        with _lock:
-            _subsets[subset] = mod
-            while len(_subsets) > _MAX_SUBSETS:
-                _subsets.popitem(last=False)
-        return mod.clone()
-    raise AssertionError("unreachable")
+    with _lock:
+        mod = _subsets.get(subset)
+        if mod is not None:
+            _subsets.move_to_end(subset)
+            return mod.clone()
+    # a piece that does not parse is a corrupt store too (RuntimeError)
+    mod = _read_store(names, arch, bc_path,
+                      lambda st: llvm.parse_assembly(_text(st, names, how, unswitch, declare_exported, helpers_out)),
+                      not helpers_out, (CacheCorrupt, RuntimeError))
+    stats["subset_parses"] += 1
+    with _lock:
+        _subsets[subset] = mod
+        while len(_subsets) > _MAX_SUBSETS:
+            _subsets.popitem(last=False)
+    return mod.clone()
 
 
 def body_sizes(names, arch=90, bc_path=None) -> dict:

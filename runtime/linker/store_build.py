@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import pieces
 from .pieces import _merge, _part
-from .store_file import _open_store, _write_store, stats
+from .store_file import _open_store, _write_store, stats, try_lock
 
 # Worker processes run `python -S -c _WORKER_MAIN ...` with the parent's sys.path: this folder
 # imported as a package of its own (``_nvshmem_dsl_linker``), so that neither the nvshmem_dsl
@@ -272,15 +272,12 @@ def _start_builder(bc_path: Path, arch: int, path: Path, key: str) -> bool:
     if not _side_builds(bc_path):
         return False
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
+        fd = try_lock(path.with_suffix(".lock"))
+    except OSError:
         return False
-    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    if fd is None:
+        return False  # another process is building it
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # another process is building it
         if _open_store(path, key) is not None:
             return False
         proc = _spawn(["build", bc_path, arch, path, key], pass_fds=(fd,),

@@ -347,6 +347,23 @@ def _open_store(path: Path, key: str):
         return None
 
 
+def try_lock(path: Path, create: bool = True):
+    """A descriptor of ``path`` holding an exclusive ``flock`` taken without waiting (close it to
+    release the lock), or None when another process holds it.  Raises :class:`OSError` where
+    ``path`` cannot be opened (with ``create`` False: where it does not exist)."""
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class _file_lock:
     """An exclusive ``flock`` on ``path``; prints ``waiting`` (if given) when
     another process holds it."""
