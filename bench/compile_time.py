@@ -86,16 +86,23 @@ def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) ->
             # cubin of compute_capability, (9, 0), compiled and linked the kernel a second time,
             # for sm_90: every GPU figure before 2026-11-24 15:00 counted both, see
             # bench/experiments/cold_link_gap.py)
-            disp = cuda.jit(nb.SIGNATURES[name])(nb.KERNELS[name])
-            kernel = next(iter(disp.overloads.values()))
-            kernel._codelibrary.get_cubin()
+            cc = numba_compile_loaded(nb.KERNELS[name], nb.SIGNATURES[name])
             times.append(time.perf_counter() - t0)
-            cc = kernel._codelibrary._ensure_cc(None)
             stage = f"cubin sm_{''.join(map(str, cc))}, loaded"
         else:
             secs, stage = _numba_no_gpu(nb.KERNELS[name], nb.SIGNATURES[name], _cc(arch), t0)
             times.append(secs)
     return t_import, times, stage
+
+
+def numba_compile_loaded(fn, sig) -> tuple:
+    """Compile the Numba kernel ``fn`` for ``sig`` as its first launch does (``cuda.jit(sig)``, its
+    cubin for the current device), loaded; the compute capability it was built for."""
+    from numba import cuda
+
+    kernel = next(iter(cuda.jit(sig)(fn).overloads.values()))
+    kernel._codelibrary.get_cubin()
+    return kernel._codelibrary._ensure_cc(None)
 
 
 def _numba_no_gpu(fn, sig, cc, t0: float) -> tuple[float, str]:

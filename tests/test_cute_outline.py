@@ -94,8 +94,9 @@ def test_collective_is_called_out_of_line(hybrid):
     assert re.search(rf"^\.extern \.func\s+\([^)]*\)\s*{REDUCE}\b", ptx, re.M)
     assert _calls(ptx) == {REDUCE}  # p inlined: no call
     assert P not in ptx
-    # NVSHMEM's transport helpers that the inlined p calls are in their objects, linked
-    assert hybrid.outlined == outline.extern_calls(ptx)
+    # NVSHMEM's transport helpers that the inlined p calls are in their objects, linked (specialised
+    # on the modes the PTX passes them, as the link names them)
+    assert hybrid.outlined == outline.extern_calls(outline.specialise_helper_calls(ptx))
     defined, _ = outline.cubin_info(hybrid.linked_cubin)
     assert all(defined[n] == 1 for n in hybrid.outlined)
 
@@ -142,7 +143,7 @@ def test_only_small_functions_inlined():
 
     with outline.override("auto"):
         k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True, keep_cubin=True)
-    helpers = outline.extern_calls(k.__ptx__)
+    helpers = outline.extern_calls(outline.specialise_helper_calls(k.__ptx__))
     assert not _calls(k.__ptx__) and all(outline.is_helper(n) for n in helpers)
     assert k.outlined == helpers
     defined, _ = outline.cubin_info(k.__cubin__)

@@ -3,13 +3,17 @@
 bench/compile_time.py times the first NVSHMEM kernel from its compile request to a loaded cubin; part of
 that is the DSL's own first compile (Numba: typing, lowering, NVVM/libdevice setup, the CUDA context and
 module load).  This times, for Numba, a kernel of the same shape as bench/numba_bench.py's put_block with
-a plain copy instead of the NVSHMEM call, the same way (cuda.jit(signature), then its cubin, loaded), then
-a second such kernel.
+a plain copy instead of the NVSHMEM call, the same way (compile_time.numba_compile_loaded: cuda.jit(signature),
+then its cubin, loaded), then a second such kernel.
 
     python bench/experiments/first_compile_floor.py
 """
 import json
+import os
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def main() -> int:
@@ -29,13 +33,13 @@ def main() -> int:
         if cuda.threadIdx.x == 0:
             dst[0] = src[0]
 
+    from compile_time import numba_compile_loaded
+
     sig = (float32[::1], float32[::1], int64, int64)
     out = []
     for fn in (copy_block, copy_one):
         t0 = time.perf_counter()
-        disp = cuda.jit(sig)(fn)
-        kernel = next(iter(disp.overloads.values()))
-        kernel._codelibrary.get_cubin()
+        numba_compile_loaded(fn, sig)
         out.append(round(time.perf_counter() - t0, 4))
     print(json.dumps({"impl": "numba", "what": "first kernel without NVSHMEM", "first_s": out[0], "later_s": out[1],
                       "import_s": round(t_import, 3)}))
