@@ -55,68 +55,48 @@ W = nv.Team.TEAM_WORLD
 SIG = (float32[:], float32[:], int32, int32)
 
 
-def k_broadcast(dst, src, iters, team):
-    for _ in range(iters):
-        nv.broadcast(W, dst, src, 2, 0)
+@cuda.jit(device=True, inline="always")
+def _broadcast(team, dst, src, count, root):
+    nv.broadcast(team, dst, src, count, root)
 
 
-def k_broadcast_rt(dst, src, iters, team):
-    for _ in range(iters):
-        nv.broadcast(team, dst, src, 2, 0)
+@cuda.jit(device=True, inline="always")
+def _sum_reduce(team, dst, src, count, root):  # no root
+    nv.sum_reduce(team, dst, src, count)
 
 
-def k_reduce(dst, src, iters, team):
-    for _ in range(iters):
-        nv.sum_reduce(W, dst, src, 2)
+def kernels(collective) -> dict:
+    """The experiment's kernels calling ``collective`` (``_broadcast`` or ``_sum_reduce``, inlined
+    into them by Numba), by variant (the module docstring's names)."""
 
+    def const(dst, src, iters, team):
+        for _ in range(iters):
+            collective(W, dst, src, 2, 0)
 
-def k_reduce_rt(dst, src, iters, team):
-    for _ in range(iters):
-        nv.sum_reduce(team, dst, src, 2)
+    def rt_team(dst, src, iters, team):
+        for _ in range(iters):
+            collective(team, dst, src, 2, 0)
 
+    def reload(dst, src, iters, team):
+        for _ in range(iters):
+            collective(team + (1 if dst[63] > 1e30 else 0), dst, src, 2, 0)  # dst[63] stays 0
 
-def k_broadcast_reload(dst, src, iters, team):
-    for _ in range(iters):
-        nv.broadcast(team + (1 if dst[63] > 1e30 else 0), dst, src, 2, 0)  # dst[63] stays 0
+    def rt_count(dst, src, iters, team):
+        for _ in range(iters):
+            collective(W, dst, src, 2 + (1 if dst[63] > 1e30 else 0), 0)
 
+    def rt_all(dst, src, iters, team):
+        for _ in range(iters):
+            x = 1 if dst[63] > 1e30 else 0
+            collective(team + x, dst, src, 2 + x, x)
 
-def k_broadcast_rt_count(dst, src, iters, team):
-    for _ in range(iters):
-        nv.broadcast(W, dst, src, 2 + (1 if dst[63] > 1e30 else 0), 0)
+    def rt_ptr(dst, src, iters, team):
+        for _ in range(iters):
+            x = 1 if dst[63] > 1e30 else 0
+            collective(team + x, dst[x:], src[x:], 2 + x, x)
 
-
-def k_broadcast_rt_all(dst, src, iters, team):
-    for _ in range(iters):
-        x = 1 if dst[63] > 1e30 else 0
-        nv.broadcast(team + x, dst, src, 2 + x, x)
-
-
-def k_reduce_rt_count(dst, src, iters, team):
-    for _ in range(iters):
-        nv.sum_reduce(W, dst, src, 2 + (1 if dst[63] > 1e30 else 0))
-
-
-def k_reduce_rt_all(dst, src, iters, team):
-    for _ in range(iters):
-        x = 1 if dst[63] > 1e30 else 0
-        nv.sum_reduce(team + x, dst, src, 2 + x)
-
-
-def k_broadcast_rt_ptr(dst, src, iters, team):
-    for _ in range(iters):
-        x = 1 if dst[63] > 1e30 else 0
-        nv.broadcast(team + x, dst[x:], src[x:], 2 + x, x)
-
-
-def k_reduce_rt_ptr(dst, src, iters, team):
-    for _ in range(iters):
-        x = 1 if dst[63] > 1e30 else 0
-        nv.sum_reduce(team + x, dst[x:], src[x:], 2 + x)
-
-
-def k_reduce_reload(dst, src, iters, team):
-    for _ in range(iters):
-        nv.sum_reduce(team + (1 if dst[63] > 1e30 else 0), dst, src, 2)
+    return {"const": const, "rt-team": rt_team, "reload": reload, "rt-count": rt_count, "rt-all": rt_all,
+            "rt-ptr": rt_ptr}
 
 
 def _noinline_api(names):
@@ -150,21 +130,19 @@ def _noinline_api(names):
 def variants():
     """(collective, variant, function, outline mode, cuda.jit options)."""
     only = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
-    for coll, const, rt, reload, count, every, ptr in (
-            ("broadcast", k_broadcast, k_broadcast_rt, k_broadcast_reload, k_broadcast_rt_count, k_broadcast_rt_all,
-             k_broadcast_rt_ptr),
-            ("sum_reduce", k_reduce, k_reduce_rt, k_reduce_reload, k_reduce_rt_count, k_reduce_rt_all, k_reduce_rt_ptr)):
+    for coll, collective in (("broadcast", _broadcast), ("sum_reduce", _sum_reduce)):
         if only and coll not in only:
             continue
+        k = kernels(collective)
+        const, every = k["const"], k["rt-all"]
         caps = "--caps" in sys.argv
         yield coll, "inline", const, "none", {}
         if not caps and "--noinline" not in sys.argv:
-            yield coll, "inline-rt-team", rt, "none", {}
-            yield coll, "inline-reload", reload, "none", {}
-            yield coll, "inline-rt-count", count, "none", {}
+            for variant in ("rt-team", "reload", "rt-count"):
+                yield coll, f"inline-{variant}", k[variant], "none", {}
         yield coll, "inline-rt-all", every, "none", {}
         if "--ptr" in sys.argv:
-            yield coll, "inline-rt-ptr", ptr, "none", {}
+            yield coll, "inline-rt-ptr", k["rt-ptr"], "none", {}
         if "--noinline" in sys.argv:  # everything inlined but the collective, a function of the kernel's PTX
             yield coll, "noinline-rt-all", every, "none-noinline", {}
             yield coll, "noinline-rt-all-1", every, "none-noinline", {"launch_bounds": (1,)}
@@ -211,7 +189,7 @@ def check_sass():
         print(f"object, {cap:3} registers: {prologue_saves(sass, name)} STL at the entry")
     _noinline_api([name])
     with nv.outline("none"):
-        ptx, _ = cuda.compile_ptx(k_broadcast_rt_all, SIG, cc=(9, 0))
+        ptx, _ = cuda.compile_ptx(kernels(_broadcast)["rt-all"], SIG, cc=(9, 0))
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(src, "w") as f:
