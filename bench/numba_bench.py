@@ -207,14 +207,18 @@ ONE_THREAD = shapes.ONE_THREAD
 
 
 def jit_options(name: str) -> dict:
-    """The ``cuda.jit`` options of kernel ``name``.  The collective kernels declare their block
-    size, as Triton's and CuTe's do, which lets the objects of the thread- and warp-scope
-    collectives they call use more registers (nvshmem_dsl.linker.outline.register_cap);
-    BENCH_COLL_BOUNDS=0 leaves it out."""
+    """The ``cuda.jit`` options of kernel ``name``.  The bandwidth and collective kernels declare
+    their block size, as Triton's (``num_warps``) and CuTe's (static launches) do: with NVSHMEM 3.8 a
+    bandwidth kernel compiled for any block size takes 66-72 registers, more than a block of 1024
+    threads leaves a thread (64; with the declaration 64, no spills:
+    bench/experiments/linked_registers.py), and the objects of the thread- and warp-scope
+    collectives may use more registers (nvshmem_dsl.linker.outline.register_cap);
+    BENCH_BLOCK_BOUNDS=0 leaves it out."""
     if name in ONE_THREAD and os.environ.get("BENCH_ONE_THREAD_BOUNDS", "1") != "0":
         return {"launch_bounds": (1,)}
     s = shapes.SHAPES.get(name)
-    if s is not None and s.bench == "coll" and os.environ.get("BENCH_COLL_BOUNDS", "1") != "0":
+    if (s is not None and (s.bench == "coll" or s.bench.endswith("_bw"))
+            and os.environ.get("BENCH_BLOCK_BOUNDS", "1") != "0"):
         return {"launch_bounds": (s.block,)}
     return {}
 

@@ -153,6 +153,27 @@ def test_numba_kernel_compiles(numba_bench, name):
         assert "nvshmemi_device_state_d" in ptx, f"{name}: no NVSHMEM device state referenced"
 
 
+@pytest.mark.parametrize("name", [n for n in SHAPE_NAMES if n.startswith(("put_", "get_"))])
+def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name):
+    """Each bandwidth kernel, linked to a cubin (nvJitLink, no GPU) with its jit options, has the
+    registers its launch's block leaves a thread (NVSHMEM 3.8 without the declaration: 66-72 at
+    1024 threads, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
+    import bench_shapes as shapes
+
+    from nvshmem_dsl.linker import outline
+
+    comp = pytest.importorskip("numba.cuda.compiler")
+    s = shapes.SHAPES[name]
+    lib, _ = comp._compile_pyfunc_with_fixup(numba_bench.KERNELS[name], numba_bench.SIGNATURES[name], device=False,
+                                             abi="numba", cc=(9, 0), **numba_bench.jit_options(name))
+    try:
+        cubin = lib.get_cubin(cc=(9, 0))
+    except Exception as exc:  # noqa: BLE001 - no nvJitLink here
+        pytest.skip(f"no cubin without a GPU here: {exc}")
+    _, registers = outline.cubin_info(bytes(getattr(cubin, "code", cubin)))
+    assert registers[lib._entry_name] <= outline.registers_a_thread(s.block), (name, s.block)
+
+
 # ------------------------------------------------------------------ CuTe
 
 
