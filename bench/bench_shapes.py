@@ -158,6 +158,21 @@ def triton_geometry(s: Shape) -> tuple[int, int]:
     return s.grid, max(1, s.block // 32)
 
 
+def triton_options(s: Shape) -> dict:
+    """Triton's launch options for shape ``s``: ``num_warps`` (:func:`triton_geometry`) and, where a
+    program is one warp of what C++ launches as a block of ``s.block`` threads, ``maxnreg``: the
+    registers that block leaves a thread.  Without it ptxas gives a one-warp program with NVSHMEM
+    3.8's inlined copies 181-189 registers (64 at the cap, no spills: bench/test_bench_compile.py),
+    which lets ten programs run on an SM instead of the C++ kernel's 32 warps (0.36-0.54x of its
+    bandwidth at one PE: tests/gpu/records/2026-11-25/h200-1pe-put-get-local-nv38.txt)."""
+    opts = {"num_warps": triton_geometry(s)[1]}
+    if s.workers == "warp":
+        from nvshmem_dsl.linker.outline import registers_a_thread
+
+        opts["maxnreg"] = registers_a_thread(s.block)
+    return opts
+
+
 # ------------------------------------------------------------------ the driver
 
 

@@ -211,7 +211,7 @@ def jit_options(name: str) -> dict:
     their block size, as Triton's (``num_warps``) and CuTe's (static launches) do: with NVSHMEM 3.8 a
     bandwidth kernel compiled for any block size takes 66-72 registers, more than a block of 1024
     threads leaves a thread (64; with the declaration 64, no spills:
-    bench/experiments/linked_registers.py), and the objects of the thread- and warp-scope
+    bench/test_bench_compile.py::test_numba_bandwidth_kernel_fits_its_block), and the objects of the thread- and warp-scope
     collectives may use more registers (nvshmem_dsl.linker.outline.register_cap);
     BENCH_BLOCK_BOUNDS=0 leaves it out."""
     if name in ONE_THREAD and os.environ.get("BENCH_ONE_THREAD_BOUNDS", "1") != "0":

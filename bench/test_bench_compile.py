@@ -154,10 +154,10 @@ def test_numba_kernel_compiles(numba_bench, name):
 
 
 @pytest.mark.parametrize("name", [n for n in SHAPE_NAMES if n.startswith(("put_", "get_"))])
-def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name):
+def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name, monkeypatch):
     """Each bandwidth kernel, linked to a cubin (nvJitLink, no GPU) with its jit options, has the
-    registers its launch's block leaves a thread (NVSHMEM 3.8 without the declaration: 66-72 at
-    1024 threads, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
+    registers its launch's block leaves a thread, without spills (NVSHMEM 3.8 without the
+    declaration: 66-72 at 1024 threads, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
     import bench_shapes as shapes
 
     from nvshmem_dsl.linker import outline
@@ -170,8 +170,29 @@ def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name):
         cubin = lib.get_cubin(cc=(9, 0))
     except Exception as exc:  # noqa: BLE001 - no nvJitLink here
         pytest.skip(f"no cubin without a GPU here: {exc}")
-    _, registers = outline.cubin_info(bytes(getattr(cubin, "code", cubin)))
+    cubin = bytes(getattr(cubin, "code", cubin))
+    _, registers = outline.cubin_info(cubin)
     assert registers[lib._entry_name] <= outline.registers_a_thread(s.block), (name, s.block)
+    _assert_no_spills(cubin, lib._entry_name, monkeypatch)
+
+
+def _assert_no_spills(cubin: bytes, function: str, monkeypatch) -> None:
+    """No local-memory stores (spills) in ``function`` of ``cubin`` (nvdisasm: triton's, or PATH's)."""
+    sys.path.insert(0, str(HERE / "experiments"))
+    import loop_sass
+
+    try:
+        import triton
+
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    except ImportError:
+        bundled = None
+    nvdisasm = str(bundled) if bundled is not None and bundled.exists() else shutil.which("nvdisasm")
+    if nvdisasm is None:
+        return
+    monkeypatch.setattr(loop_sass, "NVDISASM", nvdisasm)
+    sass = [i for _, i in loop_sass.sass_of_cubin(cubin, function)]
+    assert len(sass) > 100 and not [i for i in sass if "STL" in i], f"{function}: spills"
 
 
 # ------------------------------------------------------------------ CuTe
@@ -338,6 +359,26 @@ def test_triton_kernel_compiles(triton_bench, name):
     assert re.search(rf"^\.reqntid {32 * num_warps}\b", ptx, re.M), name
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["put_warp", "get_warp"])
+def test_triton_warp_programs_keep_the_cpp_blocks_registers(triton_bench, name, monkeypatch):
+    """A warp-scope program is one warp of C++'s 1024-thread block: compiled to a cubin (ptxas) with its
+    launch options it has the registers that block leaves a thread, without spills (181-189 registers
+    without maxnreg with NVSHMEM 3.8: a third of C++'s warps an SM)."""
+    import bench_shapes as shapes
+    import triton
+
+    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.triton import _compile
+
+    # not the fixture's PTX-only hook: a real cubin here
+    monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", _compile._stages_hook)
+    cubin = triton_bench.compile_kernel(name).asm["cubin"]
+    _, registers = outline.cubin_info(cubin)
+    assert registers["rma_bw"] <= outline.registers_a_thread(shapes.SHAPES[name].block) == 64
+    _assert_no_spills(cubin, "rma_bw", monkeypatch)
+
+
 def test_triton_geometry():
     """Triton's warp workers are programs of one warp: as many, in the same order, as C++'s warps."""
     import bench_shapes as shapes
@@ -349,6 +390,9 @@ def test_triton_geometry():
     assert shapes.triton_geometry(S["coll_reduce_block"]) == (1, C.COLL_BLOCK // 32)
     assert shapes.triton_geometry(S["barrier_lat"]) == (1, C.BARRIER_BLOCK // 32)
     assert shapes.triton_geometry(S["p_lat"]) == (1, 1)
+    assert shapes.triton_options(S["put_warp"]) == {"num_warps": 1, "maxnreg": 64}  # a warp of a 1024-thread block
+    assert shapes.triton_options(S["put_block"]) == {"num_warps": C.BW_BLOCK // 32}  # .reqntid 1024: 64 anyway
+    assert shapes.triton_options(S["p_lat"]) == {"num_warps": 1}
 
 
 # ------------------------------------------------------------------ the kernel table

@@ -262,9 +262,9 @@ def compile_kernel(name: str, target=None, **options):
     from triton.compiler import ASTSource
 
     fn, consts = KERNELS[name]
-    _, num_warps = shapes.triton_geometry(shapes.SHAPES[name])
     return triton.compile(ASTSource(fn=fn, signature=signature(name), constexprs=dict(consts)),
-                          target=target or GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **options})
+                          target=target or GPUTarget("cuda", 90, 32),
+                          options={**shapes.triton_options(shapes.SHAPES[name]), **options})
 
 
 # ------------------------------------------------------------------ host side
@@ -279,17 +279,16 @@ def main(argv=None) -> int:
 
     def launch(s, args_):
         fn, consts = KERNELS[s.kernel]
-        programs, num_warps = shapes.triton_geometry(s)
-        fn[(programs,)](*args_, num_warps=num_warps, **consts)
+        fn[(shapes.triton_geometry(s)[0],)](*args_, **shapes.triton_options(s), **consts)
 
     # compile every kernel the run launches before timing anything (as the CuTe benchmark does)
     names = shapes.needed(p, coll, KERNELS)
     t0 = time.perf_counter()
     for name in names:
         fn, consts = KERNELS[name]
-        programs, num_warps = shapes.triton_geometry(shapes.SHAPES[name])
-        example = tuple(bufs[a] if a in bufs else 1 for a in shapes.SHAPES[name].args)
-        fn.warmup(*example, grid=(programs,), num_warps=num_warps, **consts)
+        s = shapes.SHAPES[name]
+        example = tuple(bufs[a] if a in bufs else 1 for a in s.args)
+        fn.warmup(*example, grid=(shapes.triton_geometry(s)[0],), **shapes.triton_options(s), **consts)
     compile_s = time.perf_counter() - t0
     shapes.meta(out, host, p, api=nv.__name__, compile_all_s=round(compile_s, 2), kernels=len(names),
                 triton=triton.__version__)
