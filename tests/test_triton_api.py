@@ -653,20 +653,6 @@ def test_a_one_warp_program_gets_the_leaders_result_by_a_shuffle(sym):
         llvm.parse_assembly(_compile.shim_module([sym], n)).verify()
 
 
-@pytest.mark.parametrize("sym", ["nvshmemx_float_put_warp", "nvshmem_int_put", "nvshmem_quiet"])
-def test_a_one_warp_program_waits_for_its_leaders_with_a_warp_sync(sym):
-    """A program of one warp is that warp: after a thread- or warp-scope call it reconverges with
-    ``bar.warp.sync`` (a warp's put loop ran 0.93x of C++ at one PE with the CTA barrier); programs of
-    several warps, or of an unknown number, keep the CTA barrier."""
-    llvm = pytest.importorskip("llvmlite.binding")
-    one = _compile._shim(sym, 1)[0]
-    assert "@llvm.nvvm.bar.warp.sync(i32 -1)" in one and "barrier.cta" not in one, one
-    for n in (None, 2, 32):
-        more = _compile._shim(sym, n)[0]
-        assert "bar.warp.sync" not in more and "barrier.cta.sync.all(i32 0)" in more, (n, more)
-    llvm.parse_assembly(_compile.shim_module([sym], 1)).verify()
-
-
 #: LLVM IR turning the low bits of an i64 into a value of each type and back.
 _TO_TYPE = {"i8": "trunc i64 %in to i8", "i16": "trunc i64 %in to i16", "i32": "trunc i64 %in to i32",
             "i64": "add i64 %in, 0", "double": "bitcast i64 %in to double"}

@@ -39,10 +39,10 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
 Who calls (the shims): Triton runs a program's scalar code in every thread of its CTA.  Block
 scope functions are called by all of them.  Thread-, warp- and warpgroup-scope functions by
 thread 0, warp 0 or the first 128 threads only (a warpgroup-scope call needs ``num_warps >= 4``,
-checked here); then the CTA synchronises (``barrier.sync 0``; a program of one warp, the warp:
-``bar.warp.sync``) and a result is broadcast through 8 bytes of shared memory, except: a call that
-acts only at another PE (:func:`only_sends`) is not waited for, and in a program of one warp a
-thread-scope result is shuffled from lane 0 (:func:`_from_lane0`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
+checked here); then the CTA synchronises (``barrier.sync 0``) and a result is broadcast through
+8 bytes of shared memory, except: a call that acts only at another PE (:func:`only_sends`) is
+not waited for, and in a program of one warp a thread-scope result is shuffled from lane 0
+(:func:`_from_lane0`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
 ``g`` (:func:`every_thread_reads`) are made by every thread.  NVSHMEM calls must therefore be reached by all threads of a program
 together (not in warp-specialised partitions), as Triton's own ``tl.debug_barrier`` must.
 
@@ -99,7 +99,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 4
+SHIM_VERSION = 3
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -266,9 +266,6 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
                 else f"  %res = fadd {tret} {value}, 0.0"]
 
     leaders = None if f.pure or every_thread_reads(op) else _LEADERS.get(op["scope"])
-    # the program's threads wait for the leaders: a CTA barrier; a program of one warp is its warp
-    sync = ("  call void @llvm.nvvm.bar.warp.sync(i32 -1)" if num_warps == 1
-            else "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)")
     if leaders is None:  # every thread calls
         out.append(f"  %r = {call}" if cret != "void" else f"  {call}")
         out += convert("%r")
@@ -281,7 +278,9 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
         if cret == "void" and only_sends(op):  # nothing for the other threads to wait for
             out += [f"  {call}", "  br label %join", "join:", "  ret i32 0", "}"]
         elif cret == "void":
-            out += [f"  {call}", "  br label %join", "join:", sync, "  ret i32 0", "}"]
+            out += [f"  {call}", "  br label %join",
+                    "join:", "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
+            out += ["  ret i32 0", "}"]
         elif leaders == 1 and num_warps == 1:  # one warp: lane 0's result by a shuffle, no barrier
             out += [f"  %r = {call}", *convert("%r"), "  br label %join",
                     "join:", f"  %v = phi {tret} [ %res, %do ], [ poison, %entry ]", *_from_lane0(tret, "%v"),
@@ -294,9 +293,9 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
                     f"  store {cret} %r, ptr addrspace(3) @{SHIM_PREFIX}slot, align 8",
                     "  br label %join",
                     "join:",
-                    sync,
+                    "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)",
                     f"  %b = load {cret}, ptr addrspace(3) @{SHIM_PREFIX}slot, align 8",
-                    sync]
+                    "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
             out += convert("%b")
             out += [f"  ret {tret} %res", "}"]
     return "\n".join(out) + "\n", f"declare {cret} @{symbol}({_decl_params(op)})\n"
@@ -318,7 +317,6 @@ def shim_module(symbols, num_warps: int | None = None) -> str:
         f"@{SHIM_PREFIX}slot = internal addrspace(3) global [8 x i8] undef, align 8",
         "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
         "declare void @llvm.nvvm.barrier.cta.sync.all(i32)",
-        "declare void @llvm.nvvm.bar.warp.sync(i32)",
         "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)",
         'attributes #0 = { alwaysinline nounwind }',
     ]
