@@ -256,7 +256,7 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
         "blob": bytes(blob),
     }
 
-_listed: dict = {}  # (path, size, mtime) of a bitcode file -> bodies.functions() of it, for _closure
+_listed: dict = {}  # (path, size, mtime) of a bitcode file -> bodies.functions() of it (_functions_of)
 
 
 def _api_of(listed) -> set:
@@ -296,9 +296,7 @@ def _closure(bc_path: Path, names, helpers: bool = True) -> dict:
     way :mod:`~nvshmem_dsl.linker.bodies` does not read is parsed whole (helpers included)."""
     data = bc_path.read_bytes()
     try:
-        st = bc_path.stat()
-        key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
-        fns = _listed.get(key) or _listed.setdefault(key, bodies.functions(data))
+        fns = _functions_of(bc_path, data)
         with_body = {f.name for f in fns if f.has_body}
         api = _api_of(fns)
         # with the helpers: every function that is not an API function at once (a parse of them all
@@ -326,11 +324,20 @@ def _helpers_closure(bc_path: Path) -> dict:
     NVSHMEM's out-of-line helpers and what they call, for their objects, before a kernel names
     them (:func:`nvshmem_dsl.linker.store.prefetch`).  Raises :class:`.bodies.BitcodeLayoutError`
     for a file :mod:`~nvshmem_dsl.linker.bodies` does not read."""
-    st = bc_path.stat()
-    key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
-    fns = _listed.get(key) or _listed.setdefault(key, bodies.functions(bc_path.read_bytes()))
+    fns = _functions_of(bc_path)
     api = _api_of(fns)
     return _closure(bc_path, sorted(f.name for f in fns if f.has_body and f.name not in api))
+
+
+def _functions_of(bc_path: Path, data: bytes | None = None) -> list:
+    """:func:`.bodies.functions` of the bitcode file ``bc_path`` (its bytes ``data``, if read), once
+    per version of the file."""
+    st = bc_path.stat()
+    key = (str(bc_path.resolve()), st.st_size, st.st_mtime_ns)
+    found = _listed.get(key)
+    if found is None:
+        found = _listed[key] = bodies.functions(bc_path.read_bytes() if data is None else data)
+    return found
 
 
 def noinline_groups(preamble: bytes) -> frozenset:

@@ -195,9 +195,9 @@ def _start_helpers_closure(bc_path: Path, key: str) -> None:
     """Extract the closure of NVSHMEM's out-of-line helpers (:func:`.pieces._helpers_closure`) in a
     process of its own, for the objects of the first kernels linked before the store is there:
     their own closures then leave the helpers out (a put kernel's: 0.5 -> 0.22 s, its cold first
-    compile 1.95-2.10 -> 1.74-1.87 s on the CPU machine, bench/results/closure-helpers-cpu-2026-11-25.txt)
-    and the objects' IR is there when the kernel's PTX names them.  The closure is only awaited by an object's IR; one that fails
-    is not used."""
+    compile 1.95-2.10 -> 1.74-1.87 s on the CPU machine,
+    bench/results/closure-helpers-cpu-2026-11-25.txt) and the objects' IR is there when the
+    kernel's PTX names them.  Only an object's IR waits for it; one that fails is not used."""
     from concurrent.futures import Future
 
     future: Future = Future()
