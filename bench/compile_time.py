@@ -23,8 +23,9 @@ compiled the same way: scope ``<label>-later``, the cost of any later kernel (ta
 ``--kernel NAME`` times that kernel of the benchmark alone instead (bench/compile_families.py:
 ``coll_reduce_block`` and the like).
 
-No NVSHMEM initialisation (unless ``--init``), one process, two JSON lines (impl, bench "compile_time", scope = the
-label, value in seconds, plus import_s: the time to import the DSL and the benchmark module).
+No NVSHMEM initialisation (unless ``--init``; ``--prefetch`` starts what it starts for the device
+code), one process, two JSON lines (impl, bench "compile_time", scope = the label, value in seconds,
+plus import_s: the time to import the DSL and the benchmark module).
 """
 
 from __future__ import annotations
