@@ -18,6 +18,7 @@ import struct
 import sys
 import tempfile
 import threading
+import weakref
 import zlib
 from pathlib import Path
 
@@ -174,6 +175,7 @@ class _Store:
             fh.close()
             raise
         self._load(idx, fh, base)
+        weakref.finalize(self, fh.close)  # a store kept until the process exits is closed then
         mark_used(path)
 
     @staticmethod
