@@ -187,13 +187,27 @@ def spin_k(us: Int32):
 # declare, and with `.reqntid 1024` libNVVM recomputes loop-invariant values inside NVSHMEM's
 # copy loops (tests/gpu/records/2026-11-22/cute-warp-loop-ptx.txt; the copy loop 15 SASS
 # instructions with it, 10 without: loop-sass-cute-reqntid.txt, loop-sass.txt).
-# The one-thread latency launchers keep their static shape: `.reqntid 1`, as C++'s and
-# Numba's declare it.
+# The one-thread launchers (latency, and the thread-scope bandwidth kernels: a block of one thread)
+# keep their static shape: `.reqntid 1`, as Numba's declare it (launch_bounds) and C++'s latency kernels.
+
+
+def block_at_launch(name: str) -> bool:
+    """Whether launcher ``name`` takes its block size as an argument (bandwidth and collective
+    kernels, see above); the others launch a static shape."""
+    s = shapes.SHAPES[name]
+    return (s.workers in ("block", "warp") and s.block > 1) or s.bench == "coll"
 
 
 def _launch_bw(shape):
-    """The launcher of bandwidth shape ``shape`` (bench/bench_shapes.py), its block size given at launch."""
+    """The launcher of bandwidth shape ``shape`` (bench/bench_shapes.py), its block size given at launch
+    (a block of one thread: its static shape, see above)."""
     kernel = _rma_bw_kernel(getattr(nvc, shape.call), _WORKERS[shape.workers])
+    if not block_at_launch(shape.kernel):
+        @cute.jit
+        def launch_bw_one(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32,
+                          stream: cudrv.CUstream):
+            kernel(dst, src, nelems, iters, peer, nwin).launch(grid=[BW_GRID, 1, 1], block=[1, 1, 1], stream=stream)
+        return launch_bw_one
 
     @cute.jit
     def launch_bw(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, peer: Int32, nwin: Int32,
@@ -255,13 +269,6 @@ LAUNCHERS = {
     "barrier_lat": launch_barrier_lat, "empty_kernel": launch_empty, "spin": launch_spin,
     **{s.kernel: _launch_coll(s) for s in shapes.COLL},
 }
-
-
-def block_at_launch(name: str) -> bool:
-    """Whether launcher ``name`` takes its block size as an argument (bandwidth and collective
-    kernels, see above); the others launch a static shape."""
-    s = shapes.SHAPES[name]
-    return s.workers in ("block", "warp") or s.bench == "coll"
 
 
 def block_of(name: str) -> int:

@@ -227,10 +227,12 @@ def test_cute_kernel_compiles(cute_compiled, name):
     _check_inlined(ptx, name, _large_outlined(ptx, name))
     if name not in ("spin",):
         assert "nvshmemi_device_state_d" in ptx
-    if name.startswith(("put_", "get_", "coll_")):  # block size given at launch, as in C++ and Numba
+    import cute_bench as cb
+
+    if cb.block_at_launch(name):  # block size given at launch (libNVVM and .reqntid 1024: see cute_bench)
         assert ".reqntid" not in ptx and ".maxntid" not in ptx
-    elif name in ("p_lat", "g_lat", "amo_lat", "pingpong"):  # one thread, as C++ and Numba declare
-        assert re.search(r"^\.reqntid 1, 1, 1$", ptx, re.M)
+    elif name in ("p_lat", "g_lat", "amo_lat", "pingpong", "put_thread", "get_thread"):
+        assert re.search(r"^\.reqntid 1, 1, 1$", ptx, re.M)  # one thread, as Numba's declare it
 
 
 def _loops(ptx: str) -> list:
