@@ -348,6 +348,31 @@ def test_prefetch_extracts_the_helpers_closure_for_their_objects(helpers_bc, tmp
     assert closures[-1] == (["nvshmem_qux"], True)
 
 
+def test_a_failed_helpers_closure_leaves_kernels_closures_as_without_it(helpers_bc, tmp_path, monkeypatch):
+    """A prefetched closure that failed (here: its process could not run) is not waited for, and kernels'
+    closures read the helpers' bodies again, one closure serving the kernel and its helpers' objects."""
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(store, "_start_builder", lambda *args: False)
+    monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
+
+    def broken(args, **kw):
+        raise OSError("no interpreter")
+
+    monkeypatch.setattr(store_build, "_spawn", broken)
+    store.prefetch(90, bc_path=helpers_bc)
+    failed = store._helper_closures[store._cache_key(helpers_bc)]
+    with pytest.raises(OSError):
+        failed.result(timeout=60)
+    closures = []
+    real = pieces._closure
+    monkeypatch.setattr(pieces, "_closure", lambda path, names, helpers=True: (
+        closures.append((names, helpers)), real(path, names, helpers))[1])
+    store.api_text(["nvshmem_qux"], 90, bc_path=helpers_bc, helpers_out=True)
+    store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)
+    assert closures == [(["nvshmem_qux"], True)]
+
+
 def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):
     def unreadable(data):
         raise bodies.BitcodeLayoutError("no")
