@@ -332,7 +332,7 @@ def test_prefetch_extracts_the_helpers_closure_for_their_objects(helpers_bc, tmp
     monkeypatch.setattr(store, "_start_builder", lambda *args: False)  # another process's build
     monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
     store.prefetch(90, bc_path=helpers_bc)
-    prefetched = store._helper_closures[store._cache_key(helpers_bc)].result(timeout=120)
+    prefetched = store._helper_closures[os.getpid(), store._cache_key(helpers_bc)].result(timeout=120)
     assert prefetched.helpers == {"transfer"} and "nvshmem_qux" not in prefetched.functions
     closures = []
     real = pieces._closure
@@ -361,7 +361,7 @@ def test_a_failed_helpers_closure_leaves_kernels_closures_as_without_it(helpers_
 
     monkeypatch.setattr(store_build, "_spawn", broken)
     store.prefetch(90, bc_path=helpers_bc)
-    failed = store._helper_closures[store._cache_key(helpers_bc)]
+    failed = store._helper_closures[os.getpid(), store._cache_key(helpers_bc)]
     with pytest.raises(OSError):
         failed.result(timeout=60)
     closures = []
@@ -371,6 +371,25 @@ def test_a_failed_helpers_closure_leaves_kernels_closures_as_without_it(helpers_
     store.api_text(["nvshmem_qux"], 90, bc_path=helpers_bc, helpers_out=True)
     store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)
     assert closures == [(["nvshmem_qux"], True)]
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_helpers_closure(helpers_bc, tmp_path, monkeypatch):
+    """The prefetched closure belongs to the process that started it: a forked child (whose copy of the
+    Future nothing completes) makes its own closures instead of waiting forever."""
+    import threading
+    from concurrent.futures import Future
+
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(store, "_start_builder", lambda *args: False)
+    monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
+    store._helper_closures[os.getpid() + 1, store._cache_key(helpers_bc)] = Future()  # the parent's, never done
+    done = []
+    worker = threading.Thread(target=lambda: done.append(
+        store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert done and "define internal fastcc void @transfer(" in done[0]
 
 
 def test_closure_of_an_unreadable_layout_parses_the_whole_file(bc, monkeypatch):

@@ -75,7 +75,9 @@ _subsets: OrderedDict = OrderedDict()  # (store key, names, rewrite mode, unswit
 _MAX_SUBSETS = 64
 _closures: dict = {}  # store key -> the last closures extracted while its store is being built
 _MAX_CLOSURES = 4
-_helper_closures: dict = {}  # store key -> Future of its helpers' closure (prefetch: _start_helpers_closure)
+# (pid, store key) -> Future of its helpers' closure (prefetch: _start_helpers_closure); a forked
+# child, whose copy of the Future no thread completes, finds none of its parent's
+_helper_closures: dict = {}
 _lock = threading.RLock()
 
 
@@ -137,7 +139,7 @@ def _first_store(names, bc_path: Path, arch, key: str, helpers: bool = True) -> 
     if st is not None:
         with _lock:
             _closures.pop(key, None)
-            _helper_closures.pop(key, None)
+            _helper_closures.pop((os.getpid(), key), None)
             return _stores.setdefault(key, st)
     arch = _arch_number(arch)
     if not _side_builds(bc_path):
@@ -147,7 +149,7 @@ def _first_store(names, bc_path: Path, arch, key: str, helpers: bool = True) -> 
         for st in _closures.get(key, ()):  # (and the helpers it calls, if read: their objects')
             if set(names) <= st.api | st.helpers and (st.helper_bodies or not helpers):
                 return st
-        prefetched = _helper_closures.get(key)
+        prefetched = _helper_closures.get((os.getpid(), key))
     if prefetched is not None and prefetched.done() and prefetched.exception() is not None:
         prefetched = None  # it failed: kernels' closures read the helpers, as without it
     if prefetched is not None and not any(n.startswith("nvshmem") for n in names):
@@ -204,9 +206,9 @@ def _start_helpers_closure(bc_path: Path, key: str) -> None:
 
     future: Future = Future()
     with _lock:
-        if key in _helper_closures:
+        if (os.getpid(), key) in _helper_closures:
             return
-        _helper_closures[key] = future
+        _helper_closures[os.getpid(), key] = future
 
     def extract():
         try:
