@@ -383,7 +383,9 @@ def test_a_forked_child_does_not_wait_for_its_parents_helpers_closure(helpers_bc
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
     monkeypatch.setattr(store, "_start_builder", lambda *args: False)
     monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
-    store._helper_closures[os.getpid() + 1, store._cache_key(helpers_bc)] = Future()  # the parent's, never done
+    parent = os.getpid()
+    store._helper_closures[parent, store._cache_key(helpers_bc)] = Future()  # the parent's: never done here
+    monkeypatch.setattr(store.os, "getpid", lambda: parent + 1)  # this process: the forked child
     done = []
     worker = threading.Thread(target=lambda: done.append(
         store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)), daemon=True)
