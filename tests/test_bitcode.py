@@ -375,22 +375,35 @@ def test_a_failed_helpers_closure_leaves_kernels_closures_as_without_it(helpers_
 
 def test_a_forked_child_does_not_wait_for_its_parents_helpers_closure(helpers_bc, tmp_path, monkeypatch):
     """The prefetched closure belongs to the process that started it: a forked child (whose copy of the
-    Future nothing completes) makes its own closures instead of waiting forever."""
+    Future no thread completes) makes its own closures instead of waiting forever."""
     import threading
-    from concurrent.futures import Future
 
     monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
     monkeypatch.setattr(store, "_start_builder", lambda *args: False)
     monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
+    release = threading.Event()
+
+    class Stuck:  # the parent's closure process, still at work
+        returncode = 0
+        stdout = type("Out", (), {"read": lambda self: release.wait(120) and b""})()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(store_build, "_spawn", lambda args, **kw: Stuck())
     parent = os.getpid()
-    store._helper_closures[parent, store._cache_key(helpers_bc)] = Future()  # the parent's: never done here
+    store.prefetch(90, bc_path=helpers_bc)
     monkeypatch.setattr(store.os, "getpid", lambda: parent + 1)  # this process: the forked child
     done = []
     worker = threading.Thread(target=lambda: done.append(
         store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)), daemon=True)
     worker.start()
     worker.join(timeout=60)
+    release.set()
     assert done and "define internal fastcc void @transfer(" in done[0]
 
 
