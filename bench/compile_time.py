@@ -52,8 +52,7 @@ def _start(init: dict | None, arch: str, gpu: bool = True) -> None:
     if "prefetch_s" in init:
         from nvshmem_dsl.linker import store
 
-        major, minor = _cc(arch)
-        store.prefetch(major * 10 + minor)
+        store.prefetch(arch)  # "sm_90a": the SM's bitcode, as init() asks for its device's
         time.sleep(init["prefetch_s"])
         return
     if not gpu:

@@ -319,9 +319,9 @@ def _prefetch_device_code(device_id: int) -> None:
         return
     try:
         from ..linker import store
+        from ..linker.store_file import _arch_number
 
-        major, minor = _cuda.compute_capability(device_id)
-        store.prefetch(major * 10 + minor)
+        store.prefetch(_arch_number(_cuda.compute_capability(device_id)))
     except Exception:  # noqa: BLE001 - the first kernel reads the bitcode itself
         pass
 

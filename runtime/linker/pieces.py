@@ -191,7 +191,7 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
         name, linkage = f.name, f.linkage
         if linkage not in local:
             defined[name] = f
-            if linkage == llvm.Linkage.external and name.startswith("nvshmem"):
+            if linkage == llvm.Linkage.external and is_api_name(name):
                 api.append(name)
         elif own is not None and name in own:
             inner[name] = f
@@ -259,10 +259,16 @@ def _part(bc_path: Path, part: int, parts: int, threads: int = 1, own=None, pars
 _listed: dict = {}  # (path, size, mtime) of a bitcode file -> bodies.functions() of it (_functions_of)
 
 
+def is_api_name(name: str) -> bool:
+    """Whether ``name`` is named as NVSHMEM's API functions are (``nvshmem*``; its helpers are C++
+    ``_Z...nvshmemi_...`` names); with external linkage, a function so named is one of them."""
+    return name.startswith("nvshmem")
+
+
 def _api_of(listed) -> set:
     """NVSHMEM's API among :func:`bodies.functions` ``listed``: external definitions
     named ``nvshmem*`` (as :func:`_part` finds them in a parsed module)."""
-    return {f.name for f in listed if f.has_body and f.external and f.name.startswith("nvshmem")}
+    return {f.name for f in listed if f.has_body and f.external and is_api_name(f.name)}
 
 
 def _store_part(bc_path: Path, part: int, parts: int, threads: int = 1) -> dict:

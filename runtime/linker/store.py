@@ -152,7 +152,7 @@ def _first_store(names, bc_path: Path, arch, key: str, helpers: bool = True) -> 
         prefetched = _helper_closures.get((os.getpid(), key))
     if prefetched is not None and prefetched.done() and prefetched.exception() is not None:
         prefetched = None  # it failed: kernels' closures read the helpers, as without it
-    if prefetched is not None and not any(n.startswith("nvshmem") for n in names):
+    if prefetched is not None and not any(pieces.is_api_name(n) for n in names):
         st = _finished(prefetched)  # helpers' objects: from the closure prefetch() started
         if st is not None and set(names) <= st.helpers:
             return st

@@ -153,14 +153,6 @@ def _sm(cc) -> int:
     return int(re.match(r"sm_(\d+)", _target(cc)[0]).group(1))
 
 
-def prefetch_bitcode(cc) -> None:
-    """Say that kernels for compute capability ``cc`` will call NVSHMEM: with no cached NVSHMEM
-    bitcode store for it yet, :func:`nvshmem_dsl.linker.store.prefetch` starts building it (as
-    :func:`nvshmem_dsl.init` does for its device), so that it is built while the program does other
-    things (a kernel linked before it is there links a closure, which is slower)."""
-    store.prefetch(_sm(tuple(cc)))
-
-
 _libdevice_lock = threading.Lock()
 _libdevice = None
 
