@@ -176,3 +176,37 @@ def test_cache_command_rejects_bad_arguments(root):
 def test_cache_command_names_a_malformed_days_variable(root):
     done = _cli(env={cache.DAYS_ENV: "soon"})
     assert done.returncode == 2 and cache.DAYS_ENV in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_catalogue_knows_the_names_the_linker_gives(root):
+    """cache.py lists the endings of the cache's files (it reads every entry, not one writer's): each
+    name the writers make (a piece store, an object and its calls, a libNVVM copy and its "same"
+    marker, a CuTe kernel's bitcode and calls), with its lock, is one entry of the right kind."""
+    from pathlib import Path
+
+    llvm = pytest.importorskip("llvmlite.binding")
+    from nvshmem_dsl.linker import nvvm, outline
+
+    bc = root.parent / "libnvshmem_device_sm_90.bc"  # nothing for libNVVM to change: a "same" marker
+    bc.write_bytes(llvm.parse_assembly('target triple = "nvptx64-nvidia-cuda"\n'
+                                       "define i32 @nvshmem_my_pe() {\n  ret i32 0\n}\n").as_bitcode())
+    made = {"piece stores": [store_file._store_file(bc, store_file._cache_key(bc))]}
+    if outline.ptxas() is not None:
+        obj = outline._object_path("nvshmem_int_p", bc, "sm_90a", "+ptx85", 64)
+        made["out-of-line objects"] = [obj, obj.with_suffix(".calls")]
+    assert nvvm.nvvm_bitcode(bc) == bc
+    made["libNVVM bitcode (CuTe)"] = [p for p in root.iterdir() if p.name.endswith(".same")]
+    for p in made["libNVVM bitcode (CuTe)"] + list(root.glob("*.lock")):
+        p.unlink()  # made again below, with the others
+    kernel = Path(nvvm.kernel_bitcode_placeholder(bc, helpers_out=True))
+    made["CuTe kernels' bitcode"] = [root / store_file.KERNELS_FOLDER / kernel.name,
+                                     nvvm._calls_path(root / store_file.KERNELS_FOLDER / kernel.name)]
+    for paths in made.values():
+        for p in paths + [paths[0].with_suffix(".lock")]:
+            _file(p)
+    kinds = {}
+    for e in cache.entries(root):
+        kinds.setdefault(e.kind, []).append(sorted(p.name for p in e.paths))
+    assert set(kinds) == set(made), kinds
+    for kind, paths in made.items():
+        assert kinds[kind] == [sorted([p.name for p in paths] + [paths[0].with_suffix(".lock").name])], kind
