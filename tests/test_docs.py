@@ -78,6 +78,8 @@ def test_docstring_directive_reads_the_source(tmp_path):
     assert "\n    " not in doc  # indentation removed
     with pytest.raises(ValueError, match="no top-level function 'nope'"):
         signature_and_doc(views, "nope")
+    sig, _ = signature_and_doc(ROOT / "runtime" / "triton" / "_autotune.py", "do_bench")
+    assert sig == "do_bench(*, warmup=3, reps=10, team=None, return_mode='mean')"  # keyword-only, defaults
     bare = tmp_path / "bare.py"
     bare.write_text("def f(a):\n    pass\n")
     with pytest.raises(ValueError, match="f has no docstring"):

@@ -209,3 +209,30 @@ def test_every_triton_shape_compiles_to_ptx(request, tmp_path, monkeypatch):
     if not _slow_requested(request.config):
         pytest.skip("about 60 Triton compiles (2-3 min of CPU): run with -m slow")
     _compile_triton(list(_triton_units(S.shapes("triton")).values()), tmp_path, monkeypatch)
+
+
+def _tuned_units(names):
+    """The autotuned and cached kernels of tests/gpu/test_triton_gpu.py, each config of each."""
+    import triton_gpu_kernels as K
+
+    sigs = {"k_put_tuned": {"dst": "*fp32", "src": "*fp32", "n": "i32", "pe": "i32"},
+            "k_fcollect_tuned": {"dst": "*fp32", "src": "*fp32", "n": "i32", "tag": "*i32"}}
+    units = []
+    for name in names:
+        tuner = getattr(K, name)
+        for cfg in tuner.configs:
+            units.append((tuner.fn, {**sigs[name], "BLOCK": "constexpr"}, dict(cfg.kwargs), cfg.num_warps, name))
+    return units
+
+
+
+def test_autotuned_and_cached_triton_kernels_compile_to_ptx(tmp_path, monkeypatch):
+    """Every config of both autotuned kernels, and the kernel taken from Triton's cache (the
+    collective's configs call its object: no slower than the rest)."""
+    import triton_gpu_kernels as K
+
+    assert [(c.kwargs["BLOCK"], c.num_warps) for c in K.k_put_tuned.configs] == list(K.TUNE_CONFIGS)
+    assert K.k_fcollect_tuned.do_bench.reps == 5, "the collective is not tuned with nv.do_bench"
+    cached = (K.k_put_from_cache, {"dst": "*fp32", "src": "*fp32", "n": "i32", "pe": "i32"}, {}, 4,
+              "k_put_from_cache")
+    _compile_triton(_tuned_units(["k_put_tuned", "k_fcollect_tuned"]) + [cached], tmp_path, monkeypatch)

@@ -37,7 +37,8 @@ its entry, at 64 ~40 and spills in its body) and at 255 with the objects at LLVM
 Run (2 PEs):  python -m nvshmem_dsl.run -n 2 bench/experiments/coll_overhead.py [--only=broadcast] [--caps]
 On the CPU:   python bench/experiments/coll_overhead.py --ptx   (PTX size of each variant)
               python bench/experiments/coll_overhead.py --sass  (registers saved at the broadcast's entry:
-              as an object, and as a noinline function compiled with the kernel)
+              as an object, and as a noinline function compiled with the kernel; PTXAS=<CUDA 13's
+              ptxas>: also the object preserving nvshmem_dsl.linker.abi.PRESERVE registers)
 """
 import os
 import sys
@@ -181,12 +182,19 @@ def check_sass():
 
     from nvshmem_dsl.linker import outline
 
+    from nvshmem_dsl.linker import abi
+
     nvdisasm = os.environ.get("NVDISASM", "nvdisasm")
+    if os.environ.get("PTXAS"):  # another ptxas for the objects (CUDA 13's: .abi_preserve)
+        outline.ptxas = lambda: os.environ["PTXAS"]
     name = "nvshmem_float_broadcast"
-    for cap in (64, 255):
-        obj = [p for p in outline.objects([name], 90, "sm_90a", "+ptx85", cap) if p.name.startswith(name)][0]
-        sass = subprocess.run([nvdisasm, "-c", str(obj)], capture_output=True, text=True).stdout
-        print(f"object, {cap:3} registers: {prologue_saves(sass, name)} STL at the entry")
+    for how in ("off", str(abi.PRESERVE)) if os.environ.get("PTXAS") else ("off",):
+        os.environ[abi.ENV] = how
+        for cap in (64, 255):
+            obj = [p for p in outline.objects([name], 90, "sm_90a", "+ptx85", cap) if p.name.startswith(name)][0]
+            sass = subprocess.run([nvdisasm, "-c", str(obj)], capture_output=True, text=True).stdout
+            print(f"object, {cap:3} registers, {abi.ENV}={how}: {prologue_saves(sass, name)} STL at the entry")
+    os.environ[abi.ENV] = "off"
     _noinline_api([name])
     with nv.outline("none"):
         ptx, _ = cuda.compile_ptx(kernels(_broadcast)["rt-all"], SIG, cc=(9, 0))

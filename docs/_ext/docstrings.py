@@ -27,6 +27,10 @@ def signature_and_doc(path: Path, name: str) -> tuple[str, str]:
             if not doc:
                 raise ValueError(f"{path}: {name} has no docstring")
             args = [a.arg for a in node.args.args if a.arg not in HIDDEN_PARAMS]
+            if node.args.kwonlyargs:  # keyword-only: shown after "*", with their defaults
+                args.append("*")
+                args += [a.arg if d is None else f"{a.arg}={ast.unparse(d)}"
+                         for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults)]
             return f"{name}({', '.join(args)})", inspect.cleandoc(doc)
     raise ValueError(f"{path}: no top-level function {name!r}")
 

@@ -349,7 +349,7 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
     """Replace the binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the executable
     cubin nvJitLink makes of the module's ``ptx`` and the objects of the outlined NVSHMEM functions
     and helpers it calls (of ``declared``; a helper also specialised on the modes the PTX passes it,
-    :func:`nvshmem_dsl.linker.outline.specialise_helper_calls`); returns ``[(names, cubin)]``."""
+    :func:`nvshmem_dsl.linker.outline.prepare_calls`); returns ``[(names, cubin)]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
@@ -365,7 +365,7 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
             f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
             f"{_cute_version()}, one PTX; {_HINT}")
     # NVSHMEM's helpers, called with constant modes, called in objects specialised on them
-    ptx = outline.specialise_helper_calls(ptx)
+    ptx = outline.prepare_calls(ptx)
     for op, _ in binaries:
         names = frozenset(n for n in outline.extern_calls(ptx) if outline.split_specialised(n)[0] in declared)
         kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())

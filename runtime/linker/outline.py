@@ -39,7 +39,7 @@ DSL can link the same objects.
 
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
-:func:`specialise_helper_calls`, :func:`predicted_helper_calls`, :func:`specialised_name`,
+:func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`specialised_name`,
 :func:`split_specialised`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`, :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
@@ -65,12 +65,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import loop_split, object_workers, pieces, rewrites, store, store_build, store_file
+from . import abi, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
            "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "override", "predicted_helper_calls", "prefetch", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
+           "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "object_features", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
 ENV = "NVSHMEM_DSL_OUTLINE"
@@ -359,6 +359,24 @@ def _ir_arguments(text: str) -> list:
     return [_ir_constant(arg.decode()) for arg in pieces._split_top(text.encode())]
 
 
+
+def prepare_calls(ptx: str) -> str:
+    """PTX ``ptx``, a kernel's or an object's, made ready to call NVSHMEM's objects: its calls of
+    the helpers specialised (:func:`specialise_helper_calls`), and the NVSHMEM functions it declares
+    external or defines marked with the objects' calling convention
+    (:func:`nvshmem_dsl.linker.abi.mark`, :func:`nvshmem_dsl.linker.abi.preserve`).  Every kernel's PTX
+    passes here before it is linked with objects, and every object's before ptxas."""
+    return abi.mark(specialise_helper_calls(ptx), abi.preserve(), _NVSHMEM_FUNCTION)
+
+
+def object_features(features: str) -> str:
+    """The LLVM features of the objects for a kernel of ``features`` (``+ptx85``): the same, with
+    a PTX ISA of at least :data:`nvshmem_dsl.linker.abi.MIN_PTX` where the objects preserve
+    registers (``.abi_preserve`` is PTX 9.0)."""
+    if abi.preserve() is None:
+        return features
+    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(int(m.group(1)), abi.MIN_PTX)}", features)
+
 def predicted_helper_calls(text: str) -> frozenset:
     """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
     PTX) that the IR ``text`` (an object's :func:`object_ir`) calls and declares: read before any
@@ -429,7 +447,7 @@ def opt_level() -> str:
 def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) -> Path:
     st = os.stat(ptxas())
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(), loop_split.key()]
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(), loop_split.key(), abi.preserve()]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
@@ -484,6 +502,7 @@ def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=N
     locks) instead of starting them again.  Errors are left to that call.  A process waits for
     the thread when it exits."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
+    features = object_features(features)
     if all(_object_path(n, bc_path, cpu, features, _scope_cap(n, cap)).exists() for n in names):
         return None
 
@@ -511,6 +530,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
     PTX is there), since a collective's object and its put_signal helper take about as long."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
+    features = object_features(features)
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
     futures = collections.deque()
@@ -588,7 +608,7 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
-        ptx = specialise_helper_calls(object_ptx([name], arch, cpu, features, bc_path, text=text))
+        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text))
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)

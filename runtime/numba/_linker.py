@@ -175,10 +175,10 @@ _linking: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_numba_lin
 def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
-    of NVSHMEM's helpers specialised (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`).
+    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.outline.prepare_calls`).
     ``prefetch``: the PTX is to be linked: its objects start building meanwhile."""
     module, tm = link(llvm_strs, cc, opt, max_registers, prefetch)
-    return outline.specialise_helper_calls(tm.emit_assembly(module))
+    return outline.prepare_calls(tm.emit_assembly(module))
 
 
 def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False):

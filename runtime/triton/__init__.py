@@ -12,7 +12,9 @@ Inside ``@triton.jit`` code::
     peer = nv.peer(buf, pe)                    # load/store address of a peer's buffer
     nv.c.nvshmem_putmem(dst, src, nbytes, pe)  # any C function by its C name
 
-and launch as usual (``kernel[grid](...)``, autotuning and Triton's cache included): kernels
+and launch as usual (``kernel[grid](...)``, autotuning and Triton's cache included; a kernel that
+synchronises PEs is autotuned with ``triton.autotune(..., do_bench=nv.do_bench())``, which launches
+every config alike on every PE and keeps one config for all: :mod:`._autotune`): kernels
 that call NVSHMEM are linked with the NVSHMEM device code they call, inlined
 (:mod:`nvshmem_dsl.triton._compile`), and each loaded kernel module is initialised for NVSHMEM
 before its first launch once :func:`nvshmem_dsl.init` has run.
@@ -33,6 +35,7 @@ import triton.language as _tl
 
 from . import c
 from ._args import TritonPointer, pointer
+from ._autotune import do_bench
 from ._calls import make_api, multicast, peer
 from ._compile import (
     NvshmemLinkError, add_module_finalize_hook, add_module_init_hook, install,
@@ -61,6 +64,7 @@ __all__ = [
     "pointer",
     "TritonPointer",
     "outline",
+    "do_bench",
     "install",
     "uninstall",
     "NvshmemLinkError",

@@ -497,9 +497,11 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
         features = f"+ptx{ptx_version}"
     module, tm, outlined = link(llir, capability, cpu, features, getattr(options, "num_warps", None), objects,
                                 getattr(options, "maxnreg", None), prefetch)
-    ptx = outline.specialise_helper_calls(tm.emit_assembly(module))
+    # the calls' convention after Triton's .version: a kernel that calls objects may need PTX 9.0
+    # (nvJitLink links it), one that calls none keeps Triton's (Triton's ptxas compiles it)
+    ptx = outline.prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
     stats["kernels"] += 1
-    return _postprocess(ptx, metadata, ptx_version, capability)
+    return ptx
 
 
 def link_cubin(ptx: str, capability: int, options=None) -> bytes:

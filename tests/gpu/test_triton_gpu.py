@@ -8,6 +8,7 @@ Run on every PE at once: `python -m nvshmem_dsl.run -n 2 -m pytest -m gpu tests/
 mpirun). Needs torch (Triton launches on torch's current stream; Triton 3.6 finds the GPU
 through torch) and Triton 3.6 or later.
 """
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -158,6 +159,89 @@ def test_all_to_all_signals(shape):
 @cases("triton", "team")
 def test_team(shape):
     S.run_team(shape, ARRAYS, lambda team, b: launch(shape, b, int(team)))
+
+
+# --- autotuning and Triton's cache: every module loaded gets NVSHMEM's init ---------------
+
+def _sym(values):
+    import nvshmem_dsl
+    x = nvshmem_dsl.array(values.shape, values.dtype, like="torch")
+    x.copy_(torch.from_numpy(values))
+    return x
+
+
+def _free(*xs):
+    import nvshmem_dsl
+    for x in xs:
+        nvshmem_dsl.free(x)
+
+
+def test_autotuned_put_initialises_every_config():
+    """Triton's own autotuner (its do_bench) on a one-sided kernel: each config is compiled,
+    loaded and initialised for NVSHMEM, and the kernel moves the data."""
+    from nvshmem_dsl.triton import _compile
+
+    n = 3 * 2048 + 100
+    src, dst = _sym(S.data(S.me(), n)), _sym(S.poison(n))
+    inits = _compile.stats["modules_initialised"]
+    try:
+        ARRAYS.sync()
+        K.k_put_tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](dst, src, n, S.peer())
+        ARRAYS.sync()
+        S._eq(ARRAYS.host(dst), S.data(S.left(), n), "autotuned put_block", S.me())
+        assert _compile.stats["modules_initialised"] - inits >= len(K.TUNE_CONFIGS)
+        assert K.k_put_tuned.best_config.kwargs["BLOCK"] in [b for b, _ in K.TUNE_CONFIGS]
+    finally:
+        _free(src, dst)
+
+
+def test_autotuned_collective_keeps_one_config_on_every_pe():
+    """A collective autotuned with nv.do_bench: every PE launches every config as often (no
+    hang), all keep the same config, and the all-gather is right."""
+    import nvshmem_dsl
+
+    n, npes = 64, S.npes()
+    src, dst = _sym(S.data(S.me(), n)), _sym(S.poison(n * npes))
+    tag = _sym(np.zeros(1, np.int32))
+    tags = _sym(np.zeros(npes, np.int32))
+    try:
+        ARRAYS.sync()
+        K.k_fcollect_tuned[(1,)](dst, src, n, tag)
+        ARRAYS.sync()
+        want = np.concatenate([S.data(pe, n) for pe in range(npes)])
+        S._eq(ARRAYS.host(dst), want, "autotuned fcollect_block", S.me())
+        nvshmem_dsl.fcollect(nvshmem_dsl.Team.TEAM_WORLD, tags, tag)
+        ARRAYS.sync()
+        best = K.k_fcollect_tuned.best_config.kwargs["BLOCK"]
+        assert ARRAYS.host(tags).tolist() == [best] * npes
+    finally:
+        _free(src, dst, tag, tags)
+
+
+def test_a_kernel_from_tritons_disk_cache_is_initialised():
+    """The kernel compiled once, then taken from Triton's on-disk cache as a new process would
+    (its in-memory cache emptied): not compiled again, its module initialised, the data moved."""
+    from nvshmem_dsl.triton import _compile
+
+    if not hasattr(K.k_put_from_cache, "device_caches"):
+        pytest.skip(f"Triton {triton.__version__}: no JITFunction.device_caches to empty")
+    n = 1000
+    src, dst = _sym(S.data(S.me(), n)), _sym(S.poison(n))
+    try:
+        ARRAYS.sync()
+        K.k_put_from_cache[(1,)](dst, src, n, S.peer(), num_warps=4)
+        ARRAYS.sync()
+        K.k_put_from_cache.device_caches.clear()
+        compiled, inits = _compile.stats["kernels"], _compile.stats["modules_initialised"]
+        dst.copy_(torch.from_numpy(S.poison(n)))
+        ARRAYS.sync()
+        K.k_put_from_cache[(1,)](dst, src, n, S.peer(), num_warps=4)
+        ARRAYS.sync()
+        S._eq(ARRAYS.host(dst), S.data(S.left(), n), "put_block from Triton's cache", S.me())
+        assert _compile.stats["kernels"] == compiled, "compiled again: Triton's cache was not used"
+        assert _compile.stats["modules_initialised"] == inits + 1
+    finally:
+        _free(src, dst)
 
 
 def test_no_leaks_after_the_triton_suite():

@@ -333,6 +333,39 @@ def k_team_ops(team, dst, src, gathered, n, out):
     tl.store(out + 5, nv.team_sync(team))
 
 
+# --- autotuning and Triton's cache (tests/gpu/test_triton_gpu.py::test_autotuned_*, ::test_*_cache_*)
+
+#: The configs both autotuned kernels try: (BLOCK, num_warps).
+TUNE_CONFIGS = ((256, 1), (1024, 4), (2048, 8))
+
+
+def tune_configs():
+    return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in TUNE_CONFIGS]
+
+
+@triton.autotune(configs=tune_configs(), key=["n"])
+@triton.jit
+def k_put_tuned(dst, src, n, pe, BLOCK: tl.constexpr):
+    """One-sided only (each PE may keep its own config): Triton's own timing will do."""
+    start = tl.program_id(0) * BLOCK
+    nv.put_block(dst + start, src + start, tl.minimum(n - start, BLOCK), pe)
+
+
+@triton.autotune(configs=tune_configs(), key=["n"], do_bench=nv.do_bench(warmup=2, reps=5))
+@triton.jit
+def k_fcollect_tuned(dst, src, n, tag, BLOCK: tl.constexpr):
+    """A collective: every PE must launch each config as often as the others and keep the same
+    one (nv.do_bench); ``tag`` says which config ran."""
+    nv.fcollect_block(nv.TEAM_WORLD, dst, src, n)
+    tl.store(tag, BLOCK)
+
+
+@triton.jit
+def k_put_from_cache(dst, src, n, pe):
+    """Launched, then launched again from Triton's on-disk cache (no other test compiles it)."""
+    nv.put_block(dst, src, n, pe)
+
+
 def launch(shape, b, pe, npes, team=0):
     """(kernel, grid, num_warps, args) of `shape` on arrays `b` (shapes.Bufs) towards PE `pe`."""
     k, s = shape.kind, SCOPE[shape.scope]

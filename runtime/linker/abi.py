@@ -1,0 +1,136 @@
+"""The calling convention of NVSHMEM's out-of-line functions: which registers a call preserves.
+
+Under CUDA's default ABI a called function preserves the caller's callee-saved registers: the
+object of a large NVSHMEM routine saves every one it uses at its entry and restores them at each
+exit, in every call (a broadcast's object: 71 registers at 255, 39 at 64), whatever the caller
+keeps live across the call (a kernel's loop: a few).  That was located as one of the two costs
+of calling a collective out of line rather than inlining it (BENCHMARKS.md, "Where out-of-line
+calls cost").  PTX ISA 9.0 (CUDA 13) lets a function say how many registers it preserves,
+``.abi_preserve N`` on its definition and on every declaration its callers see; the callers then
+save what they keep live around the call instead.
+
+:func:`preserve` says the count the objects and the kernels that call them use in this process:
+:data:`PRESERVE` where the toolchain reads PTX 9.0 (:func:`supported`), else None (the default
+ABI); ``NVSHMEM_DSL_ABI_PRESERVE`` forces it (``off``, or a count).  :func:`mark` writes it into
+PTX: every NVSHMEM function declared external (a kernel's or an object's calls into objects) and
+every one an object defines, and raises ``.version`` to 9.0.  The count is part of each object's
+cache key.  A kernel whose declarations disagree with an object's definition does not link (the
+linker reports "Prototype doesn't match"): never a call with the wrong convention.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+
+__all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "mark", "preserve", "supported"]
+
+ENV = "NVSHMEM_DSL_ABI_PRESERVE"
+
+#: Registers NVSHMEM's objects preserve for their callers: the fewest ptxas takes without warning
+#: that the return-address registers (R14, R15) would be scratch.  A broadcast's object at 255
+#: registers then saves none at its entry (71 under the default ABI), at 64 registers 12 (39):
+#: tests/test_abi.py, bench/results/abi-preserve-cpu-2026-11-25.txt.
+PRESERVE = 2
+
+#: The PTX ISA (x10) that has ``.abi_preserve``.
+MIN_PTX = 90
+
+_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
+#: ``.abi_preserve N`` after a function's parameter list (group 1: the count).
+_DIRECTIVE = r"(?:\s*\.abi_preserve\s+(\d+))?"
+
+
+def _function(kind: str, name_pattern: str) -> re.Pattern:
+    """A declaration (``kind`` ``.extern``) or a definition (``.visible``) of a function whose name
+    matches ``name_pattern``, up to the end of its parameters and any ``.abi_preserve`` (group 1:
+    the name, 2: the count), where ``;`` (declaration) or ``{`` (definition) follows."""
+    end = ";" if kind == ".extern" else "{"
+    return re.compile(rf"^({re.escape(kind)} \.func\s+(?:\([^)]*\)\s*)?({name_pattern})\s*\([^)]*\))"
+                      rf"{_DIRECTIVE}(?=\s*{re.escape(end)})", re.M)
+
+
+def mark(ptx: str, count: int | None, name_pattern: str) -> str:
+    """``ptx`` with every function whose name matches ``name_pattern`` declared ``.extern`` or
+    defined ``.visible`` preserving ``count`` registers (``.abi_preserve count``; None: the
+    default ABI, any directive removed), and ``.version`` at least 9.0 where one was written."""
+    suffix = "" if count is None else f" .abi_preserve {int(count)}"
+    marked = 0
+
+    def put(m: re.Match) -> str:
+        nonlocal marked
+        marked += 1
+        return m.group(1) + suffix
+
+    for kind in (".extern", ".visible"):
+        ptx = _function(kind, name_pattern).sub(put, ptx)
+    if count is None or not marked:
+        return ptx
+    v = _VERSION.search(ptx)
+    if v is None or int(v.group(1)) * 10 + int(v.group(2)) >= MIN_PTX:
+        return ptx
+    return f"{ptx[:v.start()]}.version {MIN_PTX // 10}.{MIN_PTX % 10}{ptx[v.end():]}"
+
+
+def declared(ptx: str, name_pattern: str) -> dict:
+    """``{name: count or None}`` of the functions matching ``name_pattern`` that ``ptx`` declares
+    ``.extern`` or defines ``.visible``."""
+    out = {}
+    for kind in (".extern", ".visible"):
+        for m in _function(kind, name_pattern).finditer(ptx):
+            out[m.group(2)] = None if m.group(3) is None else int(m.group(3))
+    return out
+
+
+def preserve() -> int | None:
+    """The registers NVSHMEM's objects preserve in this process (None: CUDA's default ABI):
+    ``$NVSHMEM_DSL_ABI_PRESERVE`` (``off``, ``auto`` or a count from 2 to 255), by default
+    :data:`PRESERVE` where :func:`supported`."""
+    how = os.environ.get(ENV, "").strip().lower() or "auto"
+    if how == "off":
+        return None
+    if how == "auto":
+        return PRESERVE if supported() else None
+    try:
+        count = int(how)
+    except ValueError:
+        raise ValueError(f"{ENV}={how!r}: choose off, auto or a count of registers (2-255)") from None
+    if not 2 <= count <= 255:
+        raise ValueError(f"{ENV}={count}: a count of registers from 2 to 255")
+    return count
+
+
+@functools.lru_cache(maxsize=None)
+def _ptxas_major(path: str) -> int | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+)\.", out)
+    return int(m.group(1)) if m else None
+
+
+@functools.lru_cache(maxsize=None)
+def _driver_ptx_ok() -> bool:
+    """Whether the CUDA driver, where one is installed, JIT-compiles PTX 9.0 (CUDA 13.0 and later;
+    Numba's linker gives it the kernel's PTX).  No driver (a CPU machine): nothing to refuse."""
+    try:
+        from cuda.bindings import driver
+
+        err, version = driver.cuDriverGetVersion()
+    except Exception:  # noqa: BLE001 - no cuda.bindings or no libcuda
+        return True
+    return int(err) != 0 or version >= 13000
+
+
+def supported() -> bool:
+    """Whether everything that reads the objects' and kernels' PTX reads ISA 9.0: the objects'
+    ptxas, nvJitLink (CuTe, Triton) and the driver (Numba) are CUDA 13 or later."""
+    from . import link, outline
+
+    path = outline.ptxas()
+    major = _ptxas_major(path) if path else None
+    isa = link.nvjitlink_ptx_isa()
+    return major is not None and major >= 13 and isa is not None and isa >= MIN_PTX and _driver_ptx_ok()
