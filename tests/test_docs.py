@@ -135,7 +135,7 @@ def test_environment_page_names_every_variable_the_code_reads():
 def test_environment_page_states_the_defaults_the_code_has():
     """The numbers docs/environment.rst gives as defaults are the code's constants."""
     from nvshmem_dsl.host import _bootstrap
-    from nvshmem_dsl.linker import cache, loop_split, object_workers, store_build
+    from nvshmem_dsl.linker import abi, cache, loop_split, object_workers, store_build
 
     page = " ".join((DOCS / "environment.rst").read_text().split())
     expected = {
@@ -144,6 +144,7 @@ def test_environment_page_states_the_defaults_the_code_has():
         "NVSHMEM_DSL_BUILD_JOBS": f"at most {store_build._MAX_JOBS},",
         "NVSHMEM_DSL_OBJECT_WORKERS": f"at most {object_workers.DEFAULT_MAX};",
         "NVSHMEM_DSL_OUTLINE_SPLIT": f"(default {loop_split.MIN_INSTRUCTIONS}:",
+        "NVSHMEM_DSL_ABI_PRESERVE": f"(default: {abi.PRESERVE} where",
     }
     for var, phrase in expected.items():
         entry = page[page.index(f"``{var}`` "):]

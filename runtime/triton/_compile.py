@@ -535,9 +535,9 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
 #: the generated op table.
 _SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/store.py",
             "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/loop_split.py", "linker/_llvm.py",
-            "linker/object_llvm.py")
+            "linker/object_llvm.py", "linker/abi.py")
 _ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE", "NVSHMEM_DSL_OUTLINE_OPT",
-        "NVSHMEM_DSL_OUTLINE_SPLIT")
+        "NVSHMEM_DSL_OUTLINE_SPLIT", "NVSHMEM_DSL_ABI_PRESERVE")
 
 
 @functools.lru_cache(maxsize=None)

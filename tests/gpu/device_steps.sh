@@ -24,6 +24,7 @@
 #   coll-ab      collective and p/g/atomic latency of C++ and IMPLS (default cpp,numba,triton), NVSHMEM_DSL_OUTLINE
 #                auto and none (OUTLINE_MODES), 2 PEs (one GPU: under MPS)
 #   split-ab     collective latency of C++ and IMPLS with NVSHMEM_DSL_OUTLINE_SPLIT in SPLIT_MODES (none default)
+#   abi-ab       the same with NVSHMEM_DSL_ABI_PRESERVE in ABI_MODES (off default): the objects' calling convention
 #   cold-objects each of KERNELS compiled by Numba from an empty cache (bench/compile_time.py --phases), without
 #                and with NVSHMEM initialised first (--init, one PE), NVSHMEM_DSL_OBJECT_WORKERS in WORKER_MODES
 #                (0 default): the objects' LLVM steps in this process or in worker processes
@@ -168,20 +169,26 @@ case "$step" in
       grep -E "^(coll_lat|p_lat|g_lat|atomic|bench )" "$work/coll-$m.log" | sed "s/^/$m /"
     done
     ;;
-  split-ab)  # NVSHMEM's objects with their loops extracted or not (NVSHMEM_DSL_OUTLINE_SPLIT for each of
-             # SPLIT_MODES, default "none default": default = the criterion): collective latency of C++ and IMPLS
-             # (default cpp,numba) in one run each; with 3.8, carry .dw/nv38a (3.8's libnvshmem_device.a, which
-             # the C++ baseline links) beside .dw/nv38; one GPU: 2 PEs share it under MPS (latency only)
+  split-ab|abi-ab)  # collective latency of C++ and IMPLS (default cpp,numba) in one run for each value of an
+             # environment variable ("default": unset): split-ab NVSHMEM_DSL_OUTLINE_SPLIT over SPLIT_MODES ("none
+             # default": the objects' loops extracted or not), abi-ab NVSHMEM_DSL_ABI_PRESERVE over ABI_MODES ("off
+             # default": CUDA's default ABI for NVSHMEM's objects, or the registers nvshmem_dsl.linker.abi says);
+             # with 3.8, carry .dw/nv38a (3.8's libnvshmem_device.a, which the C++ baseline links) beside
+             # .dw/nv38; one GPU: 2 PEs share it under MPS (latency only)
+    if [ "$step" = split-ab ]; then var=NVSHMEM_DSL_OUTLINE_SPLIT; modes=${SPLIT_MODES:-none default}
+    else var=NVSHMEM_DSL_ABI_PRESERVE; modes=${ABI_MODES:-off default}
+      python3 -c "from nvshmem_dsl.linker import abi, link, outline; print('ptxas', outline.ptxas(), abi._ptxas_major(outline.ptxas()), 'nvJitLink ISA', link.nvjitlink_ptx_isa(), 'driver PTX 9.0', abi._driver_ptx_ok(), 'preserve', abi.preserve())" 2>&1 | tee "$work/abi.txt"
+    fi
     if [ -n "${NVSHMEM_HOME:-}" ] && [ -f .dw/nv38a/libnvshmem_device.a.xz ]; then
       xz -dc .dw/nv38a/libnvshmem_device.a.xz > "$NVSHMEM_HOME/lib/libnvshmem_device.a"
     fi
     ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu )); build=""
-    for m in ${SPLIT_MODES:-none default}; do
+    for m in $modes; do
       v=$m; [ "$m" = default ] && v=""
-      NVSHMEM_DSL_OUTLINE_SPLIT=$v timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/run.py \
+      env "$var=$v" timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/run.py \
         --quick --impls "${IMPLS:-cpp,numba}" --no-compile-time --only coll_lat $build \
-        --out "$work/split-$m.json" > "$work/split-$m.log" 2>&1 || rc=$?
-      grep -E "^(coll_lat|build_time|bench )" "$work/split-$m.log" | sed "s/^/$m /"
+        --out "$work/$step-$m.json" > "$work/$step-$m.log" 2>&1 || rc=$?
+      grep -E "^(coll_lat|build_time|bench )" "$work/$step-$m.log" | sed "s/^/$m /"
       build=--no-build
     done
     ;;
