@@ -219,3 +219,17 @@ def test_a_kernel_links_only_with_objects_of_its_convention(cuda13, monkeypatch)
     assert done.returncode == 0, done.stderr
     default = link(abi.mark(ptx, None, NVSHMEM))
     assert default.returncode != 0 and "Prototype doesn't match" in default.stderr, default.stderr
+
+
+def test_only_api_functions_take_the_objects_convention(monkeypatch):
+    """outline.prepare_calls marks NVSHMEM's API functions (nvshmem_, nvshmemx_), not its helpers:
+    an object calling a helper under .abi_preserve would save what it keeps live around every
+    call (a broadcast 1.15 -> 1.34x of C++, tests/gpu/records/2026-11-25/h200-abi-preserve.txt)."""
+    from nvshmem_dsl.linker import outline
+
+    ptx = KERNEL.replace(") .abi_preserve 16\n;", ")\n;")
+    monkeypatch.setenv(abi.ENV, "2")
+    got = abi.declared(outline.prepare_calls(ptx), NVSHMEM)
+    assert got == {"nvshmem_float_broadcast": 2, "nvshmem_int_sum_reduce": 2, "_Z20nvshmemi_helper_callPvi": None}
+    monkeypatch.setenv(abi.ENV, "off")
+    assert outline.prepare_calls(ptx) == ptx

@@ -147,7 +147,7 @@ def block_cap(blocks, limits=()) -> int:
     return min(caps + [n for n in limits if n])
 
 #: Bump when objects are built differently (names the cached objects).
-VERSION = 3
+VERSION = 4
 
 #: Counters for tests and diagnostics: objects built, objects found cached (by :func:`objects`).
 stats = {"builds": 0, "hits": 0}
@@ -217,6 +217,12 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
 # helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised
 _NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"\d+_m?\d+)*"
 _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
+#: An NVSHMEM API function (``nvshmem_``, ``nvshmemx_``; not a helper: ``nvshmemi_``, C++ names), the
+#: functions whose objects preserve :func:`nvshmem_dsl.linker.abi.preserve` registers.  The helpers keep
+#: CUDA's convention: an object calling one under ``.abi_preserve`` saves what it keeps live around
+#: every call, in its hot path (a broadcast 1.15 -> 1.34x of C++ at 8 B with the helpers marked too,
+#: tests/gpu/records/2026-11-25/h200-abi-preserve.txt).
+_API_FUNCTION = r"nvshmemx?_\w+"
 
 
 # --------------------------------------------------------------------------
@@ -362,11 +368,12 @@ def _ir_arguments(text: str) -> list:
 
 def prepare_calls(ptx: str) -> str:
     """PTX ``ptx``, a kernel's or an object's, made ready to call NVSHMEM's objects: its calls of
-    the helpers specialised (:func:`specialise_helper_calls`), and the NVSHMEM functions it declares
-    external or defines marked with the objects' calling convention
-    (:func:`nvshmem_dsl.linker.abi.mark`, :func:`nvshmem_dsl.linker.abi.preserve`).  Every kernel's PTX
-    passes here before it is linked with objects, and every object's before ptxas."""
-    return abi.mark(specialise_helper_calls(ptx), abi.preserve(), _NVSHMEM_FUNCTION)
+    the helpers specialised (:func:`specialise_helper_calls`), and the NVSHMEM API functions it
+    declares external or defines marked with their objects' calling convention
+    (:func:`nvshmem_dsl.linker.abi.mark`, :func:`nvshmem_dsl.linker.abi.preserve`; the helpers keep
+    CUDA's: see :data:`_API_FUNCTION`).  Every kernel's PTX passes here before it is linked with
+    objects, and every object's before ptxas."""
+    return abi.mark(specialise_helper_calls(ptx), abi.preserve(), _API_FUNCTION)
 
 
 def object_features(features: str) -> str:
