@@ -334,9 +334,13 @@ def test_numba_objects_follow_the_kernels_launch_bounds(monkeypatch):
     assert [(sorted(set(n) & set(_optable.device_ops())), c, f, r) for n, c, f, r in api] == prefetched
 
 
-def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
+def test_block_scope_objects_keep_64_registers_under_the_default_abi(monkeypatch, tmp_path):
     """Where a kernel allows 255 registers, thread- and warp-scope objects get them; block-scope
-    ones stay at 64 (outline.CAPPED_SCOPES: measured slower with more)."""
+    ones stay at 64 under CUDA's default calling convention (outline.CAPPED_SCOPES: measured slower
+    with more), and get them too where the objects preserve few registers (abi.preserve)."""
+    from nvshmem_dsl.linker import abi
+
+    monkeypatch.setenv(abi.ENV, "off")
     built = {}
 
     def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None):
@@ -360,6 +364,10 @@ def test_block_scope_objects_keep_64_registers(monkeypatch, tmp_path):
     built.clear()
     outline.objects(names, 90, "sm_90a", "+ptx85")  # no cap asked: 64 for all
     assert set(built.values()) == {64}
+    monkeypatch.setenv(abi.ENV, "2")
+    built.clear()
+    outline.objects(names, 90, "sm_90a", "+ptx85", 255)
+    assert {n: cap for n, cap in built.items() if n in names} == dict.fromkeys(names, 255)
 
 
 def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir):

@@ -104,15 +104,21 @@ _MAXNREG = re.compile(r"^\s*\.maxnreg\s+(\d+)", re.M)  # a kernel's own register
 
 
 #: Scopes whose objects keep at most :data:`MAX_REGISTERS` registers where the kernel would allow
-#: more: block-scope collectives measured slower with more registers, thread- and warp-scope ones
-#: faster (tests/gpu/records/2026-11-24/h200-mps-triton-g-register-caps.txt).
+#: more, under CUDA's default calling convention: there block-scope collectives measured slower with
+#: more registers (each saved at the object's entry), thread- and warp-scope ones faster
+#: (tests/gpu/records/2026-11-24/h200-mps-triton-g-register-caps.txt).  Objects that preserve only
+#: :func:`nvshmem_dsl.linker.abi.preserve` registers save none of them: uncapped, the block-scope ones
+#: are faster too (broadcast block 1.16 -> 0.88x of C++, tests/gpu/records/2026-11-25/h200-abi-block-caps.txt).
 CAPPED_SCOPES = frozenset({"block", "warpgroup"})
 
 
 def _scope_cap(name: str, cap: int) -> int:
-    """The register cap of ``name``'s object in a kernel that allows ``cap`` (:data:`CAPPED_SCOPES`)."""
+    """The register cap of ``name``'s object in a kernel that allows ``cap`` (:data:`CAPPED_SCOPES`,
+    under CUDA's default convention)."""
     op = _optable.device_ops().get(name)
-    return min(cap, MAX_REGISTERS) if op is not None and op["scope"] in CAPPED_SCOPES else cap
+    if op is not None and op["scope"] in CAPPED_SCOPES and abi.preserve() is None:
+        return min(cap, MAX_REGISTERS)
+    return cap
 
 
 def registers_a_thread(threads: int) -> int:
