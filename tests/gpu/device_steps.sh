@@ -30,6 +30,7 @@
 #                (0 default): the objects' LLVM steps in this process or in worker processes
 #   coll-overhead bench/experiments/coll_overhead.py with the step's arguments (--ptr, --noinline, --caps), 2 PEs, on
 #                the carried 3.8 (.dw/nv38) and then the image's 3.4.5
+#   example-ab   one example at 2 PEs from an empty cache: the code as it is, block objects capped, the default ABI
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -214,6 +215,23 @@ case "$step" in
           bench/experiments/coll_overhead.py "$@" > "$work/overhead-$v.txt" 2>&1 ) || rc=$?
       grep "us per" "$work/overhead-$v.txt" | sed "s/^/$v /"
     done
+    ;;
+  example-ab)  # one example (EXAMPLE, default cute_allreduce) at 2 PEs under variants (VARIANTS, default "default
+               # default capped off"), each from an empty cache but a "default" that follows another (warm):
+               # default: the code as it is; capped: block-scope objects kept at 64 registers under .abi_preserve too
+               # (outline._scope_cap edited in /tmp/pkg); off: NVSHMEM_DSL_ABI_PRESERVE=off. CUDA_LAUNCH_BLOCKING=1.
+    ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu )); prev=""
+    for v in ${VARIANTS:-default default capped off}; do
+      [ "$v" = default ] && [ "$prev" = default ] || rm -rf /tmp/ex-cache
+      cp runtime/linker/outline.py /tmp/pkg/nvshmem_dsl/linker/outline.py
+      [ "$v" = capped ] && sed -i 's/ and abi.preserve() is None:$/:/' /tmp/pkg/nvshmem_dsl/linker/outline.py
+      abi=""; [ "$v" = off ] && abi=off
+      NVSHMEM_DSL_ABI_PRESERVE=$abi NVSHMEM_DSL_CACHE=/tmp/ex-cache CUDA_LAUNCH_BLOCKING=1 timeout ${EX_TIMEOUT:-150} \
+        python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m nvshmem_dsl.run -n 2 "examples/${EXAMPLE:-cute_allreduce}.py" \
+        > "$work/$v-$RANDOM.txt" 2>&1; r=$?
+      echo "== $v: rc=$r"; tail -4 "$(ls -t "$work"/$v-*.txt | head -1)"; prev=$v
+    done
+    cp runtime/linker/outline.py /tmp/pkg/nvshmem_dsl/linker/outline.py
     ;;
   limited-mpg)
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \
