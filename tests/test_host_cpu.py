@@ -1093,6 +1093,51 @@ def test_module_init_refcount(fake, monkeypatch):
         nv.culibrary_init(0)
 
 
+def test_module_init_runs_with_the_devices_context(fake, monkeypatch):
+    """A thread with no current context (CuTe leaves one so after some kernels) gets the device's
+    primary context pushed around NVSHMEM's module init and finalize, then popped; a current
+    context is used as it is. Without it nvshmemx_culibrary_init fails with
+    CUDA_ERROR_INVALID_CONTEXT and the kernel reads an empty device state
+    (tests/gpu/records/2026-11-25/h200-cute-context-illegal-address.txt)."""
+    events = []
+    current = {"ctx": 0}
+
+    class Driver:
+        def cuCtxGetCurrent(self):
+            return (0, current["ctx"])
+
+        def cuDeviceGet(self, i):
+            events.append(("device", i))
+            return (0, 100 + i)
+
+        def cuDevicePrimaryCtxRetain(self, dev):
+            events.append(("retain", dev))
+            return (0, 0xC7)
+
+        def cuCtxPushCurrent(self, ctx):
+            events.append(("push", ctx))
+            return (0,)
+
+        def cuCtxPopCurrent(self):
+            events.append(("pop",))
+            return (0, 0xC7)
+
+        def cuDevicePrimaryCtxRelease(self, dev):
+            events.append(("release", dev))
+            return (0,)
+
+    monkeypatch.setattr(module_init._cuda, "driver", lambda: Driver())
+    monkeypatch.setattr(_state.STATE, "device_id", 3)
+    monkeypatch.setattr(_lib, "_interceptor", lambda symbol, args: events.append((symbol,)) or 0)
+    nv.culibrary_init(0x4242)
+    assert events == [("device", 3), ("retain", 103), ("push", 0xC7), ("nvshmemx_culibrary_init",), ("pop",),
+                      ("release", 103)]
+    events.clear()
+    current["ctx"] = 0xABC  # a context is current: left as it is
+    nv.culibrary_finalize(0x4242)
+    assert events == [("nvshmemx_culibrary_finalize",)]
+
+
 def test_install_dsl_hooks(monkeypatch):
     got = {}
     numba_stub = types.SimpleNamespace(hooks=ModuleHooks("CUlibrary"))

@@ -5,8 +5,9 @@ Imported lazily: nothing here runs at ``import nvshmem_dsl``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import NvshmemError, NvshmemInitError
 
@@ -15,6 +16,7 @@ __all__ = [
     "device_count",
     "set_device",
     "current_device_id",
+    "device_context",
     "memcpy_htod",
     "memcpy_dtoh",
     "synchronize",
@@ -119,6 +121,30 @@ def current_device_id() -> int | None:
     if int(err) != 0:
         return None
     return int(dev)
+
+
+@contextlib.contextmanager
+def device_context(device_id: int) -> Iterator[None]:
+    """``device_id``'s primary context current on this thread for the block where no context is
+    (pushed, then popped: the thread is left as it was); a current context is left as it is.
+    NVSHMEM fills a loaded module's device state in the current context; a DSL may leave a thread
+    without one (CuTe after some kernels: ``nvshmemx_culibrary_init`` then fails with
+    CUDA_ERROR_INVALID_CONTEXT and the kernel reads an empty state, an illegal address)."""
+    drv = driver()
+    err, ctx = drv.cuCtxGetCurrent()
+    if int(err) == 0 and int(ctx) != 0:
+        yield
+        return
+    dev = _check(drv.cuDeviceGet(device_id), "cuDeviceGet")
+    primary = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    try:
+        _check((drv.cuCtxPushCurrent(primary)[0], None), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            drv.cuCtxPopCurrent()
+    finally:
+        drv.cuDevicePrimaryCtxRelease(dev)
 
 
 def memcpy_htod(dst: int, data: bytes | bytearray | memoryview) -> None:

@@ -12,6 +12,7 @@ handles as they load kernels) and the Triton layer (``CUmodule`` handles);
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from typing import Any
@@ -68,6 +69,12 @@ def _lacks_nvshmem(handle: int) -> bool:
         return False
 
 
+def _in_context():
+    """NVSHMEM's device's context current for a call on a module (:func:`nvshmem_dsl.host._cuda.device_context`)."""
+    device_id = _state.STATE.device_id
+    return _cuda.device_context(device_id) if device_id >= 0 else contextlib.nullcontext()
+
+
 def _init(kind: str, handle: Any) -> int:
     h = _handle(handle)
     _state.require(f"{kind}_init()")
@@ -75,7 +82,8 @@ def _init(kind: str, handle: Any) -> int:
         count = _refs.get((kind, h), 0)
         if count == 0:
             try:
-                _lib.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
+                with _in_context():
+                    _lib.call(_SYMBOLS[kind][0], h, context=f"{kind} 0x{h:x}")
             except NvshmemStatusError:
                 if kind == "culibrary" and _lacks_nvshmem(h):
                     from .store import DEVICE_STATE  # here: importing bitcode costs ~25 ms
@@ -98,7 +106,8 @@ def _finalize(kind: str, handle: Any) -> int:
         if count == 1:
             del _refs[(kind, h)]
             if _state.STATE.initialized:
-                _lib.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
+                with _in_context():
+                    _lib.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
         else:
             _refs[(kind, h)] = count - 1
         return count - 1
