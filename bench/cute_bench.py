@@ -194,10 +194,10 @@ def spin_k(us: Int32):
 
 
 def block_at_launch(name: str) -> bool:
-    """Whether launcher ``name`` takes its block size as an argument (bandwidth and collective
-    kernels, see above); the others launch a static shape."""
+    """Whether launcher ``name`` takes its block size as an argument (warp- and block-scope bandwidth
+    kernels, see above); the others, the collectives' included, launch a static shape."""
     s = shapes.SHAPES[name]
-    return (s.workers in ("block", "warp") and s.block > 1) or s.bench == "coll"
+    return s.workers in ("block", "warp") and s.block > 1 and s.bench != "coll"
 
 
 def _launch_bw(shape):
@@ -244,14 +244,17 @@ def launch_barrier_lat(iters: Int32, stream: cudrv.CUstream):
 
 
 def _launch_coll(shape):
-    """The launcher of collective shape ``shape`` (bench/bench_shapes.py): one block of ``block`` threads
-    (given at launch, as C++ and Numba do: no ``.reqntid``)."""
+    """The launcher of collective shape ``shape`` (bench/bench_shapes.py): one block of its threads, a
+    static shape (``.reqntid``), as Numba's collective kernels declare theirs (launch_bounds): the objects
+    of the collectives then take what that block leaves a thread (nvshmem_dsl.linker.outline.register_cap;
+    given at launch, 64: broadcast thread 1.17x of C++ where Numba's was 1.03x,
+    tests/gpu/records/2026-11-25/h200-abi-cute.txt)."""
     kernel = _coll_kernel(getattr(nvc, shape.call), C.coll_shape(shape.scope.rsplit("_", 1)[0]))
+    threads = shape.block
 
     @cute.jit
-    def launch_coll(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, block: Int32,
-                    stream: cudrv.CUstream):
-        kernel(dst, src, nelems, iters).launch(grid=[1, 1, 1], block=[block, 1, 1], stream=stream)
+    def launch_coll(dst: cute.Tensor, src: cute.Tensor, nelems: Int64, iters: Int32, stream: cudrv.CUstream):
+        kernel(dst, src, nelems, iters).launch(grid=[1, 1, 1], block=[threads, 1, 1], stream=stream)
     return launch_coll
 
 
