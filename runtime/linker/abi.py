@@ -43,6 +43,7 @@ _VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
 _DIRECTIVE = r"(?:\s*\.abi_preserve\s+(\d+))?"
 
 
+@functools.lru_cache(maxsize=None)
 def _function(kind: str, name_pattern: str) -> re.Pattern:
     """A declaration (``kind`` ``.extern``) or a definition (``.visible``) of a function whose name
     matches ``name_pattern``, up to the end of its parameters and any ``.abi_preserve`` (group 1:
