@@ -1,0 +1,92 @@
+"""Experiment: does a thread-scope collective cost more when one lane of a full warp calls it?
+
+Triton's thread-scope collectives run 1.05-1.21x of C++ at 8 B where Numba's, calling the same objects, run
+1.02-1.05x (BENCHMARKS.md). A Triton program is at least one warp: lane 0 calls, lanes 1-31 wait at the
+reconvergence barrier, while the object polls the other PE's flags in loops with YIELD
+(bench/results/thread-scope-call-sass-cpu-2026-11-25.txt). This times, in Numba, 2000 calls in a kernel of
+  one-thread    a block of one thread calling (as the bench's Numba kernels),
+  lane0-of-32   a block of one warp whose lane 0 calls, then ``syncwarp`` (Triton's structure),
+  warp-scope    a block of one warp calling the warp-scope form together,
+for ``broadcast`` (float, 8 B) and ``barrier`` over TEAM_WORLD, both PEs at once, median of 5 launches. If
+``lane0-of-32`` is as slow as Triton's, the structure is the cost (then: a leader whose warp does not wait
+inside the call, or the warp-scope form for one-warp programs); if as fast as ``one-thread``, it is Triton's.
+
+Run (2 PEs): python -m nvshmem_dsl.run -n 2 bench/experiments/one_warp_leader.py
+"""
+import numpy as np
+from numba import cuda, float32, int32
+
+import nvshmem_dsl as nvshmem
+import nvshmem_dsl.numba as nv
+
+W = nv.Team.TEAM_WORLD
+SIG = (float32[:], float32[:], int32)
+
+
+def kernels():
+    def broadcast_one(dst, src, iters):
+        for _ in range(iters):
+            nv.broadcast(W, dst, src, 2, 0)
+
+    def broadcast_lane0(dst, src, iters):
+        for _ in range(iters):
+            if cuda.threadIdx.x == 0:
+                nv.broadcast(W, dst, src, 2, 0)
+            cuda.syncwarp()
+
+    def broadcast_warp(dst, src, iters):
+        for _ in range(iters):
+            nv.broadcast_warp(W, dst, src, 2, 0)
+
+    def barrier_one(dst, src, iters):
+        for _ in range(iters):
+            nv.barrier(W)
+
+    def barrier_lane0(dst, src, iters):
+        for _ in range(iters):
+            if cuda.threadIdx.x == 0:
+                nv.barrier(W)
+            cuda.syncwarp()
+
+    def barrier_warp(dst, src, iters):
+        for _ in range(iters):
+            nv.barrier_warp(W)
+
+    return [("broadcast", "one-thread", broadcast_one, 1), ("broadcast", "lane0-of-32", broadcast_lane0, 32),
+            ("broadcast", "warp-scope", broadcast_warp, 32), ("barrier", "one-thread", barrier_one, 1),
+            ("barrier", "lane0-of-32", barrier_lane0, 32), ("barrier", "warp-scope", barrier_warp, 32)]
+
+
+def main():
+    nvshmem.init()
+    import cupy as cp
+
+    me = nvshmem.my_pe()
+    dst = nvshmem.zeros((64,), np.float32, like="cupy")
+    src = nvshmem.zeros((64,), np.float32, like="cupy")
+    src[:] = me + 1
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    iters = 2000
+    for coll, name, fn, threads in kernels():
+        k = cuda.jit(SIG, launch_bounds=(threads,))(fn)
+        times = []
+        for r in range(6):
+            cp.cuda.Stream.null.synchronize()
+            nvshmem.barrier_all()
+            e0.record()
+            k[1, threads](dst, src, iters)
+            e1.record()
+            e1.synchronize()
+            if r:
+                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        us = sorted(times)[len(times) // 2] / iters * 1e6
+        if me == 0:
+            print(f"{coll:>10} {name:>12}: {us:7.3f} us per call", flush=True)
+    nvshmem.barrier_all()
+    nvshmem.free(dst)
+    nvshmem.free(src)
+    nvshmem.finalize()
+
+
+if __name__ == "__main__":
+    main()
