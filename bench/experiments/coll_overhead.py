@@ -51,6 +51,7 @@ from numba import cuda, float32, int32  # noqa: E402
 import nvshmem_dsl as nvshmem  # noqa: E402
 import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl.linker.outline import OPT_ENV  # noqa: E402
+from _timing import median_seconds  # noqa: E402
 
 W = nv.Team.TEAM_WORLD
 SIG = (float32[:], float32[:], int32, int32)
@@ -210,13 +211,11 @@ def check_sass():
 
 def main():
     nvshmem.init()
-    import cupy as cp
 
     me = nvshmem.my_pe()
     dst = nvshmem.zeros((64,), np.float32, like="cupy")
     src = nvshmem.zeros((64,), np.float32, like="cupy")
     src[:] = me + 1
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     iters = 2000
     for coll, name, fn, how, opts in variants():
         how, _, opt = how.partition("-")  # auto-o3: objects at LLVM's O3 (built at the first launch)
@@ -226,17 +225,7 @@ def main():
         os.environ[OPT_ENV] = opt or "light"
         with nv.outline(how):
             k = cuda.jit(SIG, **opts)(fn)
-        times = []
-        for r in range(6):
-            cp.cuda.Stream.null.synchronize()
-            nvshmem.barrier_all()
-            e0.record()
-            k[1, 1](dst, src, iters, 0)
-            e1.record()
-            e1.synchronize()
-            if r:
-                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-        us = sorted(times)[len(times) // 2] / iters * 1e6
+        us = median_seconds(lambda: k[1, 1](dst, src, iters, 0)) / iters * 1e6
         if me == 0:
             print(f"{coll:>10} {name:>14}: {us:7.3f} us per call", flush=True)
     nvshmem.barrier_all()

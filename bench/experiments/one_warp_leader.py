@@ -19,6 +19,8 @@ from numba import cuda, float32, int32
 import nvshmem_dsl as nvshmem
 import nvshmem_dsl.numba as nv
 
+from _timing import median_seconds
+
 W = nv.Team.TEAM_WORLD
 SIG = (float32[:], float32[:], int32)
 
@@ -59,27 +61,15 @@ def kernels():
 
 def main():
     nvshmem.init()
-    import cupy as cp
 
     me = nvshmem.my_pe()
     dst = nvshmem.zeros((64,), np.float32, like="cupy")
     src = nvshmem.zeros((64,), np.float32, like="cupy")
     src[:] = me + 1
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     iters = 2000
     for coll, name, fn, threads in kernels():
         k = cuda.jit(SIG, launch_bounds=(threads,))(fn)
-        times = []
-        for r in range(6):
-            cp.cuda.Stream.null.synchronize()
-            nvshmem.barrier_all()
-            e0.record()
-            k[1, threads](dst, src, iters)
-            e1.record()
-            e1.synchronize()
-            if r:
-                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-        us = sorted(times)[len(times) // 2] / iters * 1e6
+        us = median_seconds(lambda: k[1, threads](dst, src, iters)) / iters * 1e6
         if me == 0:
             print(f"{coll:>10} {name:>12}: {us:7.3f} us per call", flush=True)
     nvshmem.barrier_all()

@@ -33,6 +33,7 @@ import nvshmem_dsl as nvshmem  # noqa: E402
 import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl.linker import store, rewrites  # noqa: E402
 from nvshmem_dsl.numba import _views  # noqa: E402
+from _timing import median_seconds  # noqa: E402
 
 
 @intrinsic
@@ -104,7 +105,6 @@ def check_ptx():
 
 def main():
     nvshmem.init()
-    import cupy as cp
 
     me, npes = nvshmem.my_pe(), nvshmem.n_pes()
     peer = (me + 1) % npes
@@ -112,24 +112,14 @@ def main():
     a = nvshmem.zeros((nfl,), np.float32, like="cupy")
     b = nvshmem.zeros((nfl,), np.float32, like="cupy")
     b[:] = 1
-    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     sig = nb.SIGNATURES["put_warp"]
     iters = 1000
     for scope, name, fn, rewrite in variants():
         k = compiled(fn, rewrite, lambda f: cuda.jit(sig)(f))
         for nbytes in (4 << 10, 16 << 10, 64 << 10):
             nelems = nbytes // 4
-            times = []
-            for r in range(6):
-                cp.cuda.Stream.null.synchronize()
-                nvshmem.barrier_all()
-                e0.record()
-                k[C.BW_GRID, C.BW_BLOCK](a, b, nelems, iters, peer, 1)
-                e1.record()
-                e1.synchronize()
-                if r:
-                    times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-            gbs = nbytes * iters / sorted(times)[len(times) // 2] / 1e9
+            seconds = median_seconds(lambda: k[C.BW_GRID, C.BW_BLOCK](a, b, nelems, iters, peer, 1))
+            gbs = nbytes * iters / seconds / 1e9
             if me == 0:
                 print(f"{scope:>5} {name:>9} {nbytes >> 10:>3} KiB: {gbs:8.2f} GB/s", flush=True)
     nvshmem.barrier_all()
