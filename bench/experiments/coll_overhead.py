@@ -45,13 +45,11 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import numpy as np  # noqa: E402
 from numba import cuda, float32, int32  # noqa: E402
 
-import nvshmem_dsl as nvshmem  # noqa: E402
 import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl.linker.outline import OPT_ENV  # noqa: E402
-from _timing import median_seconds  # noqa: E402
+from _timing import collective_session, median_seconds  # noqa: E402
 
 W = nv.Team.TEAM_WORLD
 SIG = (float32[:], float32[:], int32, int32)
@@ -210,28 +208,19 @@ def check_sass():
 
 
 def main():
-    nvshmem.init()
-
-    me = nvshmem.my_pe()
-    dst = nvshmem.zeros((64,), np.float32, like="cupy")
-    src = nvshmem.zeros((64,), np.float32, like="cupy")
-    src[:] = me + 1
     iters = 2000
-    for coll, name, fn, how, opts in variants():
-        how, _, opt = how.partition("-")  # auto-o3: objects at LLVM's O3 (built at the first launch)
-        if opt == "noinline":
-            _noinline_api([f"nvshmem_float_{coll}"])
-            opt = ""
-        os.environ[OPT_ENV] = opt or "light"
-        with nv.outline(how):
-            k = cuda.jit(SIG, **opts)(fn)
-        us = median_seconds(lambda: k[1, 1](dst, src, iters, 0)) / iters * 1e6
-        if me == 0:
-            print(f"{coll:>10} {name:>14}: {us:7.3f} us per call", flush=True)
-    nvshmem.barrier_all()
-    nvshmem.free(dst)
-    nvshmem.free(src)
-    nvshmem.finalize()
+    with collective_session() as (me, dst, src):
+        for coll, name, fn, how, opts in variants():
+            how, _, opt = how.partition("-")  # auto-o3: objects at LLVM's O3 (built at the first launch)
+            if opt == "noinline":
+                _noinline_api([f"nvshmem_float_{coll}"])
+                opt = ""
+            os.environ[OPT_ENV] = opt or "light"
+            with nv.outline(how):
+                k = cuda.jit(SIG, **opts)(fn)
+            us = median_seconds(lambda: k[1, 1](dst, src, iters, 0)) / iters * 1e6
+            if me == 0:
+                print(f"{coll:>10} {name:>14}: {us:7.3f} us per call", flush=True)
 
 
 if __name__ == "__main__":

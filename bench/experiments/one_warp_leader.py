@@ -13,13 +13,11 @@ inside the call, or the warp-scope form for one-warp programs); if as fast as ``
 
 Run (2 PEs): python -m nvshmem_dsl.run -n 2 bench/experiments/one_warp_leader.py
 """
-import numpy as np
 from numba import cuda, float32, int32
 
-import nvshmem_dsl as nvshmem
 import nvshmem_dsl.numba as nv
 
-from _timing import median_seconds
+from _timing import collective_session, median_seconds
 
 W = nv.Team.TEAM_WORLD
 SIG = (float32[:], float32[:], int32)
@@ -60,22 +58,13 @@ def kernels():
 
 
 def main():
-    nvshmem.init()
-
-    me = nvshmem.my_pe()
-    dst = nvshmem.zeros((64,), np.float32, like="cupy")
-    src = nvshmem.zeros((64,), np.float32, like="cupy")
-    src[:] = me + 1
     iters = 2000
-    for coll, name, fn, threads in kernels():
-        k = cuda.jit(SIG, launch_bounds=(threads,))(fn)
-        us = median_seconds(lambda: k[1, threads](dst, src, iters)) / iters * 1e6
-        if me == 0:
-            print(f"{coll:>10} {name:>12}: {us:7.3f} us per call", flush=True)
-    nvshmem.barrier_all()
-    nvshmem.free(dst)
-    nvshmem.free(src)
-    nvshmem.finalize()
+    with collective_session() as (me, dst, src):
+        for coll, name, fn, threads in kernels():
+            k = cuda.jit(SIG, launch_bounds=(threads,))(fn)
+            us = median_seconds(lambda: k[1, threads](dst, src, iters)) / iters * 1e6
+            if me == 0:
+                print(f"{coll:>10} {name:>12}: {us:7.3f} us per call", flush=True)
 
 
 if __name__ == "__main__":
