@@ -39,15 +39,16 @@ PRESERVE = 2
 MIN_PTX = 90
 
 _VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
-#: ``.abi_preserve N`` after a function's parameter list (group 1: the count).
+#: ``.abi_preserve N`` after a function's parameter list, if there (its group: the count).
 _DIRECTIVE = r"(?:\s*\.abi_preserve\s+(\d+))?"
 
 
 @functools.lru_cache(maxsize=None)
 def _function(kind: str, name_pattern: str) -> re.Pattern:
     """A declaration (``kind`` ``.extern``) or a definition (``.visible``) of a function whose name
-    matches ``name_pattern``, up to the end of its parameters and any ``.abi_preserve`` (group 1:
-    the name, 2: the count), where ``;`` (declaration) or ``{`` (definition) follows."""
+    matches ``name_pattern``, up to the end of its parameters and any ``.abi_preserve``, where ``;``
+    (declaration) or ``{`` (definition) follows. Groups: 1 the text up to the parameters' end, 2 the
+    name, 3 the count (None: no directive)."""
     end = ";" if kind == ".extern" else "{"
     return re.compile(rf"^({re.escape(kind)} \.func\s+(?:\([^)]*\)\s*)?({name_pattern})\s*\([^)]*\))"
                       rf"{_DIRECTIVE}(?=\s*{re.escape(end)})", re.M)
