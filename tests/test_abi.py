@@ -20,7 +20,9 @@ import pytest
 
 from nvshmem_dsl.linker import abi
 
-NVSHMEM = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)"
+def NVSHMEM(name: str) -> bool:
+    """Any NVSHMEM function, API or helper."""
+    return re.fullmatch(r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)", name) is not None
 
 KERNEL = """//
 .version 8.5

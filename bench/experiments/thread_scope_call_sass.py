@@ -6,7 +6,10 @@ Prints each kernel's SASS up to its first NOP and the synchronisation instructio
 
 Run: python bench/experiments/thread_scope_call_sass.py   (numba-cuda, triton, NVSHMEM's bitcode; no GPU)
 """
-import os, re, subprocess, tempfile
+import os
+import re
+import subprocess
+import tempfile
 os.environ["NVSHMEM_DSL_ABI_PRESERVE"] = "2"
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp())
 from nvshmem_dsl.linker import outline

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import subprocess
+from typing import Callable
 
 __all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "mark", "preserve", "supported"]
 
@@ -44,30 +45,31 @@ _DIRECTIVE = r"(?:\s*\.abi_preserve\s+(\d+))?"
 
 
 @functools.lru_cache(maxsize=None)
-def _function(kind: str, name_pattern: str) -> re.Pattern:
-    """A declaration (``kind`` ``.extern``) or a definition (``.visible``) of a function whose name
-    matches ``name_pattern``, up to the end of its parameters and any ``.abi_preserve``, where ``;``
-    (declaration) or ``{`` (definition) follows. Groups: 1 the text up to the parameters' end, 2 the
-    name, 3 the count (None: no directive)."""
+def _function(kind: str) -> re.Pattern:
+    """A function declared (``kind`` ``.extern``) or defined (``.visible``), up to the end of its
+    parameters and any ``.abi_preserve``, where ``;`` (declaration) or ``{`` (definition) follows.
+    Groups: 1 the text up to the parameters' end, 2 the name, 3 the count (None: no directive)."""
     end = ";" if kind == ".extern" else "{"
-    return re.compile(rf"^({re.escape(kind)} \.func\s+(?:\([^)]*\)\s*)?({name_pattern})\s*\([^)]*\))"
+    return re.compile(rf"^({re.escape(kind)} \.func\s+(?:\([^)]*\)\s*)?([\w$.]+)\s*\([^)]*\))"
                       rf"{_DIRECTIVE}(?=\s*{re.escape(end)})", re.M)
 
 
-def mark(ptx: str, count: int | None, name_pattern: str) -> str:
-    """``ptx`` with every function whose name matches ``name_pattern`` declared ``.extern`` or
-    defined ``.visible`` preserving ``count`` registers (``.abi_preserve count``; None: the
-    default ABI, any directive removed), and ``.version`` at least 9.0 where one was written."""
+def mark(ptx: str, count: int | None, wanted: Callable[[str], bool]) -> str:
+    """``ptx`` with every function ``wanted(name)`` says, declared ``.extern`` or defined
+    ``.visible``, preserving ``count`` registers (``.abi_preserve count``; None: the default ABI, any
+    directive removed), and ``.version`` at least 9.0 where one was written."""
     suffix = "" if count is None else f" .abi_preserve {int(count)}"
     marked = 0
 
     def put(m: re.Match) -> str:
         nonlocal marked
+        if not wanted(m.group(2)):
+            return m.group(0)
         marked += 1
         return m.group(1) + suffix
 
     for kind in (".extern", ".visible"):
-        ptx = _function(kind, name_pattern).sub(put, ptx)
+        ptx = _function(kind).sub(put, ptx)
     if count is None or not marked:
         return ptx
     v = _VERSION.search(ptx)
@@ -76,13 +78,14 @@ def mark(ptx: str, count: int | None, name_pattern: str) -> str:
     return f"{ptx[:v.start()]}.version {MIN_PTX // 10}.{MIN_PTX % 10}{ptx[v.end():]}"
 
 
-def declared(ptx: str, name_pattern: str) -> dict:
-    """``{name: count or None}`` of the functions matching ``name_pattern`` that ``ptx`` declares
+def declared(ptx: str, wanted: Callable[[str], bool]) -> dict:
+    """``{name: count or None}`` of the functions ``wanted(name)`` says that ``ptx`` declares
     ``.extern`` or defines ``.visible``."""
     out = {}
     for kind in (".extern", ".visible"):
-        for m in _function(kind, name_pattern).finditer(ptx):
-            out[m.group(2)] = None if m.group(3) is None else int(m.group(3))
+        for m in _function(kind).finditer(ptx):
+            if wanted(m.group(2)):
+                out[m.group(2)] = None if m.group(3) is None else int(m.group(3))
     return out
 
 

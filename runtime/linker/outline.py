@@ -69,7 +69,7 @@ from . import abi, loop_split, object_workers, pieces, rewrites, store, store_bu
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
+           "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "object_features", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
@@ -223,12 +223,6 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
 # helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised
 _NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"\d+_m?\d+)*"
 _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
-#: An NVSHMEM API function (``nvshmem_``, ``nvshmemx_``; not a helper: ``nvshmemi_``, C++ names), the
-#: functions whose objects preserve :func:`nvshmem_dsl.linker.abi.preserve` registers.  The helpers keep
-#: CUDA's convention: an object calling one under ``.abi_preserve`` saves what it keeps live around
-#: every call, in its hot path (a broadcast 1.15 -> 1.34x of C++ at 8 B with the helpers marked too,
-#: tests/gpu/records/2026-11-25/h200-abi-preserve.txt).
-_API_FUNCTION = r"nvshmemx?_\w+"
 
 
 # --------------------------------------------------------------------------
@@ -377,9 +371,9 @@ def prepare_calls(ptx: str) -> str:
     the helpers specialised (:func:`specialise_helper_calls`), and the NVSHMEM API functions it
     declares external or defines marked with their objects' calling convention
     (:func:`nvshmem_dsl.linker.abi.mark`, :func:`nvshmem_dsl.linker.abi.preserve`; the helpers keep
-    CUDA's: see :data:`_API_FUNCTION`).  Every kernel's PTX passes here before it is linked with
+    CUDA's: see :func:`is_api_function`).  Every kernel's PTX passes here before it is linked with
     objects, and every object's before ptxas."""
-    return abi.mark(specialise_helper_calls(ptx), abi.preserve(), _API_FUNCTION)
+    return abi.mark(specialise_helper_calls(ptx), abi.preserve(), is_api_function)
 
 
 def object_features(features: str) -> str:
@@ -470,10 +464,19 @@ def helper_calls(ptx) -> frozenset:
     return frozenset(n for n in extern_calls(ptx) if is_helper(n))
 
 
+def is_api_function(name: str) -> bool:
+    """Whether ``name`` is one of NVSHMEM's device API functions (the op table's, from the spec). Their
+    objects preserve :func:`nvshmem_dsl.linker.abi.preserve` registers for their callers; the helpers
+    (:func:`is_helper`) keep CUDA's convention: an object calling one under ``.abi_preserve`` would save
+    what it keeps live around every call, in its hot path (a broadcast 1.15 -> 1.34x of C++ at 8 B with
+    the helpers marked too, tests/gpu/records/2026-11-25/h200-abi-preserve.txt)."""
+    return name in _optable.device_ops()
+
+
 def is_helper(name: str) -> bool:
     """Whether ``name`` is one of NVSHMEM's out-of-line helpers (a C++ ``nvshmemi_`` function,
     maybe specialised), not an API function."""
-    return re.fullmatch(_NVSHMEM_FUNCTION, name) is not None and name not in _optable.device_ops()
+    return re.fullmatch(_NVSHMEM_FUNCTION, name) is not None and not is_api_function(name)
 
 
 #: A PTX file's ``.version``: (major, minor).

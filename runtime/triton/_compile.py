@@ -76,6 +76,7 @@ import threading
 from pathlib import Path
 
 from .. import _optable
+from ..linker.abi import ENV as _ABI_ENV  # stdlib only: the cache key stays cheap to import
 from ..linker.hooks import ModuleHooks
 from ..linker.link import NvshmemLinkError, nvjitlink_ptx_isa
 from ._calls import SHIM_PREFIX, form
@@ -537,7 +538,7 @@ _SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/
             "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/loop_split.py", "linker/_llvm.py",
             "linker/object_llvm.py", "linker/abi.py")
 _ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE", "NVSHMEM_DSL_OUTLINE_OPT",
-        "NVSHMEM_DSL_OUTLINE_SPLIT", "NVSHMEM_DSL_ABI_PRESERVE")
+        "NVSHMEM_DSL_OUTLINE_SPLIT", _ABI_ENV)
 
 
 @functools.lru_cache(maxsize=None)
