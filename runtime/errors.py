@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 __all__ = [
     "NvshmemError",
     "NvshmemNotFoundError",
@@ -15,6 +18,7 @@ __all__ = [
     "NvshmemLeakWarning",
     "NvshmemUnsupportedError",
     "NvshmemMpgError",
+    "int_argument",
 ]
 
 
@@ -81,3 +85,17 @@ class NvshmemUnsupportedError(NvshmemError, NotImplementedError):
 class NvshmemMpgError(NvshmemUnsupportedError):
     """NVSHMEM rejects this operation in a *limited MPG* run: several PEs share one GPU and no MPS
     server joins them (NVSHMEM would print an error and end the process)."""
+
+
+def int_argument(value: Any, fn: str, arg: str, least: int | None = None) -> int:
+    """``value`` as an int for argument ``arg`` of ``fn()``: :class:`NvshmemTypeError` when it is
+    not an integer (a bool neither), :class:`NvshmemArgumentError` when it is below ``least``."""
+    if isinstance(value, bool):
+        raise NvshmemTypeError(f"{fn}(): argument '{arg}' must be an int, not bool")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise NvshmemTypeError(f"{fn}(): argument '{arg}' must be an int, not {type(value).__name__}") from None
+    if least is not None and n < least:
+        raise NvshmemArgumentError(f"{fn}(): argument '{arg}' must be >= {least}, got {n}")
+    return n

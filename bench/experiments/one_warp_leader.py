@@ -5,7 +5,8 @@ Triton's thread-scope collectives run 1.05-1.21x of C++ at 8 B where Numba's, ca
 reconvergence barrier, while the object polls the other PE's flags in loops with YIELD
 (bench/results/thread-scope-call-sass-cpu-2026-11-25.txt). This times, in Numba, 2000 calls in a kernel of
   one-thread    a block of one thread calling (as the bench's Numba kernels),
-  lane0-of-32   a block of one warp whose lane 0 calls, then ``syncwarp`` (Triton's structure),
+  lane0-of-32   a block of one warp whose lane 0 calls, then ``syncwarp``,
+  lane0-bar     the same with ``syncthreads`` (``bar.sync 0``, what Triton's shim waits with),
   warp-scope    a block of one warp calling the warp-scope form together,
 for ``broadcast`` (float, 8 B) and ``barrier`` over TEAM_WORLD, both PEs at once, median of 5 launches. If
 ``lane0-of-32`` is as slow as Triton's, the structure is the cost (then: a leader whose warp does not wait
@@ -34,6 +35,12 @@ def kernels():
                 nv.broadcast(W, dst, src, 2, 0)
             cuda.syncwarp()
 
+    def broadcast_lane0_bar(dst, src, iters):
+        for _ in range(iters):
+            if cuda.threadIdx.x == 0:
+                nv.broadcast(W, dst, src, 2, 0)
+            cuda.syncthreads()
+
     def broadcast_warp(dst, src, iters):
         for _ in range(iters):
             nv.broadcast_warp(W, dst, src, 2, 0)
@@ -48,13 +55,20 @@ def kernels():
                 nv.barrier(W)
             cuda.syncwarp()
 
+    def barrier_lane0_bar(dst, src, iters):
+        for _ in range(iters):
+            if cuda.threadIdx.x == 0:
+                nv.barrier(W)
+            cuda.syncthreads()
+
     def barrier_warp(dst, src, iters):
         for _ in range(iters):
             nv.barrier_warp(W)
 
     return [("broadcast", "one-thread", broadcast_one, 1), ("broadcast", "lane0-of-32", broadcast_lane0, 32),
+            ("broadcast", "lane0-bar", broadcast_lane0_bar, 32),
             ("broadcast", "warp-scope", broadcast_warp, 32), ("barrier", "one-thread", barrier_one, 1),
-            ("barrier", "lane0-of-32", barrier_lane0, 32), ("barrier", "warp-scope", barrier_warp, 32)]
+            ("barrier", "lane0-of-32", barrier_lane0, 32), ("barrier", "lane0-bar", barrier_lane0_bar, 32), ("barrier", "warp-scope", barrier_warp, 32)]
 
 
 def main():

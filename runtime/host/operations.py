@@ -32,7 +32,6 @@ writes first (``cupy.cuda.runtime.deviceSynchronize()``,
 from __future__ import annotations
 
 import inspect
-import operator
 import os
 from typing import Any
 
@@ -41,7 +40,7 @@ from ._teamref import team_id
 from ._arrays import ArrayInfo
 from .._generated.constants import Cmp, SignalOp, Team
 from .._generated.host_api import AMO
-from ..errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
+from ..errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError, int_argument
 from .symmetric import check_symmetric, check_valid_local
 
 __all__ = [
@@ -79,21 +78,11 @@ def _same_dtype(fn: str, a: ArrayInfo, an: str, b: ArrayInfo, bn: str) -> None:
 
 
 def _int(value: Any, fn: str, arg: str) -> int:
-    if isinstance(value, bool):
-        raise NvshmemTypeError(f"{fn}(): {arg} must be an int, not bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise NvshmemTypeError(f"{fn}(): {arg} must be an int, not {type(value).__name__}") from None
+    return int_argument(value, fn, arg)
 
 
 def _count(value: Any, default: int, fn: str, arg: str = "nelems") -> int:
-    if value is None:
-        return default
-    n = _int(value, fn, arg)
-    if n < 0:
-        raise NvshmemArgumentError(f"{fn}(): {arg} must be non-negative, got {n}")
-    return n
+    return default if value is None else int_argument(value, fn, arg, least=0)
 
 
 def _fits(fn: str, n: int, what: str, info: ArrayInfo, arg: str, need: int | None = None) -> None:

@@ -18,25 +18,14 @@ they must launch the same collectives.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Sequence
 
-from ..errors import NvshmemArgumentError
+from ..errors import NvshmemArgumentError, int_argument
 
 __all__ = ["do_bench"]
 
 #: What ``return_mode`` may ask, as triton.testing.do_bench takes it.
 RETURN_MODES = ("mean", "median", "min", "max")
-
-
-def _count(value: Any, name: str, least: int) -> int:
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise NvshmemArgumentError(f"do_bench(): argument '{name}' must be an int, not {type(value).__name__}") from None
-    if n < least:
-        raise NvshmemArgumentError(f"do_bench(): argument '{name}' must be >= {least}, got {n}")
-    return n
 
 
 def do_bench(*, warmup: int = 3, reps: int = 10, team: Any = None,
@@ -49,8 +38,8 @@ def do_bench(*, warmup: int = 3, reps: int = 10, team: Any = None,
     ``"min"``, ``"max"``).  Times are in milliseconds, as Triton's.  NVSHMEM must be initialised
     when the autotuner runs (the first launch of the tuned kernel).
     """
-    warmup = _count(warmup, "warmup", 0)
-    reps = _count(reps, "reps", 1)
+    warmup = int_argument(warmup, "do_bench", "warmup", least=0)
+    reps = int_argument(reps, "do_bench", "reps", least=1)
     if return_mode not in RETURN_MODES:
         raise NvshmemArgumentError(f"do_bench(): argument 'return_mode' must be one of {RETURN_MODES}, "
                                    f"got {return_mode!r}")
