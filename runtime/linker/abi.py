@@ -26,9 +26,11 @@ import re
 import subprocess
 from typing import Callable
 
+from . import code_env
+
 __all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "mark", "preserve", "supported"]
 
-ENV = "NVSHMEM_DSL_ABI_PRESERVE"
+ENV = code_env.ABI_PRESERVE
 
 #: Registers NVSHMEM's objects preserve for their callers: the fewest ptxas takes without warning
 #: that the return-address registers (R14, R15) would be scratch.  A broadcast's object at 255

@@ -18,7 +18,7 @@ import re
 
 import llvmlite.binding as llvm
 
-from . import outline, store
+from . import code_env, outline, store
 from ._llvm import function_shape, internalize, nontrivial_unswitching, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
@@ -150,7 +150,7 @@ def mark_declaration(m, all_convergent: bool = False) -> str:
 #: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
 #: (bench/experiments/unswitch.py; what it gains and costs: BENCHMARKS.md).  See
 #: :func:`nontrivial_unswitching`.
-UNSWITCH_ENV = "NVSHMEM_DSL_UNSWITCH"
+UNSWITCH_ENV = code_env.UNSWITCH
 
 
 def unswitching() -> bool:

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import os
 
+from . import code_env
+
 __all__ = ["ENV", "MIN_INSTRUCTIONS", "extract_loops", "key", "threshold", "wanted"]
 
-ENV = "NVSHMEM_DSL_OUTLINE_SPLIT"
+ENV = code_env.OUTLINE_SPLIT
 
 #: Objects whose API function has at least this many instructions of its own have their loops
 #: extracted: NVSHMEM 3.8's block reductions of 32- and 64-bit types (21 500-22 500 instructions;

@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import abi, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
+from . import abi, code_env, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
@@ -73,14 +73,14 @@ __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap
            "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "object_features", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
-ENV = "NVSHMEM_DSL_OUTLINE"
+ENV = code_env.OUTLINE
 MODES = ("auto", "none", "all")
 
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
 #: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
 #: optimised it) or ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
 #: code gets it).  Part of each object's cache key.
-OPT_ENV = "NVSHMEM_DSL_OUTLINE_OPT"
+OPT_ENV = code_env.OUTLINE_OPT
 
 #: The criterion's threshold: an NVSHMEM function whose own body has at least this many
 #: instructions is linked out of line (between the largest small operation, 477, and the smallest

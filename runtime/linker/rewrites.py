@@ -38,10 +38,12 @@ from __future__ import annotations
 import os
 import re
 
+from . import code_env
+
 MODES = ("off", "store", "vector")
 #: Bump when what a mode produces changes (names the cached libNVVM copies).
 REVISION = 5
-ENV = "NVSHMEM_DSL_COPY_REWRITE"
+ENV = code_env.COPY_REWRITE
 
 _STORE = re.compile(
     r'^(?P<indent>\s*)tail call void asm sideeffect "st\.volatile\.global\.v4\.u32 \[\$0\], '
