@@ -31,6 +31,8 @@
 #   coll-overhead bench/experiments/coll_overhead.py with the step's arguments (--ptr, --noinline, --caps), 2 PEs, on
 #                the carried 3.8 (.dw/nv38) and then the image's 3.4.5
 #   example-ab   one example at 2 PEs from an empty cache: the code as it is, block objects capped, the default ABI
+#   experiment   bench/experiments/<first argument> with the other arguments at 2 PEs (python -m nvshmem_dsl.run),
+#                on the carried 3.8 when .dw/nv38 is (IMAGE_NVSHMEM=1: 3.4.5); one GPU: under MPS
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -232,6 +234,13 @@ case "$step" in
       echo "== $v: rc=$r"; tail -4 "$(ls -t "$work"/$v-*.txt | head -1)"; prev=$v
     done
     cp runtime/linker/outline.py /tmp/pkg/nvshmem_dsl/linker/outline.py
+    ;;
+  experiment)
+    ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu ))
+    script=${1:?experiment script}; shift
+    timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m nvshmem_dsl.run -n 2 \
+      "bench/experiments/$script" "$@" > "$work/${script%.py}.txt" 2>&1 || rc=$?
+    tail -40 "$work/${script%.py}.txt"
     ;;
   limited-mpg)
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \
