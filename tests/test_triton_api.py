@@ -207,7 +207,7 @@ def test_shims_of_every_device_function_are_valid_llvm():
     # block scope: every thread calls
     put = text[text.index("@__nvshmem_dsl_tt_nvshmem_int_put("):]
     put = put[:put.index("\n}")]
-    assert "icmp ult i32 %tid, 1" in put and "barrier.cta.sync.all" in put
+    assert "icmp ult i32 %tid, 1" in put and "barrier.cta.sync.aligned.all" in put
     blk = text[text.index("@__nvshmem_dsl_tt_nvshmemx_int_put_block("):]
     blk = blk[:blk.index("\n}")]
     assert "%tid" not in blk and "barrier" not in blk
@@ -620,7 +620,7 @@ def test_only_calls_with_local_effects_make_the_program_wait():
     """The leader's p / non-fetching atomic / signal_op: no barrier after it (a loop of them is
     then unswitched like Numba's); put (local source), get (local destination), quiet and waits
     keep it; g has no leader: every thread reads."""
-    barrier = "@llvm.nvvm.barrier.cta.sync.all(i32 0)\n"
+    barrier = "@llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)\n"
     for sym in ("nvshmem_int_p", "nvshmem_int_atomic_add", "nvshmemx_signal_op"):
         assert "call void " + barrier not in _compile._shim(sym)[0], sym
     for sym in ("nvshmem_int_put", "nvshmem_int_get", "nvshmem_quiet", "nvshmem_int_wait_until"):
@@ -636,19 +636,20 @@ def test_only_calls_with_local_effects_make_the_program_wait():
                                  "nvshmem_double_atomic_swap", "nvshmem_float_atomic_fetch",
                                  "nvshmemx_qp_char_g", "nvshmemx_qp_half_g"])
 def test_a_one_warp_program_gets_the_leaders_result_by_a_shuffle(sym):
-    """In a program of one warp, thread 0's result reaches the other lanes by shuffles (no CTA
-    barrier, no shared memory); with more warps, or an unknown number, through shared memory
-    between two barriers."""
+    """In a program of one warp, thread 0's result reaches the other lanes by shuffles after they
+    meet at the (aligned) CTA barrier, no shared memory; with more warps, or an unknown number,
+    through shared memory between two barriers."""
     if sym not in OPS:
         pytest.skip(f"{sym}: not in this NVSHMEM")
     llvm = pytest.importorskip("llvmlite.binding")
     one = _compile._shim(sym, 1)[0]
-    assert "shfl.sync.idx" in one and "barrier" not in one and "slot" not in one, one
+    assert "shfl.sync.idx" in one and "slot" not in one, one
+    assert one.count("barrier.cta.sync.aligned.all") == 1 and one.index("barrier") < one.index("shfl"), one
     wide = re.search(r"define (i64|double) ", one) is not None
     assert one.count("call i32 @llvm.nvvm.shfl.sync.idx.i32") == (2 if wide else 1), one
     for n in (None, 2, 4):
         more = _compile._shim(sym, n)[0]
-        assert "shfl" not in more and more.count("barrier.cta.sync.all") == 2, (n, more)
+        assert "shfl" not in more and more.count("barrier.cta.sync.aligned.all") == 2, (n, more)
     for n in (None, 1, 4):
         llvm.parse_assembly(_compile.shim_module([sym], n)).verify()
 

@@ -39,9 +39,9 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
 Who calls (the shims): Triton runs a program's scalar code in every thread of its CTA.  Block
 scope functions are called by all of them.  Thread-, warp- and warpgroup-scope functions by
 thread 0, warp 0 or the first 128 threads only (a warpgroup-scope call needs ``num_warps >= 4``,
-checked here); then the CTA synchronises (``barrier.sync 0``) and a result is broadcast through
+checked here); then the CTA synchronises (``bar.sync 0``: :data:`_BARRIER`) and a result is broadcast through
 8 bytes of shared memory, except: a call that acts only at another PE (:func:`only_sends`) is
-not waited for, and in a program of one warp a thread-scope result is shuffled from lane 0
+not waited for, and in a program of one warp a thread-scope result is shuffled from lane 0 after the barrier
 (:func:`_from_lane0`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
 ``g`` (:func:`every_thread_reads`) are made by every thread.  NVSHMEM calls must therefore be reached by all threads of a program
 together (not in warp-specialised partitions), as Triton's own ``tl.debug_barrier`` must.
@@ -76,7 +76,7 @@ import threading
 from pathlib import Path
 
 from .. import _optable
-from ..linker.abi import ENV as _ABI_ENV  # stdlib only: the cache key stays cheap to import
+from ..linker import code_env  # names only: the cache key stays cheap to import
 from ..linker.hooks import ModuleHooks
 from ..linker.link import NvshmemLinkError, nvjitlink_ptx_isa
 from ._calls import SHIM_PREFIX, form
@@ -207,6 +207,14 @@ def every_thread_reads(op: dict) -> bool:
     return [p["role"] for p in op["params"]] == ["sym_src", "pe"] and op["ret"]["llvm"] != "void"
 
 
+#: The CTA barrier the other threads wait at for the leaders: ``bar.sync 0`` (aligned: every lane of a warp
+#: reaches it together, at the join after the leaders' branch).  Not ``barrier.sync 0`` (any lane alone):
+#: while lane 0 is inside a collective that polls with YIELD, the other lanes of its warp waiting at that
+#: one, or at a shuffle's reconvergence, made a call 0.3-0.4 us slower than waiting at ``bar.sync`` (a
+#: Numba kernel of one warp whose lane 0 calls broadcast or barrier, 3.8 on one H200, 2026-11-25:
+#: ``bench/experiments/one_warp_leader.py``, ``tests/gpu/records/2026-11-25/h200-one-warp-leader.txt``).
+_BARRIER = "  call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)"
+
 #: ``llvm.nvvm.shfl.sync.idx.i32`` of lane 0, all lanes: ``{0}`` the result, ``{1}`` the value.
 _SHFL = "  {0} = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 -1, i32 {1}, i32 0, i32 31)"
 
@@ -280,11 +288,11 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
             out += [f"  {call}", "  br label %join", "join:", "  ret i32 0", "}"]
         elif cret == "void":
             out += [f"  {call}", "  br label %join",
-                    "join:", "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
+                    "join:", _BARRIER]
             out += ["  ret i32 0", "}"]
-        elif leaders == 1 and num_warps == 1:  # one warp: lane 0's result by a shuffle, no barrier
+        elif leaders == 1 and num_warps == 1:  # one warp: lanes meet at the barrier, lane 0's result by a shuffle
             out += [f"  %r = {call}", *convert("%r"), "  br label %join",
-                    "join:", f"  %v = phi {tret} [ %res, %do ], [ poison, %entry ]", *_from_lane0(tret, "%v"),
+                    "join:", f"  %v = phi {tret} [ %res, %do ], [ poison, %entry ]", _BARRIER, *_from_lane0(tret, "%v"),
                     f"  ret {tret} %w", "}"]
         else:
             out += [f"  %r = {call}",
@@ -294,9 +302,9 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
                     f"  store {cret} %r, ptr addrspace(3) @{SHIM_PREFIX}slot, align 8",
                     "  br label %join",
                     "join:",
-                    "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)",
+                    _BARRIER,
                     f"  %b = load {cret}, ptr addrspace(3) @{SHIM_PREFIX}slot, align 8",
-                    "  call void @llvm.nvvm.barrier.cta.sync.all(i32 0)"]
+                    _BARRIER]
             out += convert("%b")
             out += [f"  ret {tret} %res", "}"]
     return "\n".join(out) + "\n", f"declare {cret} @{symbol}({_decl_params(op)})\n"
@@ -317,7 +325,7 @@ def shim_module(symbols, num_warps: int | None = None) -> str:
         "%struct.double2 = type { double, double }",
         f"@{SHIM_PREFIX}slot = internal addrspace(3) global [8 x i8] undef, align 8",
         "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
-        "declare void @llvm.nvvm.barrier.cta.sync.all(i32)",
+        "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)",
         "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)",
         'attributes #0 = { alwaysinline nounwind }',
     ]
@@ -537,8 +545,6 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
 _SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/store.py",
             "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/loop_split.py", "linker/_llvm.py",
             "linker/object_llvm.py", "linker/abi.py")
-_ENV = ("NVSHMEM_DSL_UNSWITCH", "NVSHMEM_DSL_OUTLINE", "NVSHMEM_DSL_COPY_REWRITE", "NVSHMEM_DSL_OUTLINE_OPT",
-        "NVSHMEM_DSL_OUTLINE_SPLIT", _ABI_ENV)
 
 
 @functools.lru_cache(maxsize=None)
@@ -583,7 +589,7 @@ def identity() -> str:
     """What the code of an NVSHMEM kernel depends on besides Triton's own key: this package's
     linker sources and generated op table, llvmlite, the NVSHMEM bitcode files and the
     environment variables that change the linked code."""
-    return _identity(tuple(os.environ.get(v, "") for v in _ENV))
+    return _identity(tuple(os.environ.get(v, "") for v in code_env.ALL))
 
 
 # --------------------------------------------------------------------------

@@ -24,7 +24,7 @@
 #   coll-ab      collective and p/g/atomic latency of C++ and IMPLS (default cpp,numba,triton), NVSHMEM_DSL_OUTLINE
 #                auto and none (OUTLINE_MODES), 2 PEs (one GPU: under MPS)
 #   split-ab     collective latency of C++ and IMPLS with NVSHMEM_DSL_OUTLINE_SPLIT in SPLIT_MODES (none default)
-#   abi-ab       the same with NVSHMEM_DSL_ABI_PRESERVE in ABI_MODES (off default): the objects' calling convention
+#   abi-ab       the same with NVSHMEM_DSL_ABI_PRESERVE in ABI_MODES (off default): the objects' calling convention; ONLY: bench rows (coll_lat)
 #   cold-objects each of KERNELS compiled by Numba from an empty cache (bench/compile_time.py --phases), without
 #                and with NVSHMEM initialised first (--init, one PE), NVSHMEM_DSL_OBJECT_WORKERS in WORKER_MODES
 #                (0 default): the objects' LLVM steps in this process or in worker processes
@@ -189,9 +189,9 @@ case "$step" in
     for m in $modes; do
       v=$m; [ "$m" = default ] && v=""
       env "$var=$v" timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/run.py \
-        --quick --impls "${IMPLS:-cpp,numba}" --no-compile-time --only coll_lat $build \
+        --quick --impls "${IMPLS:-cpp,numba}" --no-compile-time --only "${ONLY:-coll_lat}" $build \
         --out "$work/$step-$m.json" > "$work/$step-$m.log" 2>&1 || rc=$?
-      grep -E "^(coll_lat|build_time|bench )" "$work/$step-$m.log" | sed "s/^/$m /"
+      grep -E "^(coll_lat|p_lat|g_lat|atomic|build_time|bench )" "$work/$step-$m.log" | sed "s/^/$m /"
       build=--no-build
     done
     ;;
