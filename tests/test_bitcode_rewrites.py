@@ -72,6 +72,15 @@ def test_guarded_copy_becomes_vector_load_and_weak_store():
     assert out.count("load i32") == 0
 
 
+def test_a_copy_that_is_not_a_tail_call_is_rewritten_too():
+    """NVSHMEM 3.8's collectives copy with ``call`` (not ``tail call``) asm stores
+    (nvshmemi_memcpy_threadgroup inlined into broadcast, fcollect, block reductions)."""
+    plain = GUARDED.replace("  tail call void asm", "  call void asm")
+    assert "tail call" not in plain
+    out, n = _rewrite(plain, "vector")
+    assert n == 1 and "asm sideeffect" not in out and "load <4 x i32>, ptr %from, align 16" in out
+
+
 def test_rewritten_copy_loop_is_unrolled_by_four():
     """NVSHMEM's loop says unroll.disable; the rewritten one asks for NVCC's unroll count."""
     out, _ = _rewrite(GUARDED, "vector")

@@ -31,6 +31,7 @@
 #   coll-overhead bench/experiments/coll_overhead.py with the step's arguments (--ptr, --noinline, --caps), 2 PEs, on
 #                the carried 3.8 (.dw/nv38) and then the image's 3.4.5
 #   example-ab   one example at 2 PEs from an empty cache: the code as it is, block objects capped, the default ABI
+#   one-pe       bench/run.py at one PE for IMPLS and ONLY (default coll_bw): code against C++'s, not NVLink bandwidth
 #   experiment   bench/experiments/<first argument> with the other arguments at 2 PEs (python -m nvshmem_dsl.run),
 #                on the carried 3.8 when .dw/nv38 is (IMAGE_NVSHMEM=1: 3.4.5); one GPU: under MPS
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
@@ -54,6 +55,12 @@ export NVSHMEM_DSL_INIT_TIMEOUT=${NVSHMEM_DSL_INIT_TIMEOUT:-90} NVSHMEM_DSL_TEST
 export PYTEST_ADDOPTS="--tb=short -rfEs ${PYTEST_ADDOPTS:-}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpus.txt" 2>&1
 rc=0
+# with 3.8 carried (.dw/nv38) and .dw/nv38a beside it: the C++ baseline links 3.8's libnvshmem_device.a
+cpp_links_nv38() {
+  if [ -n "${NVSHMEM_HOME:-}" ] && [ -f .dw/nv38a/libnvshmem_device.a.xz ]; then
+    xz -dc .dw/nv38a/libnvshmem_device.a.xz > "$NVSHMEM_HOME/lib/libnvshmem_device.a"
+  fi
+}
 case "$step" in
   cute-part1) ;;
   cute-suite)
@@ -182,9 +189,7 @@ case "$step" in
     else var=NVSHMEM_DSL_ABI_PRESERVE; modes=${ABI_MODES:-off default}
       python3 -c "from nvshmem_dsl.linker import abi, link, outline; print('ptxas', outline.ptxas(), abi._ptxas_major(outline.ptxas()), 'nvJitLink ISA', link.nvjitlink_ptx_isa(), 'driver PTX 9.0', abi._driver_ptx_ok(), 'preserve', abi.preserve())" 2>&1 | tee "$work/abi.txt"
     fi
-    if [ -n "${NVSHMEM_HOME:-}" ] && [ -f .dw/nv38a/libnvshmem_device.a.xz ]; then
-      xz -dc .dw/nv38a/libnvshmem_device.a.xz > "$NVSHMEM_HOME/lib/libnvshmem_device.a"
-    fi
+    cpp_links_nv38
     ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu )); build=""
     for m in $modes; do
       v=$m; [ "$m" = default ] && v=""
@@ -234,6 +239,13 @@ case "$step" in
       echo "== $v: rc=$r"; tail -4 "$(ls -t "$work"/$v-*.txt | head -1)"; prev=$v
     done
     cp runtime/linker/outline.py /tmp/pkg/nvshmem_dsl/linker/outline.py
+    ;;
+  one-pe)  # bench/run.py at one PE (no GPU shared: no MPS) for IMPLS (cpp,numba,triton) and ONLY (coll_bw): the DSLs'
+           # code beside C++'s on the PE's own memory, not NVLink bandwidth; with 3.8, carry .dw/nv38a too
+    cpp_links_nv38
+    timeout ${AB_TIMEOUT:-400} python3 bench/run.py --quick --nproc 1 --impls "${IMPLS:-cpp,numba,triton}" --no-compile-time \
+      --only "${ONLY:-coll_bw}" --out "$work/one-pe.json" > "$work/one-pe.log" 2>&1 || rc=$?
+    grep -E "^(coll_|put_bw|get_bw|p_lat|g_lat|atomic|build_time|bench )" "$work/one-pe.log"
     ;;
   experiment)
     ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu ))
