@@ -549,3 +549,65 @@ def test_a_prefetch_and_the_links_objects_build_each_object_once(objects_dir):
     assert paths and all(p.exists() for p in paths)
     assert outline.stats["builds"] == builds + len(paths)
     assert outline.prefetch([COLLECTIVE], 90, "sm_90", "+ptx85") is None  # all cached: no thread
+
+
+def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkeypatch):
+    """Where objects are tiered (a driver, the default threshold), a kernel links the split object
+    it waited for and hands the function to a background build of the whole one; kernels linked
+    once that is there get it, with the same helpers."""
+    import json
+
+    from nvshmem_dsl.linker import loop_split, store_build
+
+    monkeypatch.setattr(loop_split, "MIN_INSTRUCTIONS", 0)  # every object split
+    monkeypatch.setattr(loop_split, "tiered", lambda: True)  # as where a CUDA driver is
+    monkeypatch.setattr(store_build, "_lower_priority", lambda: None)  # not this test's process
+    later = []
+    monkeypatch.setattr(outline, "_build_whole_later", lambda names, *rest: later.append((names, rest)))
+    first = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
+    split = next(p for p in first if p.name.startswith(COLLECTIVE + "-"))
+    assert [names for names, _ in later] == [[COLLECTIVE]]  # the API function only, not its helpers
+    arch, bc_path, cpu, features, cap = later[0][1]
+    monkeypatch.setenv(loop_split.ENV, loop_split.WHOLE)  # as _build_whole_later starts it
+    outline._build_whole_main(json.dumps([[COLLECTIVE, arch, str(bc_path), cpu, features,
+                                           outline._scope_cap(COLLECTIVE, cap)]]))
+    monkeypatch.delenv(loop_split.ENV)
+    later.clear()
+    second = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
+    whole = next(p for p in second if p.name.startswith(COLLECTIVE + "-"))
+    assert whole != split and whole.exists() and not later
+    assert set(second) - {whole} == set(first) - {split}
+    assert outline.object_calls(whole) == outline.object_calls(split)
+
+
+def test_whole_builds_start_once_a_process_in_the_background(monkeypatch, tmp_path):
+    import json
+
+    from nvshmem_dsl.linker import loop_split
+
+    started = []
+    monkeypatch.setattr(outline, "_whole_started", set())
+    monkeypatch.setattr(outline.subprocess, "Popen", lambda args, **kw: started.append((args, kw)))
+    before = outline.stats["whole_later"]
+    for _ in range(2):
+        outline._build_whole_later([COLLECTIVE], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
+    assert len(started) == 1 and outline.stats["whole_later"] == before + 1
+    args, kw = started[0]
+    assert kw["env"][loop_split.ENV] == loop_split.WHOLE and kw["start_new_session"]
+    assert json.loads(args[-1]) == [[COLLECTIVE, 90, str(tmp_path / "x.bc"), "sm_90", "+ptx85",
+                                     outline._scope_cap(COLLECTIVE, 64)]]
+
+
+def test_tiering_needs_the_default_threshold_and_a_driver(monkeypatch):
+    from nvshmem_dsl.linker import loop_split
+
+    monkeypatch.setenv(loop_split.ENV, "16000")
+    assert not loop_split.tiered()
+    monkeypatch.delenv(loop_split.ENV)
+    try:
+        from cuda.bindings import driver
+
+        have_driver = int(driver.cuDriverGetVersion()[0]) == 0
+    except Exception:  # noqa: BLE001
+        have_driver = False
+    assert loop_split.tiered() == have_driver

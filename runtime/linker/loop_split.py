@@ -16,7 +16,13 @@ The criterion, in one place: an object whose NVSHMEM API function has at least
 hybrid linking decides by) has its loops extracted; ``$NVSHMEM_DSL_OUTLINE_SPLIT`` sets another threshold
 (``none``: never).  Part of each object's cache key (:func:`key`).
 
-Public: :func:`threshold`, :func:`wanted`, :func:`extract_loops`, :func:`key`; :data:`ENV`, :data:`MIN_INSTRUCTIONS`.
+Split, NVSHMEM 3.8's block reduction moves 1 MiB at one PE at 0.94-0.99x of C++, whole at 1.18x (one H200,
+tests/gpu/records/2026-11-25/h200-coll-bw-1pe.txt).  So where kernels run (a CUDA driver) and the threshold is the
+default (:func:`tiered`), the object a cold kernel waits for is the split one, and the whole one is built after it,
+in the background, for the kernels compiled later (:func:`nvshmem_dsl.linker.outline.objects`).
+
+Public: :func:`threshold`, :func:`wanted`, :func:`tiered`, :func:`extract_loops`, :func:`key`; :data:`ENV`,
+:data:`MIN_INSTRUCTIONS`, :data:`WHOLE`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 
 from . import code_env
 
-__all__ = ["ENV", "MIN_INSTRUCTIONS", "extract_loops", "key", "threshold", "wanted"]
+__all__ = ["ENV", "MIN_INSTRUCTIONS", "WHOLE", "extract_loops", "key", "threshold", "tiered", "wanted"]
 
 ENV = code_env.OUTLINE_SPLIT
 
@@ -36,6 +42,8 @@ ENV = code_env.OUTLINE_SPLIT
 MIN_INSTRUCTIONS = 16000
 
 _NEVER = ("none", "off", "never")
+#: :func:`key` of objects built whole (never split).
+WHOLE = "none"
 
 
 def threshold() -> int | None:
@@ -66,7 +74,22 @@ def wanted(sizes: dict) -> bool:
 def key() -> str:
     """What objects are built with, for their cache key: the threshold in effect."""
     least = threshold()
-    return "none" if least is None else str(least)
+    return WHOLE if least is None else str(least)
+
+
+def tiered() -> bool:
+    """Whether an object split by the default threshold is built whole too, later, in the background:
+    ``$NVSHMEM_DSL_OUTLINE_SPLIT`` unset (a value set decides alone), and a CUDA driver here (kernels
+    run here; on a machine without one only compile time counts)."""
+    if os.environ.get(ENV, "").strip():
+        return False
+    try:
+        from cuda.bindings import driver
+
+        err, _ = driver.cuDriverGetVersion()
+    except Exception:  # noqa: BLE001 - no cuda.bindings or no libcuda
+        return False
+    return int(err) == 0
 
 
 def extract_loops(mod, pb) -> int:

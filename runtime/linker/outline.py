@@ -58,6 +58,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -155,8 +156,9 @@ def block_cap(blocks, limits=()) -> int:
 #: Bump when objects are built differently (names the cached objects).
 VERSION = 4
 
-#: Counters for tests and diagnostics: objects built, objects found cached (by :func:`objects`).
-stats = {"builds": 0, "hits": 0}
+#: Counters for tests and diagnostics: objects built, objects found cached (by :func:`objects`), objects
+#: handed to a background build of their whole form (:func:`_build_whole_later`).
+stats = {"builds": 0, "hits": 0, "whole_later": 0}
 
 _forced: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_outline", default=None)
 _stats_lock = threading.Lock()
@@ -451,10 +453,13 @@ def opt_level() -> str:
     return how
 
 
-def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int) -> Path:
+def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, split: str | None = None) -> Path:
+    """Where the object of ``name`` is cached; ``split``: its loops' :func:`nvshmem_dsl.linker.loop_split.key`
+    (default: the one in effect)."""
     st = os.stat(ptxas())
+    split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(), loop_split.key(), abi.preserve()]
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(), split, abi.preserve()]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
@@ -551,6 +556,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     lock = threading.Lock()
     futures = collections.deque()
     hits = 0
+    tiers = loop_split.tiered()
+    later = set()  # split objects to build whole in the background
 
     def plan(wanted) -> list:
         """``(IR, name)`` of the objects to build for ``wanted`` and the helpers they are
@@ -564,6 +571,13 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                 if n in paths:
                     continue
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
+            if tiers and _split_by_default(n, arch, bc_path):
+                whole = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), loop_split.WHOLE)
+                if whole.exists():
+                    with lock:
+                        paths[n] = path = whole
+                else:
+                    later.add(n)
             if path.exists():
                 with lock:
                     hits += 1
@@ -602,7 +616,47 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             todo += object_calls(paths[n])
     for n in linked:
         store_file.mark_used(paths[n])
+    if later & linked:
+        _build_whole_later(sorted(later & linked), arch, bc_path, cpu, features, cap)
     return [paths[n] for n in sorted(linked)]
+
+
+def _split_by_default(name: str, arch, bc_path) -> bool:
+    """Whether the object of ``name`` (an API function's, maybe specialised) has its loops split
+    (:func:`nvshmem_dsl.linker.loop_split.wanted`)."""
+    base = split_specialised(name)[0]
+    return is_api_function(base) and loop_split.wanted(store.body_sizes([base], arch, bc_path))
+
+
+#: Whole objects this process started building in the background (not started twice).
+_whole_started: set = set()
+
+
+def _build_whole_later(names, arch, bc_path: Path, cpu: str, features: str, cap: int) -> None:
+    """Start building, whole, the objects of ``names`` that a kernel was just linked with split
+    (:func:`nvshmem_dsl.linker.loop_split.tiered`), in a process of its own at lower priority that
+    outlives this one if need be; kernels compiled once they are there link them instead.  Its
+    failures are its own: the split objects stay."""
+    job = [[n, arch, str(bc_path), cpu, features, _scope_cap(n, cap)] for n in names
+           if (n, cpu, features, cap, str(bc_path)) not in _whole_started]
+    if not job:
+        return
+    _whole_started.update((n, cpu, features, cap, str(bc_path)) for n in names)
+    env = dict(os.environ, **{loop_split.ENV: loop_split.WHOLE})
+    with _stats_lock:
+        stats["whole_later"] += len(job)
+    subprocess.Popen([sys.executable, "-c", "import sys; from nvshmem_dsl.linker import outline; "
+                      "outline._build_whole_main(sys.argv[1])", json.dumps(job)],
+                     env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+
+
+def _build_whole_main(job: str) -> None:
+    """The process :func:`_build_whole_later` starts (``$NVSHMEM_DSL_OUTLINE_SPLIT`` = none)."""
+    store_build._lower_priority()
+    for name, arch, bc_path, cpu, features, cap in json.loads(job):
+        path = _object_path(name, Path(bc_path), cpu, features, cap, loop_split.WHOLE)
+        _build(name, arch, Path(bc_path), cpu, features, cap, path)
 
 
 def object_calls(path: Path) -> frozenset:
