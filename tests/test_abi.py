@@ -235,3 +235,36 @@ def test_only_api_functions_take_the_objects_convention(monkeypatch):
     assert got == {"nvshmem_float_broadcast": 2, "nvshmem_int_sum_reduce": 2, "_Z20nvshmemi_helper_callPvi": None}
     monkeypatch.setenv(abi.ENV, "off")
     assert outline.prepare_calls(ptx) == ptx
+
+
+def test_explain_names_what_keeps_the_default_abi(monkeypatch):
+    """``python -m nvshmem_dsl info`` says which convention the objects use and, for CUDA's default,
+    which part of the toolchain keeps it and the remedy."""
+    from nvshmem_dsl.linker import link, outline
+
+    monkeypatch.delenv(abi.ENV, raising=False)
+    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(abi, "_driver_ptx_ok", lambda: True)
+    monkeypatch.setattr(abi, "_ptxas_major", lambda path: 13)
+    monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 90)
+    assert abi.explain() == "preserve 2 registers (ptxas 13, nvJitLink PTX ISA 9.0)"
+    monkeypatch.setattr(abi, "_ptxas_major", lambda path: 12)
+    monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 88)
+    text = abi.explain()
+    assert text.startswith("CUDA default ABI") and "ptxas 12 (needs 13)" in text
+    assert "nvJitLink PTX ISA 8.8 (needs 9.0)" in text and "nvshmem-dsl[cu13]" in text
+    assert "driver" not in text.split(";")[0].split(":")[1]
+    monkeypatch.setattr(abi, "_driver_ptx_ok", lambda: False)
+    assert "driver older than CUDA 13" in abi.explain()
+    monkeypatch.setenv(abi.ENV, "off")
+    assert abi.explain() == f"CUDA default ABI ({abi.ENV}=off)"
+
+
+def test_info_prints_the_objects_convention():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "nvshmem_dsl", "info"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "collective objects:" in line)
+    assert row.split(":", 1)[1].strip().startswith(("preserve", "CUDA default ABI")), row

@@ -132,6 +132,30 @@ def _driver_ptx_ok() -> bool:
     return int(err) != 0 or version >= 13000
 
 
+def explain() -> str:
+    """What :func:`preserve` gives in this process and why, in words (``python -m nvshmem_dsl info``)."""
+    from . import link, outline
+
+    how = os.environ.get(ENV, "").strip().lower() or "auto"
+    if how != "auto":
+        count = preserve()
+        return f"{'CUDA default ABI' if count is None else f'preserve {count} registers'} ({ENV}={how})"
+    path = outline.ptxas()
+    major = _ptxas_major(path) if path else None
+    isa = link.nvjitlink_ptx_isa()
+    missing = []
+    if major is None or major < 13:
+        missing.append(f"ptxas {major if major else 'not found'} (needs 13)")
+    if isa is None or isa < MIN_PTX:
+        missing.append(f"nvJitLink PTX ISA {f'{isa // 10}.{isa % 10}' if isa else 'not found'} (needs 9.0)")
+    if not _driver_ptx_ok():
+        missing.append("driver older than CUDA 13")
+    if not missing:
+        return f"preserve {PRESERVE} registers (ptxas {major}, nvJitLink PTX ISA {isa // 10}.{isa % 10})"
+    return ("CUDA default ABI, collectives up to 1.24x slower than C++'s: " + ", ".join(missing)
+            + "; with a CUDA 13 driver install nvshmem-dsl[cu13]")
+
+
 def supported() -> bool:
     """Whether everything that reads the objects' and kernels' PTX reads ISA 9.0: the objects'
     ptxas, nvJitLink (CuTe, Triton) and the driver (Numba) are CUDA 13 or later."""
