@@ -110,26 +110,38 @@ def preserve() -> int | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _ptxas_major(path: str) -> int | None:
+def _ptxas_version(path: str) -> tuple[int, int] | None:
+    """(major, minor) of the CUDA release of ptxas ``path``."""
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.search(r"release (\d+)\.", out)
-    return int(m.group(1)) if m else None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _ptxas_major(path: str) -> int | None:
+    version = _ptxas_version(path)
+    return version[0] if version else None
 
 
 @functools.lru_cache(maxsize=None)
-def _driver_ptx_ok() -> bool:
-    """Whether the CUDA driver, where one is installed, JIT-compiles PTX 9.0 (CUDA 13.0 and later;
-    Numba's linker gives it the kernel's PTX).  No driver (a CPU machine): nothing to refuse."""
+def driver_major() -> int | None:
+    """The CUDA major version of the installed driver (13 for 580 and later), None without one."""
     try:
         from cuda.bindings import driver
 
         err, version = driver.cuDriverGetVersion()
     except Exception:  # noqa: BLE001 - no cuda.bindings or no libcuda
-        return True
-    return int(err) != 0 or version >= 13000
+        return None
+    return None if int(err) != 0 else version // 1000
+
+
+def _driver_ptx_ok() -> bool:
+    """Whether the CUDA driver, where one is installed, JIT-compiles PTX 9.0 (CUDA 13.0 and later;
+    Numba's linker gives it the kernel's PTX).  No driver (a CPU machine): nothing to refuse."""
+    major = driver_major()
+    return major is None or major >= 13
 
 
 def explain() -> str:
@@ -142,26 +154,28 @@ def explain() -> str:
         return f"{'CUDA default ABI' if count is None else f'preserve {count} registers'} ({ENV}={how})"
     path = outline.ptxas()
     major = _ptxas_major(path) if path else None
-    isa = link.nvjitlink_ptx_isa()
     missing = []
     if major is None or major < 13:
         missing.append(f"ptxas {major if major else 'not found'} (needs 13)")
-    if isa is None or isa < MIN_PTX:
-        missing.append(f"nvJitLink PTX ISA {f'{isa // 10}.{isa % 10}' if isa else 'not found'} (needs 9.0)")
     if not _driver_ptx_ok():
         missing.append("driver older than CUDA 13")
-    if not missing:
-        return f"preserve {PRESERVE} registers (ptxas {major}, nvJitLink PTX ISA {isa // 10}.{isa % 10})"
-    return ("CUDA default ABI, collectives up to 1.24x slower than C++'s: " + ", ".join(missing)
-            + "; with a CUDA 13 driver install nvshmem-dsl[cu13]")
+    if missing:
+        return ("CUDA default ABI, collectives up to 1.24x slower than C++'s: " + ", ".join(missing)
+                + "; with a CUDA 13 driver install nvshmem-dsl[cu13] (or a CUDA 13 toolkit)")
+    isa = link.nvjitlink_ptx_isa()
+    if isa is not None and isa < MIN_PTX:
+        return (f"preserve {PRESERVE} registers (ptxas {major} at {path}; it compiles the kernels that call them, "
+                f"for nvJitLink of PTX ISA {isa // 10}.{isa % 10})")
+    return f"preserve {PRESERVE} registers (ptxas {major})"
 
 
 def supported() -> bool:
-    """Whether everything that reads the objects' and kernels' PTX reads ISA 9.0: the objects'
-    ptxas, nvJitLink (CuTe, Triton) and the driver (Numba) are CUDA 13 or later."""
-    from . import link, outline
+    """Whether what reads the objects' and kernels' PTX reads ISA 9.0: the objects' ptxas and the
+    driver (Numba's linker may give it the kernel's PTX) are CUDA 13 or later.  An nvJitLink that
+    reads less (CUDA 12's) gets the kernels that call the objects compiled by that ptxas
+    (:func:`nvshmem_dsl.linker.link.nvjitlink_reads`); it links CUDA 13 ptxas's objects."""
+    from . import outline
 
     path = outline.ptxas()
     major = _ptxas_major(path) if path else None
-    isa = link.nvjitlink_ptx_isa()
-    return major is not None and major >= 13 and isa is not None and isa >= MIN_PTX and _driver_ptx_ok()
+    return major is not None and major >= 13 and _driver_ptx_ok()

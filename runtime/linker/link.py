@@ -23,7 +23,7 @@ from ._llvm import function_shape, internalize, nontrivial_unswitching, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
            "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_cubin", "nvjitlink_ptx_isa",
-           "nvshmem_functions", "ptx_for_nvjitlink", "unswitching"]
+           "nvjitlink_reads", "nvshmem_functions", "ptx_for_nvjitlink", "ptxas_object", "ptxas_ptx_isa", "unswitching"]
 
 #: A whole declaration line of an nvshmem* function; group 1 is its name.
 DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)
@@ -50,6 +50,13 @@ def default_ptx(sm: int) -> int:
     return max(85, min_ptx(sm))
 
 
+def _isa(major: int, minor: int) -> int | None:
+    """The highest PTX ISA (x10) CUDA ``major.minor``'s compilers read (12.x: 8.0 ... 8.8, 13.x: 9.x)."""
+    if major == 12:
+        return 80 + minor if minor < 6 else 79 + minor
+    return 90 + minor if major == 13 else None
+
+
 def nvjitlink_ptx_isa() -> int | None:
     """The highest PTX ISA (x10) the installed nvJitLink compiles (CUDA 12.x: 8.0 ... 8.8, 13.x:
     9.x), None without nvJitLink."""
@@ -59,19 +66,78 @@ def nvjitlink_ptx_isa() -> int | None:
         major, minor = nvjitlink.version()
     except Exception:  # noqa: BLE001 - no cuda.bindings, no libnvJitLink
         return None
-    if major == 12:
-        return 80 + minor if minor < 6 else 79 + minor
-    return 90 + minor if major == 13 else None
+    return _isa(major, minor)
+
+
+def ptxas_ptx_isa() -> int | None:
+    """The highest PTX ISA (x10) the objects' ptxas (:func:`nvshmem_dsl.linker.outline.ptxas`) reads."""
+    from . import abi
+
+    path = outline.ptxas()
+    version = abi._ptxas_version(path) if path else None
+    return _isa(*version) if version else None
+
+
+def _ptx_isa(ptx: str) -> int | None:
+    m = outline.PTX_VERSION.search(ptx)
+    return None if m is None else int(m.group(1)) * 10 + int(m.group(2))
 
 
 def ptx_for_nvjitlink(ptx: str) -> str:
     """``ptx`` with its ``.version`` lowered to what the installed nvJitLink compiles, where it says
     more (a DSL's bundled compiler may be newer than the toolkit: CuTe's cu13 build writes 9.4,
-    CUDA 13.0's nvJitLink reads up to 9.0); kernels that use no newer instruction compile the same."""
-    have, m = nvjitlink_ptx_isa(), outline.PTX_VERSION.search(ptx)
-    if have is None or m is None or int(m.group(1)) * 10 + int(m.group(2)) <= have:
+    CUDA 13.0's nvJitLink reads up to 9.0); kernels that use no newer instruction compile the same.
+    PTX that calls NVSHMEM's objects under ``.abi_preserve`` (9.0) is not lowered below it: where
+    nvJitLink reads less, the objects' ptxas compiles it (:func:`nvjitlink_cubin`), lowered to what
+    that reads."""
+    have, version = nvjitlink_ptx_isa(), _ptx_isa(ptx)
+    if have is None or version is None:
         return ptx
+    if ".abi_preserve" in ptx and have < 90:
+        have = ptxas_ptx_isa() or have
+    if version <= have:
+        return ptx
+    m = outline.PTX_VERSION.search(ptx)
     return f"{ptx[:m.start()]}.version {have // 10}.{have % 10}{ptx[m.end():]}"
+
+
+def nvjitlink_reads(ptx: str) -> bool:
+    """Whether nvJitLink (where there is one) compiles ``ptx`` itself: its ``.version`` is one it
+    reads.  PTX that it does not (NVSHMEM's objects' calling convention, PTX 9.0, with the nvJitLink
+    of CUDA 12) is compiled by the objects' ptxas first (:func:`ptxas_object`)."""
+    have, version = nvjitlink_ptx_isa(), _ptx_isa(ptx)
+    return have is None or version is None or version <= have
+
+
+#: nvJitLink options that ptxas takes as they are (the others: ``-Xptxas=<option>``).
+_PTXAS_OPTIONS = re.compile(r"^-(?:O\d|lineinfo|maxrregcount=\d+)$")
+
+
+def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> bytes:
+    """A relocatable cubin of PTX ``ptx`` for ``arch``, by the objects' ptxas, with the ptxas part of
+    the nvJitLink ``options`` (``-O3``, ``-lineinfo``, ``-maxrregcount=N``, ``-Xptxas=...``), for an
+    nvJitLink that does not read its PTX ISA (:func:`nvjitlink_reads`): nvJitLink of CUDA 12 links
+    CUDA 13 ptxas's objects (checked: tests/test_link_ptxas.py)."""
+    import subprocess
+    import tempfile
+
+    args = []
+    for opt in options:
+        if opt.startswith("-Xptxas="):
+            args.append(opt[len("-Xptxas="):])
+        elif _PTXAS_OPTIONS.match(opt):
+            args.append(opt)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "wb") as fh:
+            fh.write(ptx)
+        done = subprocess.run([outline.ptxas(), "-c", f"-arch={arch}", *args, src, "-o", out],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise NvshmemLinkError(f"ptxas ({outline.ptxas()}) failed to compile {what} for {arch}:\n"
+                                   f"{done.stderr[-3000:]}")
+        with open(out, "rb") as fh:
+            return fh.read()
 
 
 def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint: str = "") -> bytes:
@@ -86,6 +152,8 @@ def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint:
     try:
         try:
             for name, data in inputs:
+                if name.endswith(".ptx") and not nvjitlink_reads(data.decode(errors="replace")):
+                    name, data = name[:-len(".ptx")] + ".cubin", ptxas_object(data, arch, options, what)
                 kind = nvjitlink.InputType.PTX if name.endswith(".ptx") else nvjitlink.InputType.CUBIN
                 nvjitlink.add_data(handle, kind, data, len(data), name)
             nvjitlink.complete(handle)

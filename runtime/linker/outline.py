@@ -420,15 +420,39 @@ def extern_calls(ptx) -> frozenset:
 
 @functools.lru_cache(maxsize=None)
 def ptxas() -> str | None:
-    """The ptxas that assembles the objects: the one ``cuda.pathfinder`` finds (the
-    nvidia-cuda-nvcc wheel beside nvJitLink, or CUDA_HOME), else the one on ``PATH``."""
+    """The ptxas that assembles the objects.  Of those found (:func:`_ptxas_found`: the one
+    ``cuda.pathfinder`` finds, the nvidia-cuda-nvcc wheel's or CUDA_HOME's, then CUDA_HOME's, the one on
+    ``PATH``, /usr/local/cuda's), where there is a CUDA driver the newest of a CUDA release it runs the
+    code of (the major version at most the driver's: a CUDA 13 toolkit beside the ``cu12`` wheels gives
+    the objects CUDA 13's calling convention, :mod:`nvshmem_dsl.linker.abi`); without one, the first."""
+    found = _ptxas_found()
+    if not found:
+        return None
+    driver = abi.driver_major()
+    if driver is None:
+        return found[0]
+    usable = [(version, -k, path) for k, path in enumerate(found)
+              if (version := abi._ptxas_version(path)) is not None and version[0] <= driver]
+    return max(usable)[2] if usable else found[0]
+
+
+def _ptxas_found() -> list:
+    """The ptxas executables of this machine that :func:`ptxas` chooses from, in its order of preference."""
     try:
         from cuda.pathfinder import find_nvidia_binary_utility
 
-        path = find_nvidia_binary_utility("ptxas")
+        first = find_nvidia_binary_utility("ptxas")
     except Exception:  # noqa: BLE001 - an older cuda.pathfinder, or none found
-        path = None
-    return path or shutil.which("ptxas")
+        first = None
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    out = []
+    for path in (first, home and os.path.join(home, "bin", "ptxas"), shutil.which("ptxas"),
+                 "/usr/local/cuda/bin/ptxas"):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            real = os.path.realpath(path)
+            if real not in (os.path.realpath(p) for p in out):
+                out.append(path)
+    return out
 
 
 @functools.lru_cache(maxsize=None)

@@ -90,7 +90,7 @@ from ..linker._llvm import target_machine as _target_machine
 from ..linker.hooks import ModuleHooks
 from ..linker.link import UNSWITCH_ENV  # noqa: F401 (read by tests and bench scripts here)
 from ..linker.link import (DECLARATION, NvshmemLinkError, inline_nvshmem, mark_declaration, default_ptx,
-                           nvshmem_functions, unswitching)
+                           nvjitlink_reads, nvshmem_functions, ptxas_object, unswitching)
 
 __all__ = [
     "NvshmemCodeLibrary",
@@ -298,11 +298,17 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
             _linking.reset(token)
 
     def _link_nvshmem(self, linker, cc, ignore_nonlto):
-        if not linker.lto:
+        if not linker.lto and all(nvjitlink_reads(ptx) for ptx in self.get_asm_strs(cc=cc)):
             super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
-        else:  # lto=True: our part can only be PTX; the other inputs still get LTO.
+        else:  # lto=True: our part can only be PTX (the other inputs still get LTO); or PTX that
+            # nvJitLink does not read (NVSHMEM's objects' convention, 9.0, with CUDA 12's): ptxas's object
             for ptx in self.get_asm_strs(cc=cc):
-                linker.add_ptx(ptx.encode())
+                if nvjitlink_reads(ptx):
+                    linker.add_ptx(ptx.encode())
+                else:
+                    options = ["-O3", *(["-lineinfo"] if linker.lineinfo else []),
+                               *([f"-maxrregcount={linker.max_registers}"] if linker.max_registers else [])]
+                    linker.add_cubin(ptxas_object(ptx.encode(), linker.arch, options, f"kernel {self._name}"))
             for path in self._linking_files:
                 linker.add_file_guess_ext(path, ignore_nonlto)
             if self.needs_cudadevrt:
