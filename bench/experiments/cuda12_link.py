@@ -8,7 +8,7 @@ and barriers as bench/experiments/one_warp_leader.py's one-thread kernels.
 Run (2 PEs): python -m nvshmem_dsl.run -n 2 bench/experiments/cuda12_link.py
 """
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda
 
 from nvshmem_dsl.linker import abi, link
 
@@ -17,9 +17,9 @@ link.nvjitlink_ptx_isa = lambda: 88  # noqa: E731 - as CUDA 12.9's
 import nvshmem_dsl.numba as nv  # noqa: E402
 
 from _timing import collective_session, median_seconds  # noqa: E402
+from one_warp_leader import SIG, kernels  # noqa: E402
 
 W = nv.Team.TEAM_WORLD
-SIG = (float32[:], float32[:], int32)
 compiled_by_ptxas = []
 _ptxas_object = link.ptxas_object
 
@@ -43,16 +43,6 @@ def check(dst, src, out):
     out[1] = dst[0]
 
 
-def broadcast_one(dst, src, iters):
-    for _ in range(iters):
-        nv.broadcast(W, dst, src, 2, 0)
-
-
-def barrier_one(dst, src, iters):
-    for _ in range(iters):
-        nv.barrier(W)
-
-
 def main():
     with collective_session() as (me, dst, src):
         import cupy as cp
@@ -67,11 +57,13 @@ def main():
         want = [1.0, float(sum(range(1, npes + 1)))]
         print(f"PE {me}: preserve {abi.preserve()}, kernels compiled by ptxas {len(compiled_by_ptxas)}, "
               f"broadcast/sum_reduce {got} (want {want}): {'ok' if got == want else 'WRONG'}", flush=True)
-        for name, fn in (("broadcast", broadcast_one), ("barrier", barrier_one)):
+        for coll, name, fn, _ in kernels():
+            if name != "one-thread":
+                continue
             k = cuda.jit(SIG, launch_bounds=(1,))(fn)
             us = median_seconds(lambda: k[1, 1](dst, src, 2000)) / 2000 * 1e6
             if me == 0:
-                print(f"{name:>10} one-thread: {us:7.3f} us per call", flush=True)
+                print(f"{coll:>10} one-thread: {us:7.3f} us per call", flush=True)
 
 
 if __name__ == "__main__":
