@@ -582,6 +582,7 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
 
 def test_whole_builds_start_once_a_process_in_the_background(monkeypatch, tmp_path):
     import json
+    import sys
 
     from nvshmem_dsl.linker import loop_split
 
@@ -594,8 +595,9 @@ def test_whole_builds_start_once_a_process_in_the_background(monkeypatch, tmp_pa
     assert len(started) == 1 and outline.stats["whole_later"] == before + 1
     args, kw = started[0]
     assert kw["env"][loop_split.ENV] == loop_split.WHOLE and kw["start_new_session"]
-    assert json.loads(args[-1]) == [[COLLECTIVE, 90, str(tmp_path / "x.bc"), "sm_90", "+ptx85",
+    assert json.loads(args[-2]) == [[COLLECTIVE, 90, str(tmp_path / "x.bc"), "sm_90", "+ptx85",
                                      outline._scope_cap(COLLECTIVE, 64)]]
+    assert json.loads(args[-1]) == sys.path  # the child imports nvshmem_dsl as this process does
 
 
 def test_tiering_needs_the_default_threshold_and_a_driver(monkeypatch):

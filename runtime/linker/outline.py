@@ -669,8 +669,9 @@ def _build_whole_later(names, arch, bc_path: Path, cpu: str, features: str, cap:
     env = dict(os.environ, **{loop_split.ENV: loop_split.WHOLE})
     with _stats_lock:
         stats["whole_later"] += len(job)
-    subprocess.Popen([sys.executable, "-c", "import sys; from nvshmem_dsl.linker import outline; "
-                      "outline._build_whole_main(sys.argv[1])", json.dumps(job)],
+    subprocess.Popen([sys.executable, "-c", "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+                      "from nvshmem_dsl.linker import outline; outline._build_whole_main(sys.argv[1])",
+                      json.dumps(job), json.dumps(sys.path)],
                      env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
 
