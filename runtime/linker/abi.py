@@ -28,7 +28,7 @@ from typing import Callable
 
 from . import code_env
 
-__all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "mark", "preserve", "supported"]
+__all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "driver_major", "explain", "mark", "preserve", "supported"]
 
 ENV = code_env.ABI_PRESERVE
 

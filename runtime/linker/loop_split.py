@@ -16,7 +16,7 @@ The criterion, in one place: an object whose NVSHMEM API function has at least
 hybrid linking decides by) has its loops extracted; ``$NVSHMEM_DSL_OUTLINE_SPLIT`` sets another threshold
 (``none``: never).  Part of each object's cache key (:func:`key`).
 
-Split, NVSHMEM 3.8's block reduction moves 1 MiB at one PE at 0.94-0.99x of C++, whole at 1.18x (one H200,
+Split, NVSHMEM 3.8's block reduction moves 1 MiB at one PE at 0.94-0.99x of C++, whole at 1.14-1.18x (one H200,
 tests/gpu/records/2026-11-25/h200-coll-bw-1pe.txt).  So where kernels run (a CUDA driver) and the threshold is the
 default (:func:`tiered`), the object a cold kernel waits for is the split one, and the whole one is built after it,
 in the background, for the kernels compiled later (:func:`nvshmem_dsl.linker.outline.objects`).
@@ -81,15 +81,9 @@ def tiered() -> bool:
     """Whether an object split by the default threshold is built whole too, later, in the background:
     ``$NVSHMEM_DSL_OUTLINE_SPLIT`` unset (a value set decides alone), and a CUDA driver here (kernels
     run here; on a machine without one only compile time counts)."""
-    if os.environ.get(ENV, "").strip():
-        return False
-    try:
-        from cuda.bindings import driver
+    from . import abi
 
-        err, _ = driver.cuDriverGetVersion()
-    except Exception:  # noqa: BLE001 - no cuda.bindings or no libcuda
-        return False
-    return int(err) == 0
+    return not os.environ.get(ENV, "").strip() and abi.driver_major() is not None
 
 
 def extract_loops(mod, pb) -> int:
