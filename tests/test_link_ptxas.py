@@ -145,3 +145,38 @@ def test_triton_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_tool
     assert ".abi_preserve 2" in ck.asm["ptx"] and not link.nvjitlink_reads(ck.asm["ptx"])
     defined = {n for n, d in outline.elf_symbols(ck.asm["cubin"]) if d}
     assert "nvshmem_int32_sum_reducescatter" in defined
+
+
+
+try:  # a CuTe kernel (annotations are read from this module's globals)
+    import cutlass
+    from cutlass import cute
+
+    import nvshmem_dsl.cute as nvc
+
+    @cute.kernel
+    def _cute_kernel(dst: cute.Tensor, src: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        if tid == 0:
+            nvc.sum_reduce(nvc.Team.TEAM_WORLD, dst, src, cute.size(dst))
+
+    @cute.jit
+    def _cute_host(dst: cute.Tensor, src: cute.Tensor):
+        _cute_kernel(dst, src).launch(grid=[1, 1, 1], block=[64, 1, 1])
+except ImportError:  # pragma: no cover - no CuTe DSL
+    cute = None
+
+
+@pytest.mark.skipif(cute is None, reason="needs the CuTe DSL")
+def test_cute_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_toolkit_cuda12_link, monkeypatch):
+    def tensor():
+        return cute.runtime.make_fake_compact_tensor(cutlass.Int32, (256,), assumed_align=16)
+
+    compiled = []
+    ptxas_object = link.ptxas_object
+    monkeypatch.setattr(link, "ptxas_object", lambda ptx, *a, **k: compiled.append(ptx) or ptxas_object(ptx, *a, **k))
+    k = nvc.compile(_cute_host, tensor(), tensor(), arch="sm_90a", keep_ptx=True, keep_cubin=True)
+    assert len(compiled) == 1 and b".abi_preserve 2" in compiled[0]
+    assert abi.MIN_PTX <= link._ptx_isa(compiled[0].decode()) <= link.ptxas_ptx_isa()  # what that ptxas reads
+    defined = {n for n, d in outline.elf_symbols(k.linked_cubin) if d}
+    assert "nvshmem_int32_sum_reduce" in defined
