@@ -746,3 +746,20 @@ def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
     assert registers and max(registers.values()) <= 40, registers
     with pytest.raises(Exception, match="no-such-option|Unknown option|unrecognized"):
         _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, ptx_options="--no-such-option")
+
+
+def test_a_group_that_is_the_whole_program_calls_without_leader_or_barrier():
+    """A warp-scope call in a one-warp program (a warpgroup-scope one in a four-warp program) is made
+    by every thread, as a block-scope one: no leader test, no CTA barrier after it (a one-warp put_warp
+    program paid a bar.sync a call); in a wider program warp 0 leads and the CTA waits."""
+    for sym, warps in (("nvshmemx_int_put_warp", 1), ("nvshmemx_int32_sum_reduce_warp", 1),
+                       ("nvshmemx_barrier_warp", 1)):
+        if sym not in OPS:
+            continue
+        one = _compile._shim(sym, warps)[0]
+        assert "%tid" not in one and "barrier.cta" not in one and "slot" not in one, (sym, one)
+        wide = _compile._shim(sym, 2)[0]
+        assert "icmp ult i32 %tid, 32" in wide and "barrier.cta.sync.aligned.all" in wide, (sym, wide)
+    unknown = _compile._shim("nvshmemx_int_put_warp", None)[0]
+    assert "icmp ult i32 %tid, 32" in unknown
+

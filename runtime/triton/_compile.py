@@ -39,7 +39,8 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
 Who calls (the shims): Triton runs a program's scalar code in every thread of its CTA.  Block
 scope functions are called by all of them.  Thread-, warp- and warpgroup-scope functions by
 thread 0, warp 0 or the first 128 threads only (a warpgroup-scope call needs ``num_warps >= 4``,
-checked here); then the CTA synchronises (``bar.sync 0``: :data:`_BARRIER`) and a result is broadcast through
+checked here; where that group is the whole program, by all, as at block scope); then the CTA
+synchronises (``bar.sync 0``: :data:`_BARRIER`) and a result is broadcast through
 8 bytes of shared memory, except: a call that acts only at another PE (:func:`only_sends`) is
 not waited for, and in a program of one warp a thread-scope result is shuffled from lane 0 after the barrier
 (:func:`_from_lane0`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
@@ -275,6 +276,8 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
                 else f"  %res = fadd {tret} {value}, 0.0"]
 
     leaders = None if f.pure or every_thread_reads(op) else _LEADERS.get(op["scope"])
+    if leaders is not None and num_warps is not None and leaders >= 32 * num_warps:
+        leaders = None  # the group is the whole program (a warp-scope call in a one-warp program)
     if leaders is None:  # every thread calls
         out.append(f"  %r = {call}" if cret != "void" else f"  {call}")
         out += convert("%r")
