@@ -180,3 +180,9 @@ def test_cute_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_toolki
     assert abi.MIN_PTX <= link._ptx_isa(compiled[0].decode()) <= link.ptxas_ptx_isa()  # what that ptxas reads
     defined = {n for n, d in outline.elf_symbols(k.linked_cubin) if d}
     assert "nvshmem_int32_sum_reduce" in defined
+
+
+def test_ptxas_object_without_ptxas_names_the_remedy(monkeypatch):
+    monkeypatch.setattr(outline, "ptxas", lambda: None)
+    with pytest.raises(link.NvshmemLinkError, match=r"kernel k: its PTX ISA is newer than nvJitLink reads.*cu13"):
+        link.ptxas_object(b".version 9.0", "sm_90", (), "kernel k")

@@ -611,3 +611,15 @@ def test_tiering_needs_the_default_threshold_and_a_driver(monkeypatch):
     monkeypatch.delenv(loop_split.ENV)
     monkeypatch.setattr(abi, "driver_major", lambda: None)  # no driver: only compile time counts
     assert not loop_split.tiered()
+
+
+def test_whole_builds_need_an_interpreter_to_start(monkeypatch, tmp_path):
+    """Where no process can be started (an embedded Python), the kernel keeps the split objects."""
+    def refuse(*args, **kw):
+        raise OSError("no interpreter")
+
+    monkeypatch.setattr(outline, "_whole_started", set())
+    monkeypatch.setattr(outline.subprocess, "Popen", refuse)
+    before = outline.stats["whole_later"]
+    outline._build_whole_later([COLLECTIVE], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
+    assert outline.stats["whole_later"] == before

@@ -121,6 +121,9 @@ def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> b
     import subprocess
     import tempfile
 
+    if outline.ptxas() is None:
+        raise NvshmemLinkError(f"{what}: its PTX ISA is newer than nvJitLink reads and no ptxas was found to "
+                               "compile it (install a CUDA toolkit, or nvshmem-dsl[cu13])")
     args = []
     for opt in options:
         if opt.startswith("-Xptxas="):

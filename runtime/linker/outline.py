@@ -667,13 +667,16 @@ def _build_whole_later(names, arch, bc_path: Path, cpu: str, features: str, cap:
         return
     _whole_started.update((n, cpu, features, cap, str(bc_path)) for n in names)
     env = dict(os.environ, **{loop_split.ENV: loop_split.WHOLE})
+    try:
+        subprocess.Popen([sys.executable, "-c", "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+                          "from nvshmem_dsl.linker import outline; outline._build_whole_main(sys.argv[1])",
+                          json.dumps(job), json.dumps(sys.path)],
+                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    except (OSError, ValueError):  # no interpreter to start (an embedded Python): the split objects stay
+        return
     with _stats_lock:
         stats["whole_later"] += len(job)
-    subprocess.Popen([sys.executable, "-c", "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
-                      "from nvshmem_dsl.linker import outline; outline._build_whole_main(sys.argv[1])",
-                      json.dumps(job), json.dumps(sys.path)],
-                     env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
 
 
 def _build_whole_main(job: str) -> None:
