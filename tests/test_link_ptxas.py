@@ -186,3 +186,34 @@ def test_ptxas_object_without_ptxas_names_the_remedy(monkeypatch):
     monkeypatch.setattr(outline, "ptxas", lambda: None)
     with pytest.raises(link.NvshmemLinkError, match=r"kernel k: its PTX ISA is newer than nvJitLink reads.*cu13"):
         link.ptxas_object(b".version 9.0", "sm_90", (), "kernel k")
+
+
+def test_both_nvcc_wheels_are_found_and_the_driver_chooses(monkeypatch, tmp_path):
+    """``nvidia-cuda-nvcc`` 13 beside the cu12 wheels: each wheel's ptxas is a candidate (cuda.pathfinder
+    names only the first), so a CUDA 12 driver gets CUDA 12's and a CUDA 13 one CUDA 13's."""
+    import os
+    import sys
+
+    site = tmp_path / "site-packages"
+    made = {}
+    for parts, release in ((("nvidia", "cu13", "bin"), "13.5"), (("nvidia", "cuda_nvcc", "bin"), "12.9")):
+        folder = site.joinpath(*parts)
+        folder.mkdir(parents=True)
+        exe = folder / "ptxas"
+        exe.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.0'\n")
+        exe.chmod(0o755)
+        made[release] = str(exe)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(outline.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    import cuda.pathfinder as pathfinder
+
+    monkeypatch.setattr(pathfinder, "find_nvidia_binary_utility", lambda name: made["13.5"], raising=False)
+    found = outline._ptxas_found()
+    assert found[:2] == [made["13.5"], made["12.9"]]
+    choose = outline.ptxas.__wrapped__
+    monkeypatch.setattr(abi, "driver_major", lambda: 12)
+    assert choose() == made["12.9"]
+    monkeypatch.setattr(abi, "driver_major", lambda: 13)
+    assert choose() == made["13.5"] and os.access(choose(), os.X_OK)

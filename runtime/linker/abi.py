@@ -161,7 +161,8 @@ def explain() -> str:
         missing.append("driver older than CUDA 13")
     if missing:
         return ("CUDA default ABI, collectives up to 1.24x slower than C++'s: " + ", ".join(missing)
-                + "; with a CUDA 13 driver install nvshmem-dsl[cu13] (or a CUDA 13 toolkit)")
+                + "; with a CUDA 13 driver install nvshmem-dsl[cu13], or beside cu12 a CUDA 13 ptxas "
+                  "(a CUDA 13 toolkit, or pip install 'nvidia-cuda-nvcc>=13,<14')")
     isa = link.nvjitlink_ptx_isa()
     if isa is not None and isa < MIN_PTX:
         return (f"preserve {PRESERVE} registers (ptxas {major} at {path}; it compiles the kernels that call them, "

@@ -420,11 +420,11 @@ def extern_calls(ptx) -> frozenset:
 
 @functools.lru_cache(maxsize=None)
 def ptxas() -> str | None:
-    """The ptxas that assembles the objects.  Of those found (:func:`_ptxas_found`: the one
-    ``cuda.pathfinder`` finds, the nvidia-cuda-nvcc wheel's or CUDA_HOME's, then CUDA_HOME's, the one on
-    ``PATH``, /usr/local/cuda's), where there is a CUDA driver the newest of a CUDA release it runs the
-    code of (the major version at most the driver's: a CUDA 13 toolkit beside the ``cu12`` wheels gives
-    the objects CUDA 13's calling convention, :mod:`nvshmem_dsl.linker.abi`); without one, the first."""
+    """The ptxas that assembles the objects.  Of those found (:func:`_ptxas_found`), where there is a
+    CUDA driver the newest of a CUDA release it runs the code of (the major version at most the
+    driver's: a CUDA 13 toolkit, or the ``nvidia-cuda-nvcc`` 13 wheel, beside the ``cu12`` wheels gives
+    the objects CUDA 13's calling convention, :mod:`nvshmem_dsl.linker.abi`; on a CUDA 12 driver the
+    ``cu12`` wheel's is used); without one, the first."""
     found = _ptxas_found()
     if not found:
         return None
@@ -436,8 +436,14 @@ def ptxas() -> str | None:
     return max(usable)[2] if usable else found[0]
 
 
+#: Where NVIDIA's nvcc wheels put ptxas under a site-packages folder: CUDA 13's, CUDA 12's.
+_WHEEL_PTXAS = (("nvidia", "cu13", "bin", "ptxas"), ("nvidia", "cuda_nvcc", "bin", "ptxas"))
+
+
 def _ptxas_found() -> list:
-    """The ptxas executables of this machine that :func:`ptxas` chooses from, in its order of preference."""
+    """The ptxas executables of this machine that :func:`ptxas` chooses from, in its order of preference:
+    ``cuda.pathfinder``'s, those of the nvcc wheels on ``sys.path`` (both where the CUDA 12 and 13 ones are
+    installed, e.g. ``nvidia-cuda-nvcc`` 13 beside the ``cu12`` wheels), CUDA_HOME's, PATH's, /usr/local/cuda's."""
     try:
         from cuda.pathfinder import find_nvidia_binary_utility
 
@@ -445,8 +451,9 @@ def _ptxas_found() -> list:
     except Exception:  # noqa: BLE001 - an older cuda.pathfinder, or none found
         first = None
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    wheels = [os.path.join(entry, *parts) for entry in sys.path if entry for parts in _WHEEL_PTXAS]
     out = []
-    for path in (first, home and os.path.join(home, "bin", "ptxas"), shutil.which("ptxas"),
+    for path in (first, *wheels, home and os.path.join(home, "bin", "ptxas"), shutil.which("ptxas"),
                  "/usr/local/cuda/bin/ptxas"):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             real = os.path.realpath(path)
