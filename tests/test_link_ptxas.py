@@ -177,7 +177,7 @@ def test_cute_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_toolki
     monkeypatch.setattr(link, "ptxas_object", lambda ptx, *a, **k: compiled.append(ptx) or ptxas_object(ptx, *a, **k))
     k = nvc.compile(_cute_host, tensor(), tensor(), arch="sm_90a", keep_ptx=True, keep_cubin=True)
     assert len(compiled) == 1 and b".abi_preserve 2" in compiled[0]
-    assert abi.MIN_PTX <= link._ptx_isa(compiled[0].decode()) <= link.ptxas_ptx_isa()  # what that ptxas reads
+    assert abi.MIN_PTX <= outline.ptx_isa(compiled[0].decode()) <= link.ptxas_ptx_isa()  # what that ptxas reads
     defined = {n for n, d in outline.elf_symbols(k.linked_cubin) if d}
     assert "nvshmem_int32_sum_reduce" in defined
 

@@ -41,7 +41,6 @@ PRESERVE = 2
 #: The PTX ISA (x10) that has ``.abi_preserve``.
 MIN_PTX = 90
 
-_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
 #: ``.abi_preserve N`` after a function's parameter list, if there (its group: the count).
 _DIRECTIVE = r"(?:\s*\.abi_preserve\s+(\d+))?"
 
@@ -74,10 +73,10 @@ def mark(ptx: str, count: int | None, wanted: Callable[[str], bool]) -> str:
         ptx = _function(kind).sub(put, ptx)
     if count is None or not marked:
         return ptx
-    v = _VERSION.search(ptx)
-    if v is None or int(v.group(1)) * 10 + int(v.group(2)) >= MIN_PTX:
-        return ptx
-    return f"{ptx[:v.start()]}.version {MIN_PTX // 10}.{MIN_PTX % 10}{ptx[v.end():]}"
+    from .outline import ptx_isa, with_ptx_isa  # here: outline imports this module
+
+    isa = ptx_isa(ptx)
+    return ptx if isa is None or isa >= MIN_PTX else with_ptx_isa(ptx, MIN_PTX)
 
 
 def declared(ptx: str, wanted: Callable[[str], bool]) -> dict:
@@ -154,11 +153,7 @@ def explain() -> str:
         return f"{'CUDA default ABI' if count is None else f'preserve {count} registers'} ({ENV}={how})"
     path = outline.ptxas()
     major = _ptxas_major(path) if path else None
-    missing = []
-    if major is None or major < 13:
-        missing.append(f"ptxas {major if major else 'not found'} (needs 13)")
-    if not _driver_ptx_ok():
-        missing.append("driver older than CUDA 13")
+    missing = _missing()
     if missing:
         return ("CUDA default ABI, collectives up to 1.24x slower than C++'s: " + ", ".join(missing)
                 + "; with a CUDA 13 driver install nvshmem-dsl[cu13], or beside cu12 a CUDA 13 ptxas "
@@ -175,8 +170,18 @@ def supported() -> bool:
     driver (Numba's linker may give it the kernel's PTX) are CUDA 13 or later.  An nvJitLink that
     reads less (CUDA 12's) gets the kernels that call the objects compiled by that ptxas
     (:func:`nvshmem_dsl.linker.link.nvjitlink_reads`); it links CUDA 13 ptxas's objects."""
+    return not _missing()
+
+
+def _missing() -> list:
+    """What keeps :func:`preserve` at CUDA's default ABI under ``auto``, in words (empty: nothing)."""
     from . import outline
 
     path = outline.ptxas()
     major = _ptxas_major(path) if path else None
-    return major is not None and major >= 13 and _driver_ptx_ok()
+    missing = []
+    if major is None or major < 13:
+        missing.append(f"ptxas {major if major else 'not found'} (needs 13)")
+    if not _driver_ptx_ok():
+        missing.append("driver older than CUDA 13")
+    return missing

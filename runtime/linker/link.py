@@ -18,7 +18,7 @@ import re
 
 import llvmlite.binding as llvm
 
-from . import code_env, outline, store
+from . import abi, code_env, outline, store
 from ._llvm import function_shape, internalize, nontrivial_unswitching, run
 
 __all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
@@ -71,16 +71,9 @@ def nvjitlink_ptx_isa() -> int | None:
 
 def ptxas_ptx_isa() -> int | None:
     """The highest PTX ISA (x10) the objects' ptxas (:func:`nvshmem_dsl.linker.outline.ptxas`) reads."""
-    from . import abi
-
     path = outline.ptxas()
     version = abi._ptxas_version(path) if path else None
     return _isa(*version) if version else None
-
-
-def _ptx_isa(ptx: str) -> int | None:
-    m = outline.PTX_VERSION.search(ptx)
-    return None if m is None else int(m.group(1)) * 10 + int(m.group(2))
 
 
 def ptx_for_nvjitlink(ptx: str) -> str:
@@ -90,22 +83,19 @@ def ptx_for_nvjitlink(ptx: str) -> str:
     PTX that calls NVSHMEM's objects under ``.abi_preserve`` (9.0) is not lowered below it: where
     nvJitLink reads less, the objects' ptxas compiles it (:func:`nvjitlink_cubin`), lowered to what
     that reads."""
-    have, version = nvjitlink_ptx_isa(), _ptx_isa(ptx)
+    have, version = nvjitlink_ptx_isa(), outline.ptx_isa(ptx)
     if have is None or version is None:
         return ptx
-    if ".abi_preserve" in ptx and have < 90:
+    if ".abi_preserve" in ptx and have < abi.MIN_PTX:
         have = ptxas_ptx_isa() or have
-    if version <= have:
-        return ptx
-    m = outline.PTX_VERSION.search(ptx)
-    return f"{ptx[:m.start()]}.version {have // 10}.{have % 10}{ptx[m.end():]}"
+    return ptx if version <= have else outline.with_ptx_isa(ptx, have)
 
 
 def nvjitlink_reads(ptx: str) -> bool:
     """Whether nvJitLink (where there is one) compiles ``ptx`` itself: its ``.version`` is one it
     reads.  PTX that it does not (NVSHMEM's objects' calling convention, PTX 9.0, with the nvJitLink
     of CUDA 12) is compiled by the objects' ptxas first (:func:`ptxas_object`)."""
-    have, version = nvjitlink_ptx_isa(), _ptx_isa(ptx)
+    have, version = nvjitlink_ptx_isa(), outline.ptx_isa(ptx)
     return have is None or version is None or version <= have
 
 

@@ -71,8 +71,8 @@ from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specia
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
            "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "object_features", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
-           "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
+           "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
+           "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
 
 ENV = code_env.OUTLINE
 MODES = ("auto", "none", "all")
@@ -519,12 +519,23 @@ def is_helper(name: str) -> bool:
 PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
 
 
+def ptx_isa(ptx: str) -> int | None:
+    """The PTX ISA (x10) that ``ptx`` says in its ``.version`` (None: none written)."""
+    m = PTX_VERSION.search(ptx)
+    return None if m is None else int(m.group(1)) * 10 + int(m.group(2))
+
+
+def with_ptx_isa(ptx: str, isa: int) -> str:
+    """``ptx`` with its ``.version`` saying ISA ``isa`` (x10)."""
+    m = PTX_VERSION.search(ptx)
+    return f"{ptx[:m.start()]}.version {isa // 10}.{isa % 10}{ptx[m.end():]}"
+
+
 def ptx_target(ptx: str) -> tuple[str, str]:
     """``(cpu, features)`` of PTX ``ptx`` as LLVM names them (``sm_90a``, ``+ptx85``): its
     ``.target`` and ``.version``, what objects linked with it are built for."""
     cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
-    version = PTX_VERSION.search(ptx)
-    return cpu, f"+ptx{int(version.group(1)) * 10 + int(version.group(2))}"
+    return cpu, f"+ptx{ptx_isa(ptx)}"
 
 
 def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
@@ -602,7 +613,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                 if n in paths:
                     continue
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
-            if tiers and _split_by_default(n, arch, bc_path):
+            if tiers and is_api_function(split_specialised(n)[0]) and _split([n], arch, bc_path):
                 whole = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), loop_split.WHOLE)
                 if whole.exists():
                     with lock:
@@ -652,11 +663,11 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     return [paths[n] for n in sorted(linked)]
 
 
-def _split_by_default(name: str, arch, bc_path) -> bool:
-    """Whether the object of ``name`` (an API function's, maybe specialised) has its loops split
-    (:func:`nvshmem_dsl.linker.loop_split.wanted`)."""
-    base = split_specialised(name)[0]
-    return is_api_function(base) and loop_split.wanted(store.body_sizes([base], arch, bc_path))
+def _split(names, arch, bc_path) -> bool:
+    """Whether the object of ``names`` (API functions or helpers, maybe specialised) has its loops
+    split (:func:`nvshmem_dsl.linker.loop_split.wanted` of their bodies' sizes)."""
+    bases = sorted({split_specialised(name)[0] for name in names})
+    return loop_split.wanted(store.body_sizes(bases, arch, bc_path))
 
 
 #: Whole objects this process started building in the background (not started twice).
@@ -756,7 +767,7 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
         text = object_ir(names, arch, bc_path, helpers_out)
     return object_workers.emit(
         text=text, names=list(names), cpu=cpu, features=features, opt=opt_level(),
-        split_loops=loop_split.wanted(store.body_sizes(bases, arch, bc_path)),
+        split_loops=_split(names, arch, bc_path),
         types={n: ops[n]["llvm_type"] for n in names if n in ops})
 
 

@@ -44,6 +44,11 @@ def do_bench(*, warmup: int = 3, reps: int = 10, team: Any = None,
         raise NvshmemArgumentError(f"do_bench(): argument 'return_mode' must be one of {RETURN_MODES}, "
                                    f"got {return_mode!r}")
 
+    if team is None:
+        from .._generated.constants import Team
+
+        team = Team.TEAM_WORLD
+
     def bench(kernel_call: Callable[[], Any], quantiles: Sequence[float] | None = None) -> Any:
         times = _time_launches(kernel_call, warmup, reps, team)
         local = summarize(times, quantiles, return_mode)
@@ -85,10 +90,7 @@ def _device():
 
 def _team_barrier(team: Any, stream: Any) -> None:
     from ..host import operations
-    if team is None:
-        operations.barrier_all(stream=stream)
-    else:
-        operations.barrier(team, stream=stream)
+    operations.barrier(team, stream=stream)
 
 
 def _time_launches(kernel_call: Callable[[], Any], warmup: int, reps: int, team: Any) -> list[float]:
@@ -114,7 +116,6 @@ def _max_over_team(values: list[float], team: Any) -> list[float]:
     """Each value's largest over the PEs of the team (all PEs get the same list)."""
     import numpy as np
 
-    from .._generated.constants import Team
     from ..host import memory, operations
 
     di = _device()
@@ -123,7 +124,7 @@ def _max_over_team(values: list[float], team: Any) -> list[float]:
     dst = memory.array((len(values),), np.float64, like="torch")
     try:
         src.copy_(src.new_tensor(values))
-        operations.reduce(Team.TEAM_WORLD if team is None else team, dst, src, "max", stream=stream)
+        operations.reduce(team, dst, src, "max", stream=stream)
         di.synchronize()
         return [float(v) for v in dst.cpu().tolist()]
     finally:
