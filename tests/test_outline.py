@@ -567,6 +567,9 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     first = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     split = next(p for p in first if p.name.startswith(COLLECTIVE + "-"))
     assert [names for names, _ in later] == [[COLLECTIVE]]  # the API function only, not its helpers
+    # a kernel linked with it is not for the DSLs' disk caches
+    assert outline.provisional(first) and outline.provisional([split])
+    assert not outline.provisional(set(first) - {split})
     arch, bc_path, cpu, features, cap = later[0][1]
     monkeypatch.setenv(loop_split.ENV, loop_split.WHOLE)  # as _build_whole_later starts it
     outline._build_whole_main(json.dumps([[COLLECTIVE, arch, str(bc_path), cpu, features,
@@ -575,9 +578,31 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     later.clear()
     second = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     whole = next(p for p in second if p.name.startswith(COLLECTIVE + "-"))
-    assert whole != split and whole.exists() and not later
+    assert whole != split and whole.exists() and not later and not outline.provisional(second)
     assert set(second) - {whole} == set(first) - {split}
     assert outline.object_calls(whole) == outline.object_calls(split)
+
+
+@pytest.mark.parametrize("provisional", [True, False])
+def test_numbas_disk_cache_keeps_no_cubin_linked_with_provisional_objects(objects_dir, monkeypatch, provisional):
+    """A kernel linked with split objects whose whole form is still being built is pickled for
+    Numba's cache (``cache=True``) with its PTX but not that cubin: a later process links it again."""
+    linked = []
+
+    def told(paths):
+        linked.append(sorted(p.name for p in paths))
+        return provisional and bool(paths)
+
+    monkeypatch.setattr(outline, "provisional", told)
+    lib, _ = _compile_pyfunc_with_fixup(k_collective, (I32, I32), device=False, abi="numba", cc=CC)
+    lib.get_cubin(cc=CC)
+    assert linked and any(n.startswith(COLLECTIVE + "-") for n in linked[0])
+    state = lib._reduce_states()
+    assert CC in lib._cubin_cache and state["ptx_cache"][CC]
+    assert (CC in state["cubin_cache"]) is not provisional
+    cubin = type(lib)._rebuild(**state).get_cubin(cc=CC)  # as in a later process
+    assert bytes(getattr(cubin, "code", cubin))[:4] == b"\x7fELF"
+    assert len(linked) == (2 if provisional else 1)  # linked again where it was left out
 
 
 def test_whole_builds_start_once_a_process_in_the_background(monkeypatch, tmp_path):

@@ -381,6 +381,35 @@ def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
     assert prefetched[0][3] == 255
 
 
+@triton.jit
+def _barrier(dst):
+    nv.barrier_all()
+    tl.store(dst, 1)
+
+
+@pytest.mark.parametrize("provisional", [True, False])
+def test_a_kernel_linked_with_provisional_objects_leaves_tritons_cache_at_exit(tmp_path, monkeypatch, provisional):
+    """A kernel linked with split objects whose whole form is still being built serves this
+    process; at its exit its cache group goes, so that the next process compiles it again."""
+    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+        pytest.skip("needs ptxas and nvJitLink")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(outline, "provisional", lambda paths: provisional and bool(paths))
+    monkeypatch.setattr(_compile, "_provisional_hashes", set())
+    registered = []
+    monkeypatch.setattr("atexit.register", registered.append)
+    ck = _build(_barrier, {"dst": "*i32"}, ptx_only=False)
+    assert ck.asm["cubin"][:4] == b"\x7fELF"
+    groups = sorted(tmp_path.rglob("__grp__*"))
+    assert len(groups) == 1
+    assert (_compile._forget_provisional in registered) is provisional
+    _compile._forget_provisional()  # as at exit
+    assert groups[0].exists() is not provisional
+    before = _compile.stats["kernels"]
+    _build(_barrier, {"dst": "*i32"}, ptx_only=False)  # as in the next process
+    assert _compile.stats["kernels"] == before + provisional
+
+
 # ------------------------------------------------------------------ errors
 
 

@@ -30,13 +30,15 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    PTX, not CuTe's relocatable cubin, goes to nvJitLink: CuTe's bundled ptxas may be newer than
    the nvJitLink installed (CUDA 13.0's rejects a cubin of CuTe's ``cu13`` build as "bad input"),
    and the objects come from the installed ptxas, so the installed toolkit compiles both.  What
-   CuTe loads, caches and (``--keep-cubin``) dumps is the linked cubin.
+   CuTe loads, caches and (``--keep-cubin``) dumps is the linked cubin; one linked with provisional
+objects (split, their whole form still being built: :func:`nvshmem_dsl.linker.outline.provisional`)
+is kept from CuTe's file cache (:func:`_hold_provisional_from_file_cache`).
 
 A kernel whose NVSHMEM code calls nothing out of line compiles exactly as before (the smaller
 bitcode aside).
 
 Private CuTe surfaces used (nvidia-cutlass-dsl 4.8): ``CuTeDSL._get_dsl().compiler_provider``
-and its ``compile(module, pipeline, ...)``, the pipeline option spelling ``ptx-options='...'``,
+and its ``compile(module, pipeline, ...)``, ``cutlass.base_dsl.compile_backend.dump_cache_to_path``, the pipeline option spelling ``ptx-options='...'``,
 the ``@kernels_binary`` global, ``compile_options.full_cubin_path``.  If the hook cannot be
 installed (CuTe changed), :func:`effective_mode` is ``none`` with one warning: every NVSHMEM
 function is inlined, as before hybrid linking.  If CuTe's output is not what the link step
@@ -49,6 +51,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import glob
+import hashlib
 import math
 import os
 import re
@@ -106,6 +109,7 @@ def install() -> bool:
                 raise TypeError("compiler_provider.compile is not callable")
             if not getattr(orig, "_nvshmem_dsl_hybrid", False):
                 provider.compile = _wrap(orig, dsl)
+            _hold_provisional_from_file_cache()
             _installed = True
         except Exception as exc:  # noqa: BLE001 - any change in CuTe's internals
             _installed = False
@@ -115,6 +119,41 @@ def install() -> bool:
                 "barriers are inlined into CuTe kernels (as with NVSHMEM_DSL_OUTLINE=none), "
                 "which is slow to compile", RuntimeWarning, stacklevel=3)
         return _installed
+
+
+#: sha256 of the cubins :func:`link_module` linked with provisional objects
+#: (:func:`nvshmem_dsl.linker.outline.provisional`).
+_provisional_cubins: set = set()
+
+
+def _hold_provisional_from_file_cache() -> None:
+    """Keep CuTe's file cache from storing a module whose kernel was linked with provisional objects
+    (split, their whole form still being built): it serves this process, and the next one compiles
+    it again, with the whole objects once built.  Wraps ``cutlass.base_dsl.compile_backend``'s
+    ``dump_cache_to_path``; where CuTe has no such function, such kernels stay cached as linked."""
+    try:
+        from cutlass.base_dsl import compile_backend
+    except Exception:  # noqa: BLE001 - another CuTe: its cache keeps them
+        return
+    orig = getattr(compile_backend, "dump_cache_to_path", None)
+    if orig is None or getattr(orig, "_nvshmem_dsl_hybrid", False):
+        return
+
+    @functools.wraps(orig)
+    def dump_cache_to_path(dsl_name, jit_function, *args, **kwargs):
+        if _provisional_cubins and _holds_provisional(getattr(jit_function, "ir_module", None)):
+            return None
+        return orig(dsl_name, jit_function, *args, **kwargs)
+
+    dump_cache_to_path._nvshmem_dsl_hybrid = True
+    compile_backend.dump_cache_to_path = dump_cache_to_path
+
+
+def _holds_provisional(module) -> bool:
+    """Whether ``module`` embeds a cubin linked with provisional objects."""
+    if module is None:
+        return False
+    return any(hashlib.sha256(data).digest() in _provisional_cubins for _, data in _binaries(module))
 
 
 def effective_mode() -> str:
@@ -376,6 +415,8 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
         missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem") or outline.is_helper(n))
         if missing:
             raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
+        if outline.provisional(paths):
+            _provisional_cubins.add(hashlib.sha256(linked).digest())
         op.attributes["value"] = ir.StringAttr.get(linked)
         op.attributes["global_type"] = ir.TypeAttr.get(ir.Type.parse(f"!llvm.array<{len(linked)} x i8>"))
         stats["linked"] += 1

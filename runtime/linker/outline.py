@@ -40,7 +40,7 @@ DSL can link the same objects.
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
 :func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`specialised_name`,
-:func:`split_specialised`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`, :func:`cubin_info`;
+:func:`split_specialised`, :func:`provisional`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`, :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
@@ -71,7 +71,7 @@ from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specia
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
            "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
+           "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
 
 ENV = code_env.OUTLINE
@@ -659,8 +659,23 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     for n in linked:
         store_file.mark_used(paths[n])
     if later & linked:
+        with _stats_lock:
+            _provisional.update(str(paths[n]) for n in later & linked)
         _build_whole_later(sorted(later & linked), arch, bc_path, cpu, features, cap)
     return [paths[n] for n in sorted(linked)]
+
+
+#: Split objects :func:`objects` gave while their whole form was still to be built (str paths).
+_provisional: set = set()
+
+
+def provisional(paths) -> bool:
+    """Whether any of ``paths`` (from :func:`objects`) is a split object given in place of a whole
+    one still being built (:func:`nvshmem_dsl.linker.loop_split.tiered`): a kernel linked with it
+    serves this process, but a DSL's disk cache is not to keep it, so that a later process links
+    the whole object (Numba's ``cache=True``, CuTe's and Triton's file caches)."""
+    with _stats_lock:
+        return any(str(p) in _provisional for p in paths)
 
 
 def _split(names, arch, bc_path) -> bool:

@@ -324,8 +324,20 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
         if outlined:
             cpu, features = _target(cc)
             cap = outline.register_cap(ptx, self._max_registers)
-            for path in outline.objects(outlined, _sm(tuple(cc)), cpu, features, cap):
+            paths = outline.objects(outlined, _sm(tuple(cc)), cpu, features, cap)
+            for path in paths:
                 linker.add_file_guess_ext(str(path), ignore_nonlto)
+            if outline.provisional(paths):
+                self.__dict__.setdefault("_provisional_ccs", set()).add(cc)
+
+    def _reduce_states(self):
+        # Numba's disk cache (cache=True) keeps the PTX but not a cubin linked with split objects
+        # whose whole form was still being built: a later process links it with the whole one
+        state = super()._reduce_states()
+        provisional = self.__dict__.get("_provisional_ccs")
+        if provisional:
+            state["cubin_cache"] = {cc: c for cc, c in state["cubin_cache"].items() if cc not in provisional}
+        return state
 
     def get_cufunc(self):
         # Attached here rather than at creation so that kernels loaded from

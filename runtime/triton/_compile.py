@@ -53,6 +53,9 @@ that change the code): with Triton 3.9 through the inspection hook's key (``(key
 the hook is called without arguments); Triton 3.6 has no such key, so there the NVIDIA backend's
 ``hash()`` is extended with it.  Either way every kernel's key, NVSHMEM or not, differs from
 what it is without nvshmem_dsl.triton imported (a kernel compiled before is compiled once more).
+A kernel linked with split objects whose whole form was still being built
+(:func:`nvshmem_dsl.linker.outline.provisional`) serves the process that compiled it and leaves
+Triton's cache at its exit (:func:`_forget_provisional`): the next process compiles it again.
 
 Limits: FP contraction follows LLVM's defaults in NVSHMEM kernels (Triton's
 ``enable_fp_fusion`` is not passed to llvmlite's target machine); kernels with ``num_ctas > 1``
@@ -518,9 +521,11 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
     return ptx
 
 
-def link_cubin(ptx: str, capability: int, options=None) -> bytes:
+def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
-    out of line (:func:`nvshmem_dsl.linker.outline.objects`)."""
+    out of line (:func:`nvshmem_dsl.linker.outline.objects`).  ``metadata``: the compile's (Triton's
+    stages pass it), whose ``hash`` names the kernel in Triton's cache, for
+    :func:`_forget_provisional`."""
     from ..linker import outline
     from ..linker.link import nvjitlink_cubin
 
@@ -539,7 +544,40 @@ def link_cubin(ptx: str, capability: int, options=None) -> bytes:
     inputs = [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths]
     cubin = nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
     stats["cubins_linked"] += 1
+    if metadata is not None and metadata.get("hash") and outline.provisional(paths):
+        _keep_from_cache(metadata["hash"])
     return cubin
+
+
+_provisional_hashes: set = set()  # Triton cache hashes of kernels linked with provisional objects
+
+
+def _keep_from_cache(hsh: str) -> None:
+    import atexit
+
+    with _lock:
+        if not _provisional_hashes:
+            atexit.register(_forget_provisional)
+        _provisional_hashes.add(hsh)
+
+
+def _forget_provisional() -> None:
+    """Remove from Triton's cache the kernels this process linked with provisional objects (their
+    cache groups: Triton then compiles them again, with the whole objects once built).  The group
+    files are removed, not the files they name: another process that has read a group still finds
+    those.  A cache other than Triton's files is left as it is."""
+    from triton.runtime.cache import get_cache_manager
+
+    with _lock:
+        hashes = sorted(_provisional_hashes)
+        _provisional_hashes.clear()
+    for hsh in hashes:
+        try:
+            folder = getattr(get_cache_manager(hsh), "cache_dir", None)
+            for group in Path(folder).glob("__grp__*") if folder else ():
+                group.unlink(missing_ok=True)
+        except Exception:  # noqa: BLE001 - at exit: the kernel stays cached, split
+            pass
 
 
 # --------------------------------------------------------------------------
@@ -619,7 +657,7 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
         def cubin_stage(src, metadata):
             if isinstance(src, str) and outline.extern_calls(src):
-                return link_cubin(src, cap, options)
+                return link_cubin(src, cap, options, metadata)
             return triton_cubin(src, metadata)
 
         stages["cubin"] = ours = cubin_stage
