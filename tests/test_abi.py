@@ -68,6 +68,9 @@ def test_mark_sets_the_count_on_nvshmem_functions_only():
     assert "numba_function(\n\t.param .b32 p0\n)\n{" in got
     assert got.count(".abi_preserve") == 3
     assert abi.mark(got, 2, NVSHMEM) == got  # once
+    assert abi.marked(got) and abi.marked(KERNEL)  # KERNEL's own extern declares 16
+    assert not abi.marked(abi.mark(KERNEL, None, lambda name: True))
+    assert not abi.marked("// .abi_preserve 2 in a comment\n.visible .entry k()\n{\n}\n")
 
 
 def test_mark_none_restores_the_default_convention():

@@ -571,14 +571,14 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     assert outline.provisional(first) and outline.provisional([split])
     assert not outline.provisional(set(first) - {split})
     arch, bc_path, cpu, features, cap = later[0][1]
-    monkeypatch.setenv(loop_split.ENV, loop_split.WHOLE)  # as _build_whole_later starts it
     outline._build_whole_main(json.dumps([[COLLECTIVE, arch, str(bc_path), cpu, features,
                                            outline._scope_cap(COLLECTIVE, cap)]]))
-    monkeypatch.delenv(loop_split.ENV)
     later.clear()
     second = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     whole = next(p for p in second if p.name.startswith(COLLECTIVE + "-"))
     assert whole != split and whole.exists() and not later and not outline.provisional(second)
+    functions = [len(outline.elf_symbols(p.read_bytes())) for p in (split, whole)]
+    assert functions[0] > functions[1]  # whole: no loops made functions of their own
     assert set(second) - {whole} == set(first) - {split}
     assert outline.object_calls(whole) == outline.object_calls(split)
 
@@ -619,7 +619,7 @@ def test_whole_builds_start_once_a_process_in_the_background(monkeypatch, tmp_pa
         outline._build_whole_later([COLLECTIVE], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
     assert len(started) == 1 and outline.stats["whole_later"] == before + 1
     args, kw = started[0]
-    assert kw["env"][loop_split.ENV] == loop_split.WHOLE and kw["start_new_session"]
+    assert "env" not in kw and kw["start_new_session"]  # _build_whole_main says whole, not the environment
     assert json.loads(args[-2]) == [[COLLECTIVE, 90, str(tmp_path / "x.bc"), "sm_90", "+ptx85",
                                      outline._scope_cap(COLLECTIVE, 64)]]
     assert json.loads(args[-1]) == sys.path  # the child imports nvshmem_dsl as this process does

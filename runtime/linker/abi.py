@@ -28,7 +28,8 @@ from typing import Callable
 
 from . import code_env
 
-__all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "driver_major", "explain", "mark", "preserve", "supported"]
+__all__ = ["ENV", "PRESERVE", "MIN_PTX", "declared", "driver_major", "explain", "mark", "marked", "preserve",
+           "supported"]
 
 ENV = code_env.ABI_PRESERVE
 
@@ -88,6 +89,12 @@ def declared(ptx: str, wanted: Callable[[str], bool]) -> dict:
             if wanted(m.group(2)):
                 out[m.group(2)] = None if m.group(3) is None else int(m.group(3))
     return out
+
+
+def marked(ptx: str) -> bool:
+    """Whether ``ptx`` declares or defines a function preserving registers (:func:`mark`), which
+    needs PTX :data:`MIN_PTX`."""
+    return any(count is not None for count in declared(ptx, lambda name: True).values())
 
 
 def preserve() -> int | None:

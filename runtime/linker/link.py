@@ -86,7 +86,7 @@ def ptx_for_nvjitlink(ptx: str) -> str:
     have, version = nvjitlink_ptx_isa(), outline.ptx_isa(ptx)
     if have is None or version is None:
         return ptx
-    if ".abi_preserve" in ptx and have < abi.MIN_PTX:
+    if have < abi.MIN_PTX and abi.marked(ptx):
         have = ptxas_ptx_isa() or have
     return ptx if version <= have else outline.with_ptx_isa(ptx, have)
 

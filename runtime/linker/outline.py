@@ -699,12 +699,11 @@ def _build_whole_later(names, arch, bc_path: Path, cpu: str, features: str, cap:
     if not job:
         return
     _whole_started.update((n, cpu, features, cap, str(bc_path)) for n in names)
-    env = dict(os.environ, **{loop_split.ENV: loop_split.WHOLE})
     try:
         subprocess.Popen([sys.executable, "-c", "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
                           "from nvshmem_dsl.linker import outline; outline._build_whole_main(sys.argv[1])",
                           json.dumps(job), json.dumps(sys.path)],
-                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
     except (OSError, ValueError):  # no interpreter to start (an embedded Python): the split objects stay
         return
@@ -713,11 +712,11 @@ def _build_whole_later(names, arch, bc_path: Path, cpu: str, features: str, cap:
 
 
 def _build_whole_main(job: str) -> None:
-    """The process :func:`_build_whole_later` starts (``$NVSHMEM_DSL_OUTLINE_SPLIT`` = none)."""
+    """The process :func:`_build_whole_later` starts: builds the objects of ``job`` whole."""
     store_build._lower_priority()
     for name, arch, bc_path, cpu, features, cap in json.loads(job):
         path = _object_path(name, Path(bc_path), cpu, features, cap, loop_split.WHOLE)
-        _build(name, arch, Path(bc_path), cpu, features, cap, path)
+        _build(name, arch, Path(bc_path), cpu, features, cap, path, split=False)
 
 
 def object_calls(path: Path) -> frozenset:
@@ -730,16 +729,17 @@ def object_calls(path: Path) -> frozenset:
                          if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(_NVSHMEM_FUNCTION, n))
 
 
-def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_calls=None) -> bool:
+def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_calls=None,
+           split: bool | None = None) -> bool:
     """Build the object ``path`` of function ``name`` (from its :func:`object_ir` ``text`` where
     given) unless another process did meanwhile; True if built here.  ``on_calls(names)``: told
-    what it calls in other objects, before ptxas runs."""
+    what it calls in other objects, before ptxas runs.  ``split``: :func:`object_ptx`'s."""
     with store_file._file_lock(path.with_suffix(".lock")):
         if path.exists():
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
-        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text))
+        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split))
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)
@@ -768,21 +768,22 @@ def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
     return store.api_text(bases, arch, bc_path, declare_exported=True, helpers_out=helpers_out)
 
 
-def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True, text=None) -> str:
+def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True, text=None,
+               split: bool | None = None) -> str:
     """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
     they call, for ``cpu``/``features``, except NVSHMEM's helpers, which it calls in their objects
     (``helpers_out`` False: those too, as objects were built before 2026-11-24 afternoon, for
     bench/experiments/object_sizes.py); the device-state globals are ``.extern``.  ``text``:
-    their :func:`object_ir`, where the caller has it.  The LLVM part
+    their :func:`object_ir`, where the caller has it.  ``split``: whether its loops are made
+    functions of their own (default: :func:`_split`, by the threshold in effect).  The LLVM part
     (:func:`nvshmem_dsl.linker.object_llvm.emit`) runs in a worker process where there may be
     one (:mod:`nvshmem_dsl.linker.object_workers`)."""
     ops = _optable.device_ops()
-    bases = sorted({split_specialised(name)[0] for name in names})
     if text is None:
         text = object_ir(names, arch, bc_path, helpers_out)
     return object_workers.emit(
         text=text, names=list(names), cpu=cpu, features=features, opt=opt_level(),
-        split_loops=_split(names, arch, bc_path),
+        split_loops=_split(names, arch, bc_path) if split is None else split,
         types={n: ops[n]["llvm_type"] for n in names if n in ops})
 
 

@@ -240,6 +240,28 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False
 # Numba side
 
 
+class _PtxLinker:
+    """``linker`` (numba-cuda's) as :meth:`CUDACodeLibrary._link_all` is to see it for an NVSHMEM
+    library: not LTO (NVVM cannot read NVSHMEM's code, so the library gives PTX), and PTX that the
+    installed nvJitLink does not read (:func:`nvjitlink_reads`) added as ptxas's object of it."""
+
+    lto = False
+
+    def __init__(self, linker, name: str):
+        self._linker, self._name = linker, name
+
+    def __getattr__(self, attr):
+        return getattr(self._linker, attr)
+
+    def add_ptx(self, ptx: bytes, name: str = "<cudapy-ptx>"):
+        if nvjitlink_reads(ptx.decode()):
+            return self._linker.add_ptx(ptx, name)
+        linker = self._linker
+        options = ["-O3", *(["-lineinfo"] if linker.lineinfo else []),
+                   *([f"-maxrregcount={linker.max_registers}"] if linker.max_registers else [])]
+        return linker.add_cubin(ptxas_object(ptx, linker.arch, options, f"kernel {self._name}"))
+
+
 class NvshmemCodeLibrary(CUDACodeLibrary):
     """A ``CUDACodeLibrary`` that links NVSHMEM device code into its PTX when
     its IR declares NVSHMEM functions, and behaves exactly like its base
@@ -298,25 +320,10 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
             _linking.reset(token)
 
     def _link_nvshmem(self, linker, cc, ignore_nonlto):
-        if not linker.lto and all(nvjitlink_reads(ptx) for ptx in self.get_asm_strs(cc=cc)):
-            super()._link_all(linker, cc, ignore_nonlto=ignore_nonlto)
-        else:  # lto=True: our part can only be PTX (the other inputs still get LTO); or PTX that
-            # nvJitLink does not read (NVSHMEM's objects' convention, 9.0, with CUDA 12's): ptxas's object
-            for ptx in self.get_asm_strs(cc=cc):
-                if nvjitlink_reads(ptx):
-                    linker.add_ptx(ptx.encode())
-                else:
-                    options = ["-O3", *(["-lineinfo"] if linker.lineinfo else []),
-                               *([f"-maxrregcount={linker.max_registers}"] if linker.max_registers else [])]
-                    linker.add_cubin(ptxas_object(ptx.encode(), linker.arch, options, f"kernel {self._name}"))
-            for path in self._linking_files:
-                linker.add_file_guess_ext(path, ignore_nonlto)
-            if self.needs_cudadevrt:
-                from numba.cuda.cudadrv.libs import get_cudalib
-
-                linker.add_file_guess_ext(
-                    get_cudalib("cudadevrt", static=True), ignore_nonlto
-                )
+        # the base class's link, our part always PTX (with lto=True the other inputs still get LTO),
+        # and PTX that nvJitLink does not read (NVSHMEM's objects' convention, 9.0, with CUDA 12's)
+        # compiled by the objects' ptxas first
+        super()._link_all(_PtxLinker(linker, self._name), cc, ignore_nonlto=ignore_nonlto)
         # the NVSHMEM functions the PTX calls out of line (read from the PTX, which may come from
         # Numba's cache): their objects
         ptx = self.get_asm_strs(cc=cc)
