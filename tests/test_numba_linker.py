@@ -299,6 +299,36 @@ def test_cubin_sm90_via_nvjitlink():
     assert cubin[:4] == b"\x7fELF"
 
 
+@pytest.mark.parametrize("lto", [False, True])
+@pytest.mark.parametrize("readable", [True, False])
+def test_nvshmem_library_links_ptx_through_the_base_link(monkeypatch, lto, readable):
+    """What CUDACodeLibrary._link_all gives the linker, seen through _PtxLinker: PTX even where the
+    linker is LTO (NVVM cannot read NVSHMEM's code), ptxas's object of PTX nvJitLink does not read;
+    the library's linking files and cudadevrt as the base class adds them."""
+    added = []
+
+    class Linker:
+        lineinfo, max_registers, arch = False, None, "sm_90"
+
+        def __init__(self):
+            self.lto = lto
+
+        def add_ptx(self, ptx, name="<cudapy-ptx>"):
+            added.append(("ptx", ptx))
+
+        def add_cubin(self, cubin):
+            added.append(("cubin", cubin))
+
+        def add_file_guess_ext(self, path, ignore_nonlto=False):
+            added.append(("file", path))
+
+    monkeypatch.setattr(_linker, "nvjitlink_reads", lambda ptx: readable)
+    monkeypatch.setattr(_linker, "ptxas_object", lambda ptx, arch, options, what: b"obj:" + ptx)
+    lib = SimpleNamespace(get_asm_strs=lambda cc: ["PTX"], _linking_files=["a.o"], needs_cudadevrt=False)
+    numba_codegen.CUDACodeLibrary._link_all(lib, _linker._PtxLinker(Linker(), "k"), (9, 0))
+    assert added == [("ptx", b"PTX") if readable else ("cubin", b"obj:PTX"), ("file", "a.o")]
+
+
 @needs_bitcode
 @pytest.mark.slow  # builds the sm_80 and sm_100 stores when the cache is cold
 @pytest.mark.parametrize("cc,arch", [((8, 0), "sm_80"), ((10, 0, "a"), "sm_100a")])
