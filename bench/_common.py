@@ -84,7 +84,7 @@ class Params:
         return not self.only or name in self.only
 
 
-def make_params(quick: bool, reps: int = 0, only: Sequence[str] = ()) -> Params:
+def make_params(quick: bool, reps: int = 0, only: Sequence[str] = (), sizes: Sequence[int] = ()) -> Params:
     if quick:
         p = Params(True, [8, 4096, 1 << 20, 16 << 20, 256 << 20], 1 << 30, 2, 100, 3,
                    10_000, 5_000, 2_000, 2_000, 500, 100_000, 20, coll_lat_iters=200, coll_bw_iters=2)
@@ -93,8 +93,29 @@ def make_params(quick: bool, reps: int = 0, only: Sequence[str] = ()) -> Params:
                    100_000, 20_000, 10_000, 10_000, 1000, 1_000_000, 100, coll_lat_iters=2000, coll_bw_iters=10)
     if reps > 0:
         p.reps = reps
+    if sizes:
+        p.sizes = list(sizes)
     p.only = set(only)
     return p
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``--sizes``: comma-separated sizes in bytes, each maybe with K, M or G (binary units), e.g.
+    ``1M,4M,16M``; the put/get sizes instead of the default ones."""
+    sizes = []
+    for item in (x.strip().upper() for x in text.split(",") if x.strip()):
+        unit = item[-1] if item[-1] in _UNITS else ""
+        try:
+            n = float(item[:-1] if unit else item) * _UNITS[unit]
+        except ValueError:
+            n = 0
+        if n < 4 or n != int(n) or int(n) % 4:
+            raise ValueError(f"--sizes: {item!r} is not a whole number of 4-byte elements (e.g. 4096, 64K, 1M)")
+        sizes.append(int(n))
+    return sizes
 
 
 def bw_iters(p: Params, nbytes: int) -> int:
@@ -258,7 +279,12 @@ def parse_args(impl: str, argv: Sequence[str] | None = None) -> argparse.Namespa
     ap.add_argument("--reps", type=int, default=0, help="timed repetitions per point (default 10, quick 3)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHES)}")
     ap.add_argument("--arch", default=None, help="GPU arch for CuTe (default: the current device)")
+    ap.add_argument("--sizes", default="", help="put/get sizes in bytes (K, M, G allowed), e.g. 1M,4M,16M")
     args = ap.parse_args(argv)
+    try:
+        args.sizes = parse_sizes(args.sizes)
+    except ValueError as e:
+        ap.error(str(e))
     args.only = [x for x in args.only.split(",") if x]
     unknown = set(args.only) - set(BENCHES)
     if unknown:

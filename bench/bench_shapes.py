@@ -181,7 +181,7 @@ def start(impl: str, layers: Sequence[str], argv=None) -> tuple:
     runtime initialised after importing ``layers``, and the symmetric arrays of BUFFERS (cupy; the
     collectives' source filled): ``(args, p, out, host, arrays)``.  Collective over the PEs."""
     args = C.parse_args(impl, argv)
-    p = C.make_params(args.quick, args.reps, args.only)
+    p = C.make_params(args.quick, args.reps, args.only, args.sizes)
     out = C.Output(impl)
     host = C.Host()
     host.init(layers)

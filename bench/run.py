@@ -407,6 +407,8 @@ def main(argv=None) -> int:
                          "the reason, where --python cannot import it)")
     ap.add_argument("--only", default="", help="benchmarks to run (see bench/_common.py BENCHES); default all")
     ap.add_argument("--reps", type=int, default=0, help="timed repetitions per point (default 10, quick 3)")
+    ap.add_argument("--sizes", default="", help="put/get sizes instead of the default ones: bytes, K, M or G, "
+                                                "comma-separated (e.g. 1M,4M,16M)")
     ap.add_argument("--nproc", type=int, default=2, help="PEs (processes, one GPU each)")
     ap.add_argument("--cpp-launcher", choices=("launcher", "mpirun"), default="launcher",
                     help="start the C++ PEs with python -m nvshmem_dsl.run (default) or mpirun")
@@ -427,6 +429,10 @@ def main(argv=None) -> int:
     cf.add_argument("--outline", default="", help="NVSHMEM_DSL_OUTLINE modes to compile the DSLs under, e.g. "
                                                   "auto,none (default: the environment's)")
     args = ap.parse_args(argv)
+    try:
+        sizes = C.parse_sizes(args.sizes)
+    except ValueError as e:
+        ap.error(str(e))
 
     impls = [i for i in args.impls.split(",") if i]
     bad = set(impls) - set(IMPLS)
@@ -450,7 +456,8 @@ def main(argv=None) -> int:
     out_path = Path(args.out)
     log_dir = out_path.parent / "logs"
     common = (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else []) + \
-             (["--reps", str(args.reps)] if args.reps else [])
+             (["--reps", str(args.reps)] if args.reps else []) + \
+             (["--sizes", ",".join(map(str, sizes))] if sizes else [])
     echo = not args.quiet
 
     started = time.time()

@@ -496,6 +496,18 @@ def test_params_match_cpp(quick):
         assert p.sizes[-1] == 256 << 20
 
 
+def test_sizes_replace_the_default_ones():
+    assert C.parse_sizes("1M, 4m,16M,4096,0.5K") == [1 << 20, 4 << 20, 16 << 20, 4096, 512]
+    assert C.make_params(True, sizes=C.parse_sizes("4M")).sizes == [4 << 20]
+    for bad in ("3", "1.5", "x", "-4"):
+        with pytest.raises(ValueError, match="--sizes"):
+            C.parse_sizes(bad)
+    args = C.parse_args("numba", ["--sizes", "64K,1M"])
+    assert args.sizes == [64 << 10, 1 << 20]
+    # the C++ baseline takes them too, in bytes (bench/run.py passes them so)
+    assert '"--sizes"' in _cpp_source() and "p.sizes.clear()" in _cpp_source()
+
+
 def test_chunks_cover_every_element():
     for nelems in (1, 2, 31, 32, 33, 1024, 1 << 20, (256 << 20) // 4, 12345):
         for workers in (C.BW_GRID, C.BW_GRID * C.BW_BLOCK // 32):

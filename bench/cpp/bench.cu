@@ -12,7 +12,7 @@
 // file system (one node), which is what this benchmark is about.  bench/run.py passes a
 // fresh file in a private temporary directory.
 //
-// Usage: bench_cpp --uid-file PATH [--quick] [--only put_bw,get_bw,...] [--reps N]
+// Usage: bench_cpp --uid-file PATH [--quick] [--only put_bw,get_bw,...] [--reps N] [--sizes bytes,...]
 //
 // The collective kernels (coll_lat, coll_bw) are in coll.cuh / coll.cu, compiled apart (build.sh).
 //
@@ -525,15 +525,17 @@ static void reset_signal(cudaStream_t s) {
 int main(int argc, char** argv) {
     bool quick = false;
     int reps = 0;
-    std::string uid_file, only;
+    std::string uid_file, only, sizes;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--quick") quick = true;
         else if (a == "--uid-file" && i + 1 < argc) uid_file = argv[++i];
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
         else if (a == "--reps" && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (a == "--sizes" && i + 1 < argc) sizes = argv[++i];
         else {
-            fprintf(stderr, "usage: %s --uid-file PATH [--quick] [--only b1,b2] [--reps N]\n", argv[0]);
+            fprintf(stderr, "usage: %s --uid-file PATH [--quick] [--only b1,b2] [--reps N] [--sizes bytes,bytes]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -550,6 +552,15 @@ int main(int argc, char** argv) {
     init_nvshmem(uid_file);
     t_init = now_s() - t_init;
     Params p = make_params(quick, reps);
+    if (!sizes.empty()) {  // the put/get sizes in bytes (bench/run.py --sizes), instead of the default ones
+        p.sizes.clear();
+        for (size_t pos = 0; pos < sizes.size();) {
+            size_t c = sizes.find(',', pos);
+            if (c == std::string::npos) c = sizes.size();
+            if (c > pos) p.sizes.push_back(strtoull(sizes.substr(pos, c - pos).c_str(), nullptr, 10));
+            pos = c + 1;
+        }
+    }
     int me = g_pe, npes = g_npes, peer = (me + 1) % npes;
 
     {
