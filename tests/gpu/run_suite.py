@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pes-per-gpu", default="auto",
                     help="auto (ceil(PEs / visible GPUs)) or N; above 1 the suite starts an MPS daemon")
     ap.add_argument("--no-mps", action="store_true", help="start no MPS daemon, whatever the PEs per GPU")
-    ap.add_argument("--dsl", default="host,numba,cute")
+    ap.add_argument("--dsl", default="host,numba,cute,triton")
     ap.add_argument("--launchers", default="launcher,mpirun")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "gpu" / "results")
