@@ -265,6 +265,28 @@ def test_explain_names_what_keeps_the_default_abi(monkeypatch):
     assert abi.explain() == f"CUDA default ABI ({abi.ENV}=off)"
 
 
+@pytest.mark.parametrize("driver,ptxas,env,warns", [(13, 12, "", True), (13, 13, "", False), (12, 12, "", False),
+                                                     (None, 12, "", False), (13, 12, "off", False)])
+def test_a_cuda13_driver_with_an_older_ptxas_is_told_the_remedy_once(monkeypatch, driver, ptxas, env, warns):
+    import warnings
+
+    from nvshmem_dsl.linker import outline
+
+    monkeypatch.setattr(abi, "_advised", False)
+    monkeypatch.setenv(abi.ENV, env)
+    monkeypatch.setattr(abi, "driver_major", lambda: driver)
+    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(abi, "_ptxas_major", lambda path: ptxas)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        abi.advise()
+        abi.advise()
+    texts = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert len(texts) == warns
+    if warns:
+        assert "ptxas 12 (needs 13)" in texts[0] and "nvidia-cuda-nvcc>=13,<14" in texts[0] and abi.ENV in texts[0]
+
+
 def test_info_prints_the_objects_convention():
     import subprocess
     import sys

@@ -31,15 +31,16 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    the nvJitLink installed (CUDA 13.0's rejects a cubin of CuTe's ``cu13`` build as "bad input"),
    and the objects come from the installed ptxas, so the installed toolkit compiles both.  What
    CuTe loads, caches and (``--keep-cubin``) dumps is the linked cubin; one linked with provisional
-objects (split, their whole form still being built: :func:`nvshmem_dsl.linker.outline.provisional`)
-is kept from CuTe's file cache (:func:`_hold_provisional_from_file_cache`).
+   objects (split, their whole form still being built: :func:`nvshmem_dsl.linker.outline.provisional`)
+   is kept from CuTe's file cache (:func:`_hold_provisional_from_file_cache`).
 
 A kernel whose NVSHMEM code calls nothing out of line compiles exactly as before (the smaller
 bitcode aside).
 
 Private CuTe surfaces used (nvidia-cutlass-dsl 4.8): ``CuTeDSL._get_dsl().compiler_provider``
-and its ``compile(module, pipeline, ...)``, ``cutlass.base_dsl.compile_backend.dump_cache_to_path``, the pipeline option spelling ``ptx-options='...'``,
-the ``@kernels_binary`` global, ``compile_options.full_cubin_path``.  If the hook cannot be
+and its ``compile(module, pipeline, ...)``, ``cutlass.base_dsl.compile_backend.dump_cache_to_path``,
+the pipeline option spelling ``ptx-options='...'``, the ``@kernels_binary`` global,
+``compile_options.full_cubin_path``.  If the hook cannot be
 installed (CuTe changed), :func:`effective_mode` is ``none`` with one warning: every NVSHMEM
 function is inlined, as before hybrid linking.  If CuTe's output is not what the link step
 expects, the compile fails with :class:`~nvshmem_dsl.linker.link.NvshmemLinkError` naming the

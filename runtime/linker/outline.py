@@ -593,6 +593,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
     PTX is there), since a collective's object and its put_signal helper take about as long."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
+    abi.advise()  # where a CUDA 13 ptxas would make them faster
     features = object_features(features)
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
