@@ -43,7 +43,7 @@ checked here; where that group is the whole program, by all, as at block scope);
 synchronises (``bar.sync 0``: :data:`_BARRIER`) and a result is broadcast through
 8 bytes of shared memory, except: a call that acts only at another PE (:func:`only_sends`) is
 not waited for, and in a program of one warp a thread-scope result is shuffled from lane 0 after the barrier
-(:func:`_from_lane0`; with no barrier where the result is the call's only effect here, :func:`result_only`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
+(:func:`_from_lane0`).  The pure queries (:data:`nvshmem_dsl.triton._calls.PURE_FAMILIES`) and
 ``g`` (:func:`every_thread_reads`) are made by every thread.  NVSHMEM calls must therefore be reached by all threads of a program
 together (not in warp-specialised partitions), as Triton's own ``tl.debug_barrier`` must.
 
@@ -104,7 +104,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 4
+SHIM_VERSION = 3
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -199,14 +199,6 @@ def only_sends(op: dict) -> bool:
     the barrier, convergent, forbids that."""
     roles = [p["role"] for p in op["params"]]
     return "pe" in roles and not any(r.startswith("local_") for r in roles)
-
-
-def result_only(op: dict) -> bool:
-    """Whether a call's only effect in the program is the value it returns (:func:`only_sends`, with a
-    result: the fetching atomics): in a program of one warp the shuffle that hands lane 0's value to
-    the others is where they meet, with no CTA barrier before it (a fetch-add ``FETCH_ADD_NS`` ns
-    faster: :data:`_BARRIER`'s wait is for calls that poll)."""
-    return only_sends(op) and op["ret"]["llvm"] != "void"
 
 
 def every_thread_reads(op: dict) -> bool:
@@ -307,9 +299,8 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
                     "join:", _BARRIER]
             out += ["  ret i32 0", "}"]
         elif leaders == 1 and num_warps == 1:  # one warp: lanes meet at the barrier, lane 0's result by a shuffle
-            meet = [] if result_only(op) else [_BARRIER]
             out += [f"  %r = {call}", *convert("%r"), "  br label %join",
-                    "join:", f"  %v = phi {tret} [ %res, %do ], [ poison, %entry ]", *meet, *_from_lane0(tret, "%v"),
+                    "join:", f"  %v = phi {tret} [ %res, %do ], [ poison, %entry ]", _BARRIER, *_from_lane0(tret, "%v"),
                     f"  ret {tret} %w", "}"]
         else:
             out += [f"  %r = {call}",
