@@ -4,7 +4,8 @@ Loaded lazily, once.  Accessors: :func:`table` (the whole parsed file),
 :func:`dtypes` (NVSHMEM dtype name -> description), :func:`device_ops` and
 :func:`host_ops` (C symbol -> entry), :func:`scalar_kind` (a C scalar type's
 kind: "signed", "unsigned", "float"), :func:`role_text` (what a parameter is, for
-messages), :func:`pointee` (bits and kind of what a C pointer points to).
+messages), :func:`pointee` (bits and kind of what a C pointer points to), :func:`element_mismatch`
+(why a data argument's element type does not fit a chosen C function, for the DSLs' errors).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import functools
 import json
 from importlib import resources
 
-__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind", "role_text", "pointee"]
+__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind", "role_text", "pointee", "element_mismatch"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,3 +113,25 @@ def pointee(ctype: str):
     text = " ".join(ctype.replace("const", " ").replace("*", " ").split())
     return _pointee_table().get(text)
 
+
+def element_mismatch(param: dict, elem, bits, symbol: str, name: str, width: int, is_int: bool,
+                     got: str | None = None):
+    """Why a data argument for pointer parameter ``param`` (an op table entry's) whose element type is
+    ``name`` (``width`` bits, an integer type or not) does not fit the C function ``symbol`` a DSL chose
+    for element type ``elem`` (or, untyped forms, ``bits``-bit elements), in words; None where it fits.
+    ``got``: the argument as the last message names it (default ``name``)."""
+    if param.get("elem") and elem is not None:
+        if name != elem:
+            return (f"argument '{param['name']}' has element type {name}, but the other arguments select "
+                    f"{elem} ({symbol}): all data arguments must share one element type")
+    elif param.get("elem") and bits is not None:
+        if width != bits:
+            return (f"argument '{param['name']}' has element type {name} ({width} bits), but the other "
+                    f"arguments select {bits}-bit elements ({symbol})")
+    elif not param.get("elem"):
+        want = pointee(param["ctype"])
+        if want is not None and (width != want[0] or (want[1] == "int") != is_int):
+            what = f"{want[0]}-bit {'integer' if want[1] == 'int' else 'float'}"
+            return (f"argument '{param['name']}' ({param['ctype']}) must have a {what} element type, "
+                    f"got {got or name}")
+    return None

@@ -484,7 +484,7 @@ def _e_warpgroup(x, y, h, pe, n):
     (_e_block_value, ["argument 'value' must be a scalar", "a block of 4 fp32"]),
     (_e_no_pointer, ["nvshmem_dsl.triton.atomic_inc", "argument 'target' must be a pointer", "got a scalar int64"]),
     (_e_signal_type, ["nvshmem_dsl.triton.signal_fetch", "argument 'sig_addr' (uint64_t *) "
-                      "must point to 64-bit integers, got a pointer to int32"]),
+                      "must have a 64-bit integer element type, got a pointer to int32"]),
     (_e_raw_count, ["nvshmem_dsl.triton.c.nvshmem_putmem", "takes c.nvshmem_putmem(dst, src, nelems, pe); "
                     "got 3 arguments"]),
 ], ids=lambda x: getattr(x, "__name__", "")[3:] if callable(x) else "")

@@ -299,27 +299,10 @@ def _check_dtypes(api: str, form: _Form, plan: list[_Step], args: tuple) -> None
         if not _is_memory(a):
             continue
         et = _elem_type(a)
-        name = et.__name__
-        if p.get("elem") and form.elem is not None:
-            if name != form.elem:
-                _fail(api, f"argument '{p['name']}' has element type {name}, but the other "
-                           f"arguments select {form.elem} ({form.symbol}): all data arguments "
-                           "must share one element type")
-        elif p.get("elem") and form.bits is not None:
-            if et.width != form.bits:
-                _fail(api, f"argument '{p['name']}' has element type {name} "
-                           f"({et.width} bits), but the other arguments select {form.bits}-bit "
-                           f"elements ({form.symbol})")
-        elif not p.get("elem"):
-            want = _optable.pointee(p["ctype"])
-            if want is None:
-                continue
-            bits, kind = want
-            is_int = issubclass(et, _cutlass().Integer)
-            if et.width != bits or (kind == "int") != is_int:
-                what = f"{bits}-bit {'integer' if kind == 'int' else 'float'}"
-                _fail(api, f"argument '{p['name']}' ({p['ctype']}) must have a {what} element "
-                           f"type, got {name}")
+        why = _optable.element_mismatch(p, form.elem, form.bits, form.symbol, et.__name__, et.width,
+                                        issubclass(et, _cutlass().Integer))
+        if why:
+            _fail(api, why)
 
 
 # ----------------------------------------------------------------- lowering

@@ -257,27 +257,10 @@ def _check_dtypes(api: str, f: _Form, args: tuple) -> None:
         if not _is_pointer_param(p) or not _is_pointer(a):
             continue
         et = _elem_type(a)
-        name = et.name
-        if p.get("elem") and f.elem is not None:
-            if name != f.elem:
-                _fail(api, f"argument '{p['name']}' has element type {name}, but the other "
-                           f"arguments select {f.elem} ({f.symbol}): all data arguments "
-                           "must share one element type")
-        elif p.get("elem") and f.bits is not None:
-            if et.primitive_bitwidth != f.bits:
-                _fail(api, f"argument '{p['name']}' has element type {name} "
-                           f"({et.primitive_bitwidth} bits), but the other arguments select "
-                           f"{f.bits}-bit elements ({f.symbol})")
-        elif not p.get("elem"):
-            want = _optable.pointee(p["ctype"])
-            if want is None:
-                continue
-            bits, kind = want
-            is_int = et.is_int()
-            if et.primitive_bitwidth != bits or (kind == "int") != is_int:
-                what = f"{bits}-bit {'integer' if kind == 'int' else 'float'}"
-                _fail(api, f"argument '{p['name']}' ({p['ctype']}) must point to {what}s, "
-                           f"got {_type_name(a)}")
+        why = _optable.element_mismatch(p, f.elem, f.bits, f.symbol, et.name, et.primitive_bitwidth, et.is_int(),
+                                        got=_type_name(a))
+        if why:
+            _fail(api, why)
 
 
 # ----------------------------------------------------------------- lowering
