@@ -5,7 +5,8 @@ Loaded lazily, once.  Accessors: :func:`table` (the whole parsed file),
 :func:`host_ops` (C symbol -> entry), :func:`scalar_kind` (a C scalar type's
 kind: "signed", "unsigned", "float"), :func:`role_text` (what a parameter is, for
 messages), :func:`pointee` (bits and kind of what a C pointer points to), :func:`element_mismatch`
-(why a data argument's element type does not fit a chosen C function, for the DSLs' errors).
+(why a data argument's element type does not fit a chosen C function, for the DSLs' errors),
+:func:`element_of` (the element type a device function moves, in a DSL's names).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import functools
 import json
 from importlib import resources
 
-__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind", "role_text", "pointee", "element_mismatch"]
+__all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind", "role_text", "pointee", "element_mismatch",
+           "element_of"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,3 +137,16 @@ def element_mismatch(param: dict, elem, bits, symbol: str, name: str, width: int
             return (f"argument '{param['name']}' ({param['ctype']}) must have a {what} element type, "
                     f"got {got or name}")
     return None
+
+
+def element_of(op: dict, dsl: str) -> tuple:
+    """``(element, bits)`` of device op table entry ``op`` for DSL ``dsl`` (``cute``, ``triton``):
+    ``(its element type's name in that DSL, None)`` for a typed function, ``(None, bits)`` for a sized
+    one (``nvshmem_put32``), ``(None, None)`` for an untyped one (``putmem``) or none."""
+    dt = op["dtype"]
+    if dt is None or dt == "mem":
+        return None, None
+    info = dtypes()[dt]
+    if info.get("kind") == "sized":
+        return None, info["bits"]
+    return info.get(dsl) or dt, None

@@ -183,14 +183,7 @@ class _Form:
 def _form(symbol: str) -> _Form:
     op = _optable.device_ops()[symbol]
     params = tuple(op["params"])
-    dt = op["dtype"]
-    elem = bits = None
-    if dt is not None and dt != "mem":
-        info = _optable.dtypes()[dt]
-        if info.get("kind") == "sized":
-            bits = info["bits"]
-        else:
-            elem = info.get("cute") or dt
+    elem, bits = _optable.element_of(op, "cute")
     has_count = any(p["role"] == "count" and not p.get("required") for p in params)
     single = frozenset(
         k for k, p in enumerate(params)

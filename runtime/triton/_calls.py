@@ -203,14 +203,7 @@ def form(symbol: str) -> _Form:
     """The :class:`_Form` of device C function ``symbol`` (from the op table)."""
     op = _optable.device_ops()[symbol]
     params = tuple(op["params"])
-    dt = op["dtype"]
-    elem = bits = None
-    if dt is not None and dt != "mem":
-        info = _optable.dtypes()[dt]
-        if info.get("kind") == "sized":
-            bits = info["bits"]
-        else:
-            elem = info.get("triton") or dt
+    elem, bits = _optable.element_of(op, "triton")
     arg_types = tuple(boundary_type(p["llvm"], p["ctype"], p.get("byval")) for p in params)
     ret_type = boundary_type(op["ret"]["llvm"], op["ret"]["ctype"])
     return _Form(op, params, elem, bits, arg_types, ret_type, op["family"] in PURE_FAMILIES)
