@@ -85,6 +85,24 @@ def _count(value: Any, default: int, fn: str, arg: str = "nelems") -> int:
     return default if value is None else int_argument(value, fn, arg, least=0)
 
 
+def _pair(fn: str, first: Any, first_name: str, second: Any, second_name: str) -> tuple[ArrayInfo, ArrayInfo]:
+    """Two contiguous arrays of one element type (``dst`` and ``src``, ``ivars`` and ``values``)."""
+    a = _describe(first, fn, first_name)
+    b = _describe(second, fn, second_name)
+    _contiguous(a, fn, first_name)
+    _contiguous(b, fn, second_name)
+    _same_dtype(fn, a, first_name, b, second_name)
+    return a, b
+
+
+def _count_in(fn: str, value: Any, default: int, *arrays: tuple[ArrayInfo, str], arg: str = "nelems") -> int:
+    """The element count ``value`` (``default`` when None), which each of ``arrays`` (``(info, name)``) holds."""
+    n = _count(value, default, fn, arg)
+    for info, name in arrays:
+        _fits(fn, n, f"{arg}={n}", info, name)
+    return n
+
+
 def _fits(fn: str, n: int, what: str, info: ArrayInfo, arg: str, need: int | None = None) -> None:
     need = n if need is None else need
     if need > info.size:
@@ -238,14 +256,8 @@ def _single(x: Any, fn: str, arg: str) -> ArrayInfo:
 def _rma(base: str, dst: Any, src: Any, pe: Any, nelems: Any, stream: Any) -> None:
     fn = base
     _state.require(f"{fn}()")
-    d = _describe(dst, fn, "dst")
-    s = _describe(src, fn, "src")
-    _contiguous(d, fn, "dst")
-    _contiguous(s, fn, "src")
-    _same_dtype(fn, d, "dst", s, "src")
-    n = _count(nelems, s.size, fn)
-    _fits(fn, n, f"nelems={n}", s, "src")
-    _fits(fn, n, f"nelems={n}", d, "dst")
+    d, s = _pair(fn, dst, "dst", src, "src")
+    n = _count_in(fn, nelems, s.size, (s, "src"), (d, "dst"))
     target = _pe(pe, fn)
     if base.startswith("put"):
         check_symmetric(d, fn, "dst", nbytes=n * d.itemsize)
@@ -382,14 +394,8 @@ def put_signal(dst: Any, src: Any, signal: Any, value: int, pe: int, *, op: Any 
     """
     fn = "put_signal_nbi" if nbi else "put_signal"
     _state.require(f"{fn}()")
-    d = _describe(dst, fn, "dst")
-    s = _describe(src, fn, "src")
-    _contiguous(d, fn, "dst")
-    _contiguous(s, fn, "src")
-    _same_dtype(fn, d, "dst", s, "src")
-    n = _count(nelems, s.size, fn)
-    _fits(fn, n, f"nelems={n}", s, "src")
-    _fits(fn, n, f"nelems={n}", d, "dst")
+    d, s = _pair(fn, dst, "dst", src, "src")
+    n = _count_in(fn, nelems, s.size, (s, "src"), (d, "dst"))
     check_symmetric(d, fn, "dst", nbytes=n * d.itemsize)
     check_valid_local(s, fn, "src")
     sig = _signal_word(signal, fn)
@@ -475,8 +481,7 @@ def wait_until_all(ivars: Any, cmp: Any, value: Any, *, status: Any = None, nele
     _state.require("wait_until_all()")
     v = _describe(ivars, fn, "ivars")
     _contiguous(v, fn, "ivars")
-    n = _count(nelems, v.size, fn)
-    _fits(fn, n, f"nelems={n}", v, "ivars")
+    n = _count_in(fn, nelems, v.size, (v, "ivars"))
     check_symmetric(v, fn, "ivars", nbytes=n * v.itemsize)
     r = _resolve(fn, "wait_until_all_on_stream", v, "ivars", untyped=False)
     _invoke(r, {"ivars": v.ptr, "count": n, "status": _status_arg(status, n, fn), "cmp": _cmp(cmp, fn),
@@ -488,14 +493,8 @@ def wait_until_all_vector(ivars: Any, cmp: Any, values: Any, *, status: Any = No
     """Like :func:`wait_until_all` with one comparison value per element (device array ``values``)."""
     fn = "wait_until_all_vector"
     _state.require("wait_until_all_vector()")
-    v = _describe(ivars, fn, "ivars")
-    c = _describe(values, fn, "values")
-    _contiguous(v, fn, "ivars")
-    _contiguous(c, fn, "values")
-    _same_dtype(fn, v, "ivars", c, "values")
-    n = _count(nelems, v.size, fn)
-    _fits(fn, n, f"nelems={n}", v, "ivars")
-    _fits(fn, n, f"nelems={n}", c, "values")
+    v, c = _pair(fn, ivars, "ivars", values, "values")
+    n = _count_in(fn, nelems, v.size, (v, "ivars"), (c, "values"))
     check_symmetric(v, fn, "ivars", nbytes=n * v.itemsize)
     check_valid_local(c, fn, "values")
     r = _resolve(fn, "wait_until_all_vector_on_stream", v, "ivars", untyped=False)
@@ -561,24 +560,13 @@ def sync_all(stream: Any = None) -> None:
 # --------------------------------------------------------------------------- collectives
 
 
-def _coll_arrays(fn: str, dst: Any, src: Any) -> tuple[ArrayInfo, ArrayInfo]:
-    d = _describe(dst, fn, "dst")
-    s = _describe(src, fn, "src")
-    _contiguous(d, fn, "dst")
-    _contiguous(s, fn, "src")
-    _same_dtype(fn, d, "dst", s, "src")
-    return d, s
-
-
 def broadcast(team: Any, dst: Any, src: Any, root: int, *, nelems: int | None = None, stream: Any = None) -> None:
     """Copy ``src`` of the team's PE ``root`` into ``dst`` on every PE of ``team`` (collective)."""
     fn = "broadcast"
     _state.require("broadcast()")
     t = _team(team, fn)
-    d, s = _coll_arrays(fn, dst, src)
-    n = _count(nelems, s.size, fn)
-    _fits(fn, n, f"nelems={n}", s, "src")
-    _fits(fn, n, f"nelems={n}", d, "dst")
+    d, s = _pair(fn, dst, "dst", src, "src")
+    n = _count_in(fn, nelems, s.size, (s, "src"), (d, "dst"))
     size = _team_size(t)
     r_ = _int(root, fn, "root")
     if not 0 <= r_ < size:
@@ -595,10 +583,9 @@ def fcollect(team: Any, dst: Any, src: Any, *, nelems: int | None = None, stream
     fn = "fcollect"
     _state.require("fcollect()")
     t = _team(team, fn)
-    d, s = _coll_arrays(fn, dst, src)
-    n = _count(nelems, s.size, fn)
+    d, s = _pair(fn, dst, "dst", src, "src")
+    n = _count_in(fn, nelems, s.size, (s, "src"))
     size = _team_size(t)
-    _fits(fn, n, f"nelems={n}", s, "src")
     _fits(fn, n, f"nelems={n} from each of {size} PEs", d, "dst", need=n * size)
     check_symmetric(d, fn, "dst", nbytes=n * size * d.itemsize)
     check_symmetric(s, fn, "src", nbytes=n * s.itemsize)
@@ -615,7 +602,7 @@ def alltoall(team: Any, dst: Any, src: Any, *, nelems: int | None = None, stream
     fn = "alltoall"
     _state.require("alltoall()")
     t = _team(team, fn)
-    d, s = _coll_arrays(fn, dst, src)
+    d, s = _pair(fn, dst, "dst", src, "src")
     size = _team_size(t)
     if nelems is None:
         if s.size % size:
@@ -650,10 +637,8 @@ def reduce(team: Any, dst: Any, src: Any, op: str = "sum", *, nreduce: int | Non
     _state.require("reduce()")
     name = _reduce_op(op, fn)
     t = _team(team, fn)
-    d, s = _coll_arrays(fn, dst, src)
-    n = _count(nreduce, s.size, fn, "nreduce")
-    _fits(fn, n, f"nreduce={n}", s, "src")
-    _fits(fn, n, f"nreduce={n}", d, "dst")
+    d, s = _pair(fn, dst, "dst", src, "src")
+    n = _count_in(fn, nreduce, s.size, (s, "src"), (d, "dst"), arg="nreduce")
     check_symmetric(d, fn, "dst", nbytes=n * d.itemsize)
     check_symmetric(s, fn, "src", nbytes=n * s.itemsize)
     api, handle = _api_for(f"{name}_reduce", stream)
@@ -671,10 +656,9 @@ def reducescatter(team: Any, dst: Any, src: Any, op: str = "sum", *, nreduce: in
     _state.require("reducescatter()")
     name = _reduce_op(op, fn)
     t = _team(team, fn)
-    d, s = _coll_arrays(fn, dst, src)
+    d, s = _pair(fn, dst, "dst", src, "src")
     size = _team_size(t)
-    n = _count(nreduce, d.size, fn, "nreduce")
-    _fits(fn, n, f"nreduce={n}", d, "dst")
+    n = _count_in(fn, nreduce, d.size, (d, "dst"), arg="nreduce")
     _fits(fn, n, f"nreduce={n} for each of {size} PEs", s, "src", need=n * size)
     check_symmetric(d, fn, "dst", nbytes=n * d.itemsize)
     check_symmetric(s, fn, "src", nbytes=n * size * s.itemsize)
