@@ -138,6 +138,7 @@ def test_a_kernel_linked_with_provisional_objects_stays_out_of_cutes_file_cache(
     k = nv.compile(_host, *_args(), arch="sm_90a", no_cache=True)  # compiled again: not the fixture's
     assert hashlib.sha256(k.linked_cubin).digest() in _link._provisional_cubins
     assert not dump(k, "linked-provisional")
+    assert not _link._holds_provisional(object())  # not a module: CuTe's own dump goes ahead
 
 
 def test_none_inlines_everything():
