@@ -5,19 +5,55 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 
 import llvmlite.binding as llvm
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
+#: The highest PTX ISA (x10) LLVM's NVPTX backend writes, by LLVM major version (llvmlite >= 0.50:
+#: LLVM 22, PTX 9.0); a newer LLVM is asked (:func:`max_ptx_isa`).
+_MAX_PTX = {22: 90}
+
 
 @functools.lru_cache(maxsize=None)
 def target_machine(cpu: str, features: str, opt: int):
-    """The NVPTX target machine for ``cpu`` (``sm_90a`` ...) and ``features`` (``+ptx85`` ...)."""
+    """The NVPTX target machine for ``cpu`` (``sm_90a`` ...) and ``features`` (``+ptx85`` ...; its
+    PTX ISA at most what this LLVM writes: :func:`ptx_features`)."""
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(TRIPLE)
-    return target.create_target_machine(cpu=cpu, features=features, opt=opt)
+    return target.create_target_machine(cpu=cpu, features=ptx_features(features), opt=opt)
+
+
+def ptx_features(features: str) -> str:
+    """LLVM ``features`` (``+ptx94`` ...) with the PTX ISA lowered to what this LLVM writes
+    (:func:`max_ptx_isa`).  One it does not know it ignores, with a warning on stderr, and writes the
+    SM's default instead (8.0 for sm_90), below what NVSHMEM's code needs (``fence.acquire``: 8.6);
+    Triton 3.9 with CUDA 13 and CuTe's cu13 build ask for 9.4.  Code for the lower ISA is valid under
+    the higher one, which a front-end may write in its ``.version`` after."""
+    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max_ptx_isa(int(m.group(1)))}", features)
+
+
+@functools.lru_cache(maxsize=None)
+def max_ptx_isa(wanted: int) -> int:
+    """``wanted`` (a PTX ISA x10), or the highest below it that this LLVM writes."""
+    known = _MAX_PTX.get(llvm.llvm_version_info[0])
+    if known is not None:
+        return min(wanted, known)
+    for isa in range(wanted, 60, -1):  # a newer LLVM: the first ISA it writes as asked
+        if _writes(isa):
+            return isa
+    return wanted
+
+
+def _writes(isa: int) -> bool:
+    """Whether this LLVM's NVPTX backend writes ``.version`` ``isa`` when asked for it."""
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    tm = llvm.Target.from_triple(TRIPLE).create_target_machine(cpu="sm_90", features=f"+ptx{isa}")
+    asm = tm.emit_assembly(llvm.parse_assembly(f'target triple = "{TRIPLE}"\ndefine void @f() {{ ret void }}'))
+    return f".version {isa // 10}.{isa % 10}\n" in asm
 
 
 def shape(t) -> str:

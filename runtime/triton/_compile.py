@@ -377,10 +377,13 @@ def _target_machine(cpu: str, features: str, short_ptr: bool):
     """An NVPTX target machine; ``short_ptr``: 32-bit shared/local pointers, as Triton's
     ``nvptx-short-ptr`` (LLVM reads that option when the machine is made; it is set for the
     moment, under llvmlite's lock, so nothing else in the process sees it)."""
+    from ..linker._llvm import ptx_features
+
     llvm = _llvm()
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(TRIPLE)
+    features = ptx_features(features)  # llvmlite's LLVM may know fewer PTX ISAs than Triton's
     if not short_ptr:
         return target.create_target_machine(cpu=cpu, features=features, opt=3)
     with _llvm_lock():
