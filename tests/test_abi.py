@@ -123,10 +123,14 @@ def test_supported_needs_cuda_13_ptxas_and_driver(monkeypatch):
 
 
 def test_objects_features_and_keys_follow_the_count(monkeypatch):
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import link, outline
 
+    monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 95)  # CUDA 13.5's
     monkeypatch.setenv(abi.ENV, "off")
     assert outline.object_features("+ptx85") == "+ptx85"
+    monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 88)  # CUDA 12.9's, under a kernel of CUDA 13's
+    assert outline.object_features("+ptx94") == "+ptx88"
+    monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 95)
     off = outline._object_path("nvshmem_int_sum_reduce", Path(__file__), "sm_90a", "+ptx85", 64)
     monkeypatch.setenv(abi.ENV, "2")
     assert outline.object_features("+ptx85") == "+ptx90"

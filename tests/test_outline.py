@@ -240,6 +240,23 @@ def test_object_declares_the_device_state():
     assert not re.search(r"^\.(visible|weak) [^\n]*\bnvshmemi_\w+_d\b", ptx, re.M)
 
 
+def test_a_kernel_of_a_newer_ptx_isa_than_llvmlite_writes_gets_objects_ptxas_reads(objects_dir, capfd):
+    """Triton 3.9 with CUDA 13 and CuTe's cu13 build write PTX 9.4, which llvmlite's LLVM 22 does not
+    know: the objects are written for the highest ISA it does (not its default for the SM, 8.0, which
+    NVSHMEM's fences are above), with no warning, and ptxas builds them."""
+    from nvshmem_dsl.linker import _llvm, link
+
+    top = _llvm.max_ptx_isa(200)
+    assert _llvm.ptx_features("+ptx200") == f"+ptx{top}" and _llvm.ptx_features("+ptx85") == "+ptx85"
+    assert top >= 90 and _llvm._writes(top)
+    newer = f"+ptx{top + 4}"
+    ptx = outline.object_ptx(["nvshmem_sync_all"], 90, "sm_90", outline.object_features(newer))
+    assert outline.ptx_isa(ptx) == min(top, link.ptxas_ptx_isa())  # what LLVM writes and ptxas reads
+    assert "not a recognized feature" not in capfd.readouterr().err
+    paths = outline.objects(["nvshmem_sync_all"], 90, "sm_90", newer)
+    assert paths and all(p.exists() for p in paths)
+
+
 def test_kernel_register_limit_caps_the_objects(objects_dir):
     """A kernel compiled with max_registers=32 links objects built with that cap."""
     paths = outline.objects(["nvshmem_sync_all"], 90, "sm_90", "+ptx85", max_registers=32)

@@ -381,10 +381,13 @@ def prepare_calls(ptx: str) -> str:
 def object_features(features: str) -> str:
     """The LLVM features of the objects for a kernel of ``features`` (``+ptx85``): the same, with
     a PTX ISA of at least :data:`nvshmem_dsl.linker.abi.MIN_PTX` where the objects preserve
-    registers (``.abi_preserve`` is PTX 9.0)."""
-    if abi.preserve() is None:
-        return features
-    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(int(m.group(1)), abi.MIN_PTX)}", features)
+    registers (``.abi_preserve`` is PTX 9.0), and at most what their ptxas reads (a DSL's own
+    compiler may write a newer one: Triton 3.9 and CuTe built for CUDA 13 write 9.4)."""
+    from .link import ptxas_ptx_isa
+
+    least = abi.MIN_PTX if abi.preserve() is not None else 0
+    most = ptxas_ptx_isa() or 10 ** 6
+    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(min(int(m.group(1)), most), least)}", features)
 
 def predicted_helper_calls(text: str) -> frozenset:
     """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
