@@ -18,8 +18,15 @@ _MAX_PTX = {22: 90}
 
 @functools.lru_cache(maxsize=None)
 def target_machine(cpu: str, features: str, opt: int):
-    """The NVPTX target machine for ``cpu`` (``sm_90a`` ...) and ``features`` (``+ptx85`` ...; its
-    PTX ISA at most what this LLVM writes: :func:`ptx_features`)."""
+    """The NVPTX target machine for ``cpu`` (``sm_90a`` ...) and ``features`` (``+ptx85`` ...),
+    cached (:func:`new_target_machine`)."""
+    return new_target_machine(cpu, features, opt)
+
+
+def new_target_machine(cpu: str, features: str, opt: int):
+    """A new NVPTX target machine for ``cpu`` and ``features``, its PTX ISA at most what this LLVM
+    writes (:func:`ptx_features`); for a caller that sets LLVM options around its making (Triton's
+    short pointers)."""
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(TRIPLE)

@@ -162,7 +162,7 @@ def explain() -> str:
     major = _ptxas_major(path) if path else None
     missing = _missing()
     if missing:
-        return "CUDA default ABI, collectives up to 1.24x slower than C++'s: " + ", ".join(missing) + "; " + _REMEDY
+        return f"CUDA default ABI, {_COST}: " + ", ".join(missing) + "; " + _REMEDY
     isa = link.nvjitlink_ptx_isa()
     if isa is not None and isa < MIN_PTX:
         return (f"preserve {PRESERVE} registers (ptxas {major} at {path}; it compiles the kernels that call them, "
@@ -170,6 +170,8 @@ def explain() -> str:
     return f"preserve {PRESERVE} registers (ptxas {major})"
 
 
+#: What CUDA's default ABI costs NVSHMEM's out-of-line collectives (BENCHMARKS.md, h200-abi-preserve.txt).
+_COST = "collectives up to 1.24x slower than C++'s"
 _REMEDY = ("with a CUDA 13 driver install nvshmem-dsl[cu13], or beside cu12 a CUDA 13 ptxas "
            "(a CUDA 13 toolkit, or pip install 'nvidia-cuda-nvcc>=13,<14')")
 _advised = False
@@ -178,17 +180,20 @@ _advised = False
 def advise() -> None:
     """Warn once a process where a CUDA 13 driver would run objects preserving registers but the
     ptxas found is older (the ``cu12`` wheels alone), so that they keep CUDA's default ABI under
-    ``auto`` (collectives up to 1.24x slower than C++'s): the remedy is an install away.  Nothing
-    where ``$NVSHMEM_DSL_ABI_PRESERVE`` is set, without a driver or with a CUDA 12 one."""
+    ``auto`` (:data:`_COST`): the remedy is an install away.  Nothing where
+    ``$NVSHMEM_DSL_ABI_PRESERVE`` is set, without a driver or with a CUDA 12 one.  Checked once a
+    process (the first link of objects), as the toolchain does not change within one."""
     global _advised
-    if _advised or os.environ.get(ENV, "").strip() or (driver_major() or 0) < 13 or supported():
+    if _advised:
         return
     _advised = True
+    if os.environ.get(ENV, "").strip() or (driver_major() or 0) < 13 or supported():
+        return
     import warnings
 
     warnings.warn(f"nvshmem-dsl: NVSHMEM's out-of-line collectives keep CUDA's default calling convention "
-                  f"({', '.join(_missing())}), up to 1.24x slower than C++'s; {_REMEDY} "
-                  f"({ENV}=off silences this)", RuntimeWarning, stacklevel=3)
+                  f"({', '.join(_missing())}), {_COST}; {_REMEDY} ({ENV}=off silences this)",
+                  RuntimeWarning, stacklevel=3)
 
 
 def supported() -> bool:

@@ -377,19 +377,15 @@ def _target_machine(cpu: str, features: str, short_ptr: bool):
     """An NVPTX target machine; ``short_ptr``: 32-bit shared/local pointers, as Triton's
     ``nvptx-short-ptr`` (LLVM reads that option when the machine is made; it is set for the
     moment, under llvmlite's lock, so nothing else in the process sees it)."""
-    from ..linker._llvm import ptx_features
+    from ..linker._llvm import new_target_machine  # its PTX ISA what llvmlite's LLVM writes
 
-    llvm = _llvm()
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    target = llvm.Target.from_triple(TRIPLE)
-    features = ptx_features(features)  # llvmlite's LLVM may know fewer PTX ISAs than Triton's
     if not short_ptr:
-        return target.create_target_machine(cpu=cpu, features=features, opt=3)
+        return new_target_machine(cpu, features, 3)
+    llvm = _llvm()
     with _llvm_lock():
         llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=true")
         try:
-            return target.create_target_machine(cpu=cpu, features=features, opt=3)
+            return new_target_machine(cpu, features, 3)
         finally:
             llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=false")
 
@@ -404,7 +400,7 @@ def _triton_target(options, capability: int) -> tuple[str, str, int]:
     try:
         features = nvc.get_features(options, cap_llvm)
     except TypeError:  # older signature
-        features = f"+ptx{min(ptx, 90)}"
+        features = f"+ptx{ptx}"  # (lowered to what llvmlite's LLVM writes where the machine is made)
     return cpu, features, ptx
 
 
