@@ -6,7 +6,9 @@ Loaded lazily, once.  Accessors: :func:`table` (the whole parsed file),
 kind: "signed", "unsigned", "float"), :func:`role_text` (what a parameter is, for
 messages), :func:`pointee` (bits and kind of what a C pointer points to), :func:`element_mismatch`
 (why a data argument's element type does not fit a chosen C function, for the DSLs' errors),
-:func:`element_of` (the element type a device function moves, in a DSL's names).
+:func:`element_of` (the element type a device function moves, in a DSL's names),
+:func:`c_signature` (a device function's C prototype, the docstring of its raw form) and
+:func:`lazy_c_module` (a DSL's ``c`` module, its raw forms made on first use).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from importlib import resources
 
 __all__ = ["table", "dtypes", "device_ops", "host_ops", "scalar_kind", "role_text", "pointee", "element_mismatch",
-           "element_of"]
+           "element_of", "c_signature", "dtype_free_symbol", "lazy_c_module"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,6 +43,39 @@ def device_ops() -> dict:
 def host_ops() -> dict:
     """Host C symbol -> op table entry."""
     return {op["symbol"]: op for op in table()["host"]}
+
+
+def c_signature(symbol: str) -> str:
+    """The C prototype of device function ``symbol``: ``int nvshmem_int_g(const int * src, int pe)``."""
+    op = device_ops()[symbol]
+    return f"{op['ret']['ctype']} {symbol}(" + ", ".join(f"{p['ctype']} {p['name']}" for p in op["params"]) + ")"
+
+
+@functools.lru_cache(maxsize=None)
+def dtype_free_symbol(api: str) -> str:
+    """The device function of DSL function ``api`` that takes no element type (``ptr`` ->
+    ``nvshmem_ptr``), for the DSLs' peer and multicast views."""
+    for sym, op in device_ops().items():
+        if op["api"] == api and op["dtype"] is None:
+            return sym
+    raise LookupError(f"no device function for {api!r} in the op table")
+
+
+def lazy_c_module(namespace: dict, c_function) -> tuple:
+    """``(__getattr__, __dir__)`` for a DSL's ``c`` module whose ``namespace`` (its ``globals()``)
+    gets each device function's raw form, ``c_function(symbol)``, on first use (CuTe's and
+    Triton's: a raw form is made when a kernel is traced, not at import)."""
+
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        fn = namespace[name] = c_function(name)
+        return fn
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(device_ops()))
+
+    return __getattr__, __dir__
 
 
 @functools.lru_cache(maxsize=None)

@@ -992,15 +992,17 @@ def test_describe_torch_like():
 
 
 def _dlpack_capsule(ptr, shape, code, bits, device_type=2):
+    from nvshmem_dsl.host import _dlpack
+
     class Managed(ctypes.Structure):
-        _fields_ = [("tensor", _arrays._DLTensor), ("ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+        _fields_ = [("tensor", _dlpack.DLTensor), ("ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
 
     shape_arr = (ctypes.c_int64 * len(shape))(*shape)
     m = Managed()
     m.tensor.data = ptr
-    m.tensor.device = _arrays._DLDevice(device_type, 0)
+    m.tensor.device = _dlpack.DLDevice(device_type, 0)
     m.tensor.ndim = len(shape)
-    m.tensor.dtype = _arrays._DLDataType(code, bits, 1)
+    m.tensor.dtype = _dlpack.DLDataType(code, bits, 1)
     m.tensor.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
     new = ctypes.pythonapi.PyCapsule_New
     new.restype = ctypes.py_object
@@ -1017,6 +1019,25 @@ def test_describe_dlpack():
     capsule, keep2 = _dlpack_capsule(0x3000, (4,), 2, 32, device_type=1)  # on the CPU
     with pytest.raises(nv.NvshmemTypeError, match="not on a CUDA device"):
         _arrays.describe(types.SimpleNamespace(__dlpack__=lambda: capsule))
+    capsule, keep3 = _dlpack_capsule(0x3000, (4,), 3, 32)  # kDLOpaqueHandle: no dtype of ours
+    with pytest.raises(nv.NvshmemTypeError, match="unsupported DLPack dtype"):
+        _arrays.describe(types.SimpleNamespace(__dlpack__=lambda: capsule))
+
+
+@pytest.mark.parametrize("dtype,itemsize", [("float32", 4), ("bfloat16", 2), ("bool", 1), ("uint8", 1),
+                                            ("int64", 8), ("complex64", 8), ("float16", 2)])
+def test_dlpack_view_is_read_back_as_written(dtype, itemsize):
+    """What core's DLPack exporter writes (torch's peer tensors) is what the host's reader reads:
+    one ABI and one table of element types between them."""
+    from nvshmem_dsl.core.interop._dlpack import DLPackView
+
+    view = DLPackView(0x4000, (3, 2), (1, 3), dtype, device_id=0)
+    assert view.__dlpack_device__() == (2, 0)
+    info = _arrays.describe(view)
+    assert (info.ptr, info.shape, info.dtype, info.itemsize) == (0x4000, (3, 2), dtype, itemsize)
+    assert info.strides == (itemsize, 3 * itemsize)  # elements written, bytes read
+    with pytest.raises(TypeError, match="no DLPack type for dtype 'V4'"):
+        DLPackView(0x4000, (1,), None, "V4", device_id=0).__dlpack__()
 
 
 # --------------------------------------------------------------------------- teams

@@ -176,6 +176,9 @@ def test_every_c_symbol_is_reachable():
     assert set(c.__all__) == set(_optable.device_ops())
     for symbol in _optable.device_ops():
         assert getattr(c, symbol) is not None
+    # documented by the C prototype, as CuTe's and Triton's raw forms are (_optable.c_signature)
+    assert c.nvshmem_putmem.__doc__ == "void nvshmem_putmem(void * dst, const void * src, size_t nelems, int pe)"
+    assert c.nvshmem_int_atomic_fetch_add.__doc__ == "int nvshmem_int_atomic_fetch_add(int * target, int value, int pe)"
 
 
 def test_bfloat16_by_c_name():

@@ -453,11 +453,6 @@ def make_api(api: str, dispatch: dict, doc: str = ""):
     return fn
 
 
-def device_symbols() -> list[str]:
-    """Every device C symbol of the op table (the names of ``nvshmem_dsl.cute.c``)."""
-    return list(_optable.device_ops())
-
-
 @functools.lru_cache(maxsize=None)
 def c_function(symbol: str):
     """The raw C-named function: arguments exactly as the C function takes them.
@@ -476,21 +471,11 @@ def c_function(symbol: str):
 
     fn.__name__ = fn.__qualname__ = symbol
     fn.__module__ = "nvshmem_dsl.cute.c"
-    op = form.op
-    fn.__doc__ = (f"{op['ret']['ctype']} {symbol}("
-                  + ", ".join(f"{p['ctype']} {p['name']}" for p in op["params"]) + ")")
+    fn.__doc__ = _optable.c_signature(symbol)
     return fn
 
 
 # ---------------------------------------------------------- peer / multicast
-
-
-@functools.lru_cache(maxsize=None)
-def _dtype_free_symbol(api: str) -> str:
-    for sym, op in _optable.device_ops().items():
-        if op["api"] == api and op["dtype"] is None:
-            return sym
-    raise LookupError(f"no device function for {api!r} in the op table")
 
 
 def _tensor_at(t: Any, raw_ptr: Any) -> Any:
@@ -519,7 +504,7 @@ def peer_tensor(t: Any, pe: Any) -> Any:
         _fail("peer_tensor", f"argument 't' must be a tensor, got {_type_name(t)}")
     if not _is_scalar(pe):
         _fail("peer_tensor", f"argument 'pe' must be a scalar (PE number), got {_type_name(pe)}")
-    form = _form(_dtype_free_symbol("ptr"))
+    form = _form(_optable.dtype_free_symbol("ptr"))
     raw = form.extern(*_lower("peer_tensor", form, _match("peer_tensor", form, (t, pe), True),
                               (t, pe)))
     return _tensor_at(t, raw)
@@ -537,7 +522,7 @@ def mc_tensor(team: Any, t: Any) -> Any:
         _fail("mc_tensor", f"argument 't' must be a tensor, got {_type_name(t)}")
     if not _is_scalar(team):
         _fail("mc_tensor", f"argument 'team' must be a scalar (team handle), got {_type_name(team)}")
-    form = _form(_dtype_free_symbol("mc_ptr"))
+    form = _form(_optable.dtype_free_symbol("mc_ptr"))
     raw = form.extern(*_lower("mc_tensor", form, _match("mc_tensor", form, (team, t), True),
                               (team, t)))
     return _tensor_at(t, raw)

@@ -10,20 +10,7 @@ use (:func:`nvshmem_dsl.cute._calls.c_function`); the mem forms
 
 from __future__ import annotations
 
-from typing import Any
+from .._optable import lazy_c_module
+from ._calls import c_function
 
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from ._calls import c_function
-
-    fn = c_function(name)
-    globals()[name] = fn
-    return fn
-
-
-def __dir__() -> list[str]:
-    from ._calls import device_symbols
-
-    return sorted(set(globals()) | set(device_symbols()))
+__getattr__, __dir__ = lazy_c_module(globals(), c_function)

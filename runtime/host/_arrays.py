@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NvshmemArgumentError, NvshmemTypeError
+from . import _dlpack
 
 __all__ = ["ArrayInfo", "describe", "dtype_name", "library_of", "itemsize_of"]
 
@@ -217,30 +218,6 @@ def _describe_cai(cai: dict, obj: Any, lib: str, where: str) -> ArrayInfo:
 # DLPack (v0.x "dltensor" capsules) -----------------------------------------
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-_DL_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
-_DL_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
-
-
 def _describe_dlpack(obj: Any, where: str) -> ArrayInfo:
     try:
         capsule = obj.__dlpack__()
@@ -253,14 +230,13 @@ def _describe_dlpack(obj: Any, where: str) -> ArrayInfo:
         address = get(capsule, b"dltensor")
     except ValueError:
         raise NvshmemTypeError(f"{where}gave a DLPack capsule of an unsupported version") from None
-    t = _DLTensor.from_address(address)  # DLManagedTensor starts with its DLTensor
-    if t.device.device_type not in _DL_CUDA:
+    t = _dlpack.DLTensor.from_address(address)  # DLManagedTensor starts with its DLTensor
+    if t.device.device_type not in _dlpack.CUDA_DEVICE_TYPES:
         raise NvshmemTypeError(f"{where}is not on a CUDA device (DLPack device type {t.device.device_type})")
-    code = _DL_CODES.get(t.dtype.code)
-    if code is None or t.dtype.lanes != 1:
-        raise NvshmemTypeError(f"{where}has an unsupported DLPack dtype (code {t.dtype.code})")
     bits = t.dtype.bits
-    name = {"bool": "bool", "bfloat": "bfloat16"}.get(code, f"{code}{bits}")
+    name = _dlpack.dtype_name(t.dtype.code, bits)
+    if name is None or t.dtype.lanes != 1:
+        raise NvshmemTypeError(f"{where}has an unsupported DLPack dtype (code {t.dtype.code})")
     itemsize = max(1, bits // 8)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = None

@@ -327,4 +327,7 @@ def c_function(symbol: str):
 
     typer.__name__ = symbol
     typer.__qualname__ = symbol
-    return intrinsic(typer)
+    typer.__doc__ = _optable.c_signature(symbol)
+    fn = intrinsic(typer)
+    fn.__doc__ = typer.__doc__
+    return fn

@@ -48,7 +48,7 @@ def peer(typingctx, x, pe):
 
     def codegen(context, builder, sig, args):
         pe32 = context.cast(builder, args[1], sig.args[1], types.int32)
-        return _view(context, builder, sig.args[0], args[0], "nvshmem_ptr", 0, pe32)
+        return _view(context, builder, sig.args[0], args[0], _optable.dtype_free_symbol("ptr"), 0, pe32)
     return x(x, pe), codegen
 
 
@@ -61,7 +61,7 @@ def multicast(typingctx, team, x):
 
     def codegen(context, builder, sig, args):
         team32 = context.cast(builder, args[0], sig.args[0], types.int32)
-        return _view(context, builder, sig.args[1], args[1], "nvshmemx_mc_ptr", 1, team32)
+        return _view(context, builder, sig.args[1], args[1], _optable.dtype_free_symbol("mc_ptr"), 1, team32)
     return x(team, x), codegen
 
 

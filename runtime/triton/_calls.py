@@ -46,7 +46,7 @@ from typing import Any, Optional
 from .. import _optable
 from ..errors import NvshmemTypeError
 
-__all__ = ["make_api", "c_function", "peer", "multicast", "device_symbols", "NvshmemTypeError",
+__all__ = ["make_api", "c_function", "peer", "multicast", "NvshmemTypeError",
            "SHIM_PREFIX", "PURE_FAMILIES", "form"]
 
 #: Prefix of the externs a Triton kernel declares: ``__nvshmem_dsl_tt_<C symbol>`` (the
@@ -370,11 +370,6 @@ def make_api(api: str, dispatch: dict, doc: str = ""):
     return out
 
 
-def device_symbols() -> list[str]:
-    """Every device C symbol of the op table (the names of ``nvshmem_dsl.triton.c``)."""
-    return list(_optable.device_ops())
-
-
 @functools.lru_cache(maxsize=None)
 def c_function(symbol: str):
     """The raw C-named function: arguments exactly as the C function takes them.
@@ -391,9 +386,7 @@ def c_function(symbol: str):
         return _call(name, f, args, True, _semantic)
 
     fn.__name__ = fn.__qualname__ = symbol
-    op = f.op
-    fn.__doc__ = (f"{op['ret']['ctype']} {symbol}("
-                  + ", ".join(f"{p['ctype']} {p['name']}" for p in op["params"]) + ")")
+    fn.__doc__ = _optable.c_signature(symbol)
     out = _builtin(fn)
     out.__module__ = "nvshmem_dsl.triton.c"
     return out
@@ -402,21 +395,13 @@ def c_function(symbol: str):
 # ---------------------------------------------------------- peer / multicast
 
 
-@functools.lru_cache(maxsize=None)
-def _dtype_free_symbol(api: str) -> str:
-    for sym, op in _optable.device_ops().items():
-        if op["api"] == api and op["dtype"] is None:
-            return sym
-    raise LookupError(f"no device function for {api!r} in the op table")
-
-
 def peer(ptr, pe, _semantic=None):
     """The address of the symmetric pointer ``ptr`` on PE ``pe``, for direct loads and stores
     (``nvshmem_ptr``): a pointer with ``ptr``'s element type, usable by ``tl.load`` and
     ``tl.store`` (with offsets: ``peer(x, pe) + tl.arange(0, BLOCK)``); null when ``pe``
     cannot be reached by load/store (test ``peer(x, pe).to(tl.int64) != 0``).  Every thread
     of the program makes the call."""
-    f = form(_dtype_free_symbol("ptr"))
+    f = form(_optable.dtype_free_symbol("ptr"))
     if not _is_pointer(_unwrap(ptr)):
         _fail("peer", f"argument 'ptr' must be a pointer, got {_type_name(ptr)}")
     return _call("peer", f, (ptr, pe), False, _semantic)
@@ -426,7 +411,7 @@ def multicast(team, ptr, _semantic=None):
     """The multicast address of the symmetric pointer ``ptr`` for ``team``
     (``nvshmemx_mc_ptr``): a pointer with ``ptr``'s element type; stores through it go to every
     PE of the team.  Null when the team has no multicast object (no NVLink SHARP)."""
-    f = form(_dtype_free_symbol("mc_ptr"))
+    f = form(_optable.dtype_free_symbol("mc_ptr"))
     if not _is_pointer(_unwrap(ptr)):
         _fail("multicast", f"argument 'ptr' must be a pointer, got {_type_name(ptr)}")
     return _call("multicast", f, (team, ptr), False, _semantic)

@@ -29,3 +29,13 @@ RENAMED = {"signal_wait": "signal_wait_until", "sync": "team_sync", "sync_block"
            "sync_warp": "team_sync_warp"}
 #: reduction operators the collectives take as a string
 REDUCE_OPS = ("sum", "prod", "min", "max", "and", "or", "xor")
+#: the collectives that move data: wrappers in each DSL's ``collective`` module (the others are
+#: nvshmem_dsl's functions, :func:`reexport`)
+DATA_COLLECTIVES = frozenset({"reduce", "reducescatter", "fcollect", "broadcast", "alltoall"})
+
+
+def reexport(namespace: dict, api, names) -> None:
+    """Bind each NVSHMEM4Py name of ``names`` in ``namespace`` (a submodule's ``globals()``) to the
+    device API ``api``'s function (:data:`RENAMED`'s name where they differ)."""
+    for name in names:
+        namespace[name] = getattr(api, RENAMED.get(name, name))

@@ -13,59 +13,19 @@ import ctypes
 import threading
 from typing import Any
 
+from ...host._dlpack import KDL_CUDA, Deleter, DLDataType, DLDevice, DLManagedTensor, DLTensor, dtype_code
+
 __all__ = ["DLPackView"]
-
-_KDL_CUDA = 2
-_CODES = {"int": 0, "uint": 1, "float": 2, "bfloat": 4, "bool": 6}
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
 
 _lock = threading.Lock()
 _alive: dict[int, tuple] = {}  # address of a DLManagedTensor -> what it points into (until deleted)
 
 
-@_Deleter
+@Deleter
 def _delete(managed) -> None:
     if managed:
         with _lock:
             _alive.pop(ctypes.addressof(managed.contents), None)
-
-
-def _dtype(name: str) -> tuple[int, int]:
-    if name == "bool":
-        return _CODES["bool"], 8
-    if name == "bfloat16":
-        return _CODES["bfloat"], 16
-    for prefix in ("uint", "int", "float"):
-        if name.startswith(prefix) and name[len(prefix):].isdigit():
-            return _CODES[prefix], int(name[len(prefix):])
-    raise TypeError(f"no DLPack type for dtype {name!r}")
 
 
 class DLPackView:
@@ -78,16 +38,16 @@ class DLPackView:
         self.device_id, self.owner = int(device_id), owner
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (_KDL_CUDA, self.device_id)
+        return (KDL_CUDA, self.device_id)
 
     def __dlpack__(self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
-        code, bits = _dtype(self.dtype)
+        code, bits = dtype_code(self.dtype)
         shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
         strides = None if self.strides is None else (ctypes.c_int64 * len(self.strides))(*self.strides)
-        managed = _DLManagedTensor()
-        managed.dl_tensor = _DLTensor(
-            ctypes.c_void_p(self.ptr), _DLDevice(_KDL_CUDA, self.device_id), len(self.shape),
-            _DLDataType(code, bits, 1), ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+        managed = DLManagedTensor()
+        managed.dl_tensor = DLTensor(
+            ctypes.c_void_p(self.ptr), DLDevice(KDL_CUDA, self.device_id), len(self.shape),
+            DLDataType(code, bits, 1), ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
             None if strides is None else ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)), 0)
         managed.manager_ctx = None
         managed.deleter = _delete

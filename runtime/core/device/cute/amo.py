@@ -3,10 +3,8 @@ same names and arguments (``atomic_fetch_add(dst, value, pe)`` returns a CuTe sc
 
 import nvshmem_dsl.cute as _nv
 
-from .. import AMO
+from .. import AMO, reexport
 
 __all__ = list(AMO)
 
-for _name in __all__:
-    globals()[_name] = getattr(_nv, _name)
-del _name
+reexport(globals(), _nv, __all__)

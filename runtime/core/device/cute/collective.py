@@ -11,16 +11,11 @@ nvshmem_dsl's typed ones: ``reduce(team, dst, src, op)`` (``op`` a string: "sum"
 import nvshmem_dsl.cute as _nv
 
 from ...nvshmem_types import NvshmemInvalid
-from .. import COLLECTIVE, REDUCE_OPS, RENAMED
+from .. import COLLECTIVE, DATA_COLLECTIVES, REDUCE_OPS, reexport
 
 __all__ = list(COLLECTIVE)
 
-_DATA = {"reduce", "reducescatter", "fcollect", "broadcast", "alltoall"}
-
-for _name in __all__:
-    if _name.split("_")[0] not in _DATA:
-        globals()[_name] = getattr(_nv, RENAMED.get(_name, _name))
-del _name
+reexport(globals(), _nv, [n for n in __all__ if n.split("_")[0] not in DATA_COLLECTIVES])
 
 
 def _size(t):

@@ -8,10 +8,8 @@ nvshmem_dsl's ``signal_wait_until``; the rest are nvshmem_dsl's functions of the
 import nvshmem_dsl.cute as _nv
 from nvshmem_dsl._generated.constants import SmemAmount
 
-from .. import DIRECT, RENAMED
+from .. import DIRECT, reexport
 
 __all__ = ["SmemAmount", "ask_smem", "give_smem", "release_smem", *DIRECT]
 
-for _name in __all__[1:]:
-    globals()[_name] = getattr(_nv, RENAMED.get(_name, _name))
-del _name
+reexport(globals(), _nv, __all__[1:])

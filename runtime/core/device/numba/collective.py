@@ -21,16 +21,11 @@ from numba.cuda.extending import _intrinsic
 
 import nvshmem_dsl.numba as _nv
 
-from .. import COLLECTIVE, REDUCE_OPS, RENAMED
+from .. import COLLECTIVE, DATA_COLLECTIVES, REDUCE_OPS, reexport
 
 __all__ = list(COLLECTIVE)
 
-_DATA = {"reduce", "reducescatter", "fcollect", "broadcast", "alltoall"}
-
-for _name in __all__:
-    if _name.split("_")[0] not in _DATA:
-        globals()[_name] = getattr(_nv, RENAMED.get(_name, _name))
-del _name
+reexport(globals(), _nv, [n for n in __all__ if n.split("_")[0] not in DATA_COLLECTIVES])
 
 
 def _fail(name: str, msg: str):
@@ -110,7 +105,7 @@ def _delegate(name: str, scope: str):
     return fn
 
 
-for _name in _DATA:
+for _name in DATA_COLLECTIVES:
     for _scope in ("", "block", "warp"):
         globals()[f"{_name}_{_scope}" if _scope else _name] = _delegate(_name, _scope)
 del _name, _scope

@@ -6,10 +6,8 @@ nvshmem_dsl's ``signal_wait_until``; the rest are nvshmem_dsl's functions of the
 
 import nvshmem_dsl.numba as _nv
 
-from .. import DIRECT, RENAMED
+from .. import DIRECT, reexport
 
 __all__ = list(DIRECT)
 
-for _name in __all__:
-    globals()[_name] = getattr(_nv, RENAMED.get(_name, _name))
-del _name
+reexport(globals(), _nv, __all__)

@@ -4,10 +4,8 @@ which take NVSHMEM4Py's arguments (``put(dst, src, pe)``, ``p(dst, value, pe)``,
 
 import nvshmem_dsl.numba as _nv
 
-from .. import RMA
+from .. import RMA, reexport
 
 __all__ = list(RMA)
 
-for _name in __all__:
-    globals()[_name] = getattr(_nv, _name)
-del _name
+reexport(globals(), _nv, __all__)
