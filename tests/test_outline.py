@@ -276,6 +276,25 @@ def test_kernel_register_limit_caps_the_objects(objects_dir):
     assert all(time.time() - path.stat().st_mtime < 600 for path in paths)
 
 
+def test_a_failing_ptxas_leaves_no_object_and_names_the_function(objects_dir, monkeypatch, tmp_path):
+    """ptxas failing on an object: an error naming the function and the way around it (inlining), and
+    nothing left in the objects' folder (no object, calls list or temporary file for a later link)."""
+    text = outline.object_ir(["nvshmem_sync_all"], 90)
+    fake = tmp_path / "bin" / "ptxas"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'ptxas fatal : Unresolved extern function nope' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(outline, "ptxas", lambda: str(fake))
+    monkeypatch.setattr(outline, "_ptxas_options", lambda: ())
+    with pytest.raises(outline.PtxasError, match="Unresolved extern function nope"):
+        outline.assemble(".version 8.5", "sm_90")
+    path = objects_dir / "nvshmem_sync_all-test.cubin"
+    with pytest.raises(RuntimeError, match=r"ptxas failed on NVSHMEM's nvshmem_sync_all for sm_90 \(NVSHMEM_DSL_OUTLINE=none"
+                                           r"[^)]*\):\nptxas fatal : Unresolved extern function nope"):
+        outline._build("nvshmem_sync_all", 90, None, "sm_90", "+ptx85", 64, path, text=text)
+    assert [p.name for p in objects_dir.iterdir() if p.is_file() and p.suffix != ".lock"] == []
+
+
 def test_extern_calls():
     ptx = (".extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(\n"
            ".extern .func nvshmem_barrier_all\n()\n.extern .func vprintf(\n"

@@ -108,9 +108,6 @@ def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> b
     the nvJitLink ``options`` (``-O3``, ``-lineinfo``, ``-maxrregcount=N``, ``-Xptxas=...``), for an
     nvJitLink that does not read its PTX ISA (:func:`nvjitlink_reads`): nvJitLink of CUDA 12 links
     CUDA 13 ptxas's objects (checked: tests/test_link_ptxas.py)."""
-    import subprocess
-    import tempfile
-
     if outline.ptxas() is None:
         raise NvshmemLinkError(f"{what}: its PTX ISA is newer than nvJitLink reads and no ptxas was found to "
                                "compile it (install a CUDA toolkit, or nvshmem-dsl[cu13])")
@@ -120,17 +117,10 @@ def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> b
             args.append(opt[len("-Xptxas="):])
         elif _PTXAS_OPTIONS.match(opt):
             args.append(opt)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(src, "wb") as fh:
-            fh.write(ptx)
-        done = subprocess.run([outline.ptxas(), "-c", f"-arch={arch}", *args, src, "-o", out],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise NvshmemLinkError(f"ptxas ({outline.ptxas()}) failed to compile {what} for {arch}:\n"
-                                   f"{done.stderr[-3000:]}")
-        with open(out, "rb") as fh:
-            return fh.read()
+    try:
+        return outline.assemble(ptx, arch, args)
+    except outline.PtxasError as e:
+        raise NvshmemLinkError(f"ptxas ({outline.ptxas()}) failed to compile {what} for {arch}:\n{e}") from None
 
 
 def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint: str = "") -> bytes:

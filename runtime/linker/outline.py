@@ -40,7 +40,8 @@ DSL can link the same objects.
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
 :func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`specialised_name`,
-:func:`split_specialised`, :func:`provisional`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`, :func:`cubin_info`;
+:func:`split_specialised`, :func:`provisional`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
+:func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
@@ -69,7 +70,7 @@ from .. import _optable
 from . import abi, code_env, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
-__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "cubin_info", "extern_calls",
+__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
            "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
@@ -747,20 +748,47 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            src, out, listed = Path(tmp, "o.ptx"), Path(tmp, "o.cubin"), Path(tmp, "o.calls")
-            src.write_text(ptx)
-            listed.write_text("".join(f"{n}\n" for n in sorted(calls)))
-            cmd = [ptxas(), "-c", f"-arch={cpu}", "-O3", f"-maxrregcount={cap}", *_ptxas_options(),
-                   str(src), "-o", str(out)]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
-                                   f"instead):\n{done.stderr[-3000:]}")
-            os.chmod(out, 0o600)
-            os.replace(listed, path.with_suffix(".calls"))  # before the object: its calls are known
-            os.replace(out, path)
+        try:
+            cubin = assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *_ptxas_options()))
+        except PtxasError as e:
+            raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
+                               f"instead):\n{e}") from None
+        _write_atomically(path.with_suffix(".calls"), "".join(f"{n}\n" for n in sorted(calls)).encode())
+        _write_atomically(path, cubin)  # after its calls: an object's calls are known once it is there
         return True
+
+
+class PtxasError(RuntimeError):
+    """ptxas failed; the message is the end of what it printed."""
+
+
+def assemble(ptx, arch: str, options=()) -> bytes:
+    """The relocatable cubin ``ptxas -c -arch=<arch> <options>`` (:func:`ptxas`) makes of PTX ``ptx``
+    (text or bytes), compiled in a temporary folder; :class:`PtxasError` when it fails.  The one
+    place that runs ptxas on PTX: NVSHMEM's objects (:func:`_build`) and kernels whose PTX
+    nvJitLink does not read (:func:`nvshmem_dsl.linker.link.ptxas_object`)."""
+    with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-ptxas-") as tmp:
+        src, out = Path(tmp, "in.ptx"), Path(tmp, "out.cubin")
+        src.write_bytes(ptx.encode() if isinstance(ptx, str) else ptx)
+        done = subprocess.run([ptxas(), "-c", f"-arch={arch}", *options, str(src), "-o", str(out)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise PtxasError(done.stderr[-3000:])
+        return out.read_bytes()
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` (mode 0600), written beside it and renamed: a reader sees all or nothing."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
