@@ -306,19 +306,47 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     from nvshmem_dsl.linker import outline
 
     monkeypatch.delenv(outline.OPT_ENV, raising=False)
-    assert outline.opt_level() == "light"
+    assert outline.opt_level() == "auto"
+    # auto: the thread-scope API functions' objects at O3 (specialised names too), the rest light
+    assert outline.O3_SCOPES == {"thread"}
+    assert outline.opt_level("nvshmem_float_broadcast") == "o3"
+    assert outline.opt_level("nvshmem_barrier_all") == "o3"
+    assert outline.opt_level("nvshmem_float_broadcast$p0_0") == "o3"
+    assert outline.opt_level("nvshmemx_float_broadcast_warp") == "light"
+    assert outline.opt_level("nvshmemx_int_sum_reduce_block") == "light"
+    assert outline.opt_level("_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEv") == "light"  # a helper
+    for forced in outline.OPT_LEVELS:
+        monkeypatch.setenv(outline.OPT_ENV, forced)
+        assert {outline.opt_level(n) for n in ("nvshmem_float_broadcast", "nvshmemx_int_sum_reduce_block")} == {forced}
     monkeypatch.setenv(outline.OPT_ENV, "fast")
-    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast'"):
+    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, light, o3"):
         outline.opt_level()
     if outline.ptxas() is None:
         pytest.skip("no ptxas")
     bc = Path(__file__)  # any file: the key reads its size and mtime
     monkeypatch.setattr(outline.store_file, "_cache_key", lambda path: "k")
-    paths = set()
-    for how in outline.OPT_LEVELS:
+
+    def path(name, how):
         monkeypatch.setenv(outline.OPT_ENV, how)
-        paths.add(outline._object_path("nvshmem_int_sum_reduce", bc, "sm_90a", "+ptx85", 64))
-    assert len(paths) == len(outline.OPT_LEVELS)
+        return outline._object_path(name, bc, "sm_90a", "+ptx85", 64)
+
+    assert path("nvshmem_int_sum_reduce", "light") != path("nvshmem_int_sum_reduce", "o3")
+    assert path("nvshmem_int_sum_reduce", "auto") == path("nvshmem_int_sum_reduce", "o3")
+    assert path("nvshmemx_int_sum_reduce_warp", "auto") == path("nvshmemx_int_sum_reduce_warp", "light")
+
+
+def test_auto_builds_thread_scope_objects_at_o3(monkeypatch):
+    """What ``auto`` emits: a thread-scope function's object as ``o3`` does, a warp-scope one's as
+    ``light`` (PTX compared but for LLVM's call-sequence numbers, which count on in a process)."""
+    from nvshmem_dsl.linker import outline
+
+    def ptx(name, how):
+        monkeypatch.setenv(outline.OPT_ENV, how)
+        return re.sub(r"callseq \d+", "callseq", outline.object_ptx([name], 90, "sm_90", "+ptx85"))
+
+    thread, warp = "nvshmem_barrier_all", "nvshmemx_barrier_all_warp"
+    assert ptx(thread, "auto") == ptx(thread, "o3") != ptx(thread, "light")
+    assert ptx(warp, "auto") == ptx(warp, "light") != ptx(warp, "o3")
 
 
 @pytest.mark.parametrize("directives, max_registers, cap", [

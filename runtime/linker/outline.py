@@ -80,9 +80,18 @@ MODES = ("auto", "none", "all")
 
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
 #: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
-#: optimised it) or ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
-#: code gets it).  Part of each object's cache key.
+#: optimised it), ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
+#: code gets it) or ``auto`` (the default: :data:`O3_SCOPES`).  Part of each object's cache key.
 OPT_ENV = code_env.OUTLINE_OPT
+
+#: Scopes whose API functions' objects ``auto`` builds at ``o3`` (the rest, and NVSHMEM's helpers,
+#: ``light``).  Measured with the objects preserving 2 registers (1 x H200, NVSHMEM 3.8, C++ in each
+#: run, two runs: tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt): at thread scope O3 is as
+#: fast or faster (broadcast 1.04-1.05 -> 0.99-1.00x of C++ in Numba, 1.10 -> 1.05-1.06x in Triton;
+#: barrier up to 0.08x less), at warp scope mixed (Numba's broadcast 0.94-1.03 -> 1.02-1.09x), at
+#: block scope within the runs' spread; O3 costs an object's LLVM step about 2x (a broadcast's 0.66
+#: -> 1.23 s on the CPU machine), once.
+O3_SCOPES = frozenset({"thread"})
 
 #: The criterion's threshold: an NVSHMEM function whose own body has at least this many
 #: instructions is linked out of line (between the largest small operation, 477, and the smallest
@@ -480,12 +489,17 @@ def _objects_dir() -> Path:
     return folder
 
 
-def opt_level() -> str:
-    """How the objects are optimised: ``$NVSHMEM_DSL_OUTLINE_OPT`` (see :data:`OPT_ENV`)."""
-    how = os.environ.get(OPT_ENV, "").strip().lower() or "light"
-    if how not in OPT_LEVELS:
-        raise ValueError(f"{OPT_ENV}={how!r}: choose one of {', '.join(OPT_LEVELS)}")
-    return how
+def opt_level(name: str | None = None) -> str:
+    """How the object of NVSHMEM function ``name`` (maybe specialised) is optimised, one of
+    :data:`~nvshmem_dsl.linker.object_llvm.OPT_LEVELS`: ``$NVSHMEM_DSL_OUTLINE_OPT`` where it names
+    one, else by the function's scope (:data:`O3_SCOPES`; ``name`` None: ``auto`` itself)."""
+    how = os.environ.get(OPT_ENV, "").strip().lower() or "auto"
+    if how not in (*OPT_LEVELS, "auto"):
+        raise ValueError(f"{OPT_ENV}={how!r}: choose one of auto, {', '.join(OPT_LEVELS)}")
+    if how != "auto" or name is None:
+        return how
+    op = _optable.device_ops().get(split_specialised(name)[0])
+    return "o3" if op is not None and op["scope"] in O3_SCOPES else "light"
 
 
 def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, split: str | None = None) -> Path:
@@ -494,7 +508,7 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, sp
     st = os.stat(ptxas())
     split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(), split, abi.preserve()]
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(name), split, abi.preserve()]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
@@ -813,8 +827,10 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
     ops = _optable.device_ops()
     if text is None:
         text = object_ir(names, arch, bc_path, helpers_out)
+    opts = {opt_level(n) for n in names}
+    opt = "o3" if "o3" in opts else "light"  # one object of several functions: the most any asks
     return object_workers.emit(
-        text=text, names=list(names), cpu=cpu, features=features, opt=opt_level(),
+        text=text, names=list(names), cpu=cpu, features=features, opt=opt,
         split_loops=_split(names, arch, bc_path) if split is None else split,
         types={n: ops[n]["llvm_type"] for n in names if n in ops})
 
