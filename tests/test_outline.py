@@ -308,12 +308,15 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     monkeypatch.delenv(outline.OPT_ENV, raising=False)
     assert outline.opt_level() == "auto"
     # auto: the thread-scope API functions' objects at O3 (specialised names too), the rest light
-    assert outline.O3_SCOPES == {"thread"}
+    assert outline.O3_SCOPES == {"thread"} and outline.LIGHT_FAMILIES == {"reduce", "reducescatter"}
     assert outline.opt_level("nvshmem_float_broadcast") == "o3"
     assert outline.opt_level("nvshmem_barrier_all") == "o3"
     assert outline.opt_level("nvshmem_float_broadcast$p0_0") == "o3"
     assert outline.opt_level("nvshmemx_float_broadcast_warp") == "light"
     assert outline.opt_level("nvshmemx_int_sum_reduce_block") == "light"
+    assert outline.opt_level("nvshmem_int_sum_reduce") == "light"  # a reduction: light at thread scope too
+    assert outline.opt_level("nvshmem_float_sum_reducescatter") == "light"
+    assert outline.opt_level("nvshmem_float_fcollect") == outline.opt_level("nvshmem_float_alltoall") == "o3"
     assert outline.opt_level("_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEv") == "light"  # a helper
     for forced in outline.OPT_LEVELS:
         monkeypatch.setenv(outline.OPT_ENV, forced)
@@ -331,8 +334,8 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
         return outline._object_path(name, bc, "sm_90a", "+ptx85", 64)
 
     assert path("nvshmem_int_sum_reduce", "light") != path("nvshmem_int_sum_reduce", "o3")
-    assert path("nvshmem_int_sum_reduce", "auto") == path("nvshmem_int_sum_reduce", "o3")
-    assert path("nvshmemx_int_sum_reduce_warp", "auto") == path("nvshmemx_int_sum_reduce_warp", "light")
+    assert path("nvshmem_float_broadcast", "auto") == path("nvshmem_float_broadcast", "o3")
+    assert path("nvshmem_int_sum_reduce", "auto") == path("nvshmem_int_sum_reduce", "light")
 
 
 def test_auto_builds_thread_scope_objects_at_o3(monkeypatch):

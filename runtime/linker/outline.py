@@ -81,17 +81,23 @@ MODES = ("auto", "none", "all")
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
 #: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
 #: optimised it), ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
-#: code gets it) or ``auto`` (the default: :data:`O3_SCOPES`).  Part of each object's cache key.
+#: code gets it) or ``auto`` (the default: :data:`O3_SCOPES`, :data:`LIGHT_FAMILIES`).  Part of each object's cache key.
 OPT_ENV = code_env.OUTLINE_OPT
 
-#: Scopes whose API functions' objects ``auto`` builds at ``o3`` (the rest, and NVSHMEM's helpers,
-#: ``light``).  Measured with the objects preserving 2 registers (1 x H200, NVSHMEM 3.8, C++ in each
-#: run, two runs: tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt): at thread scope O3 is as
-#: fast or faster (broadcast 1.04-1.05 -> 0.99-1.00x of C++ in Numba, 1.10 -> 1.05-1.06x in Triton;
-#: barrier up to 0.08x less), at warp scope mixed (Numba's broadcast 0.94-1.03 -> 1.02-1.09x), at
-#: block scope within the runs' spread; O3 costs an object's LLVM step about 2x (a broadcast's 0.66
-#: -> 1.23 s on the CPU machine), once.
+#: Scopes whose API functions' objects ``auto`` builds at ``o3``, but for the families of
+#: :data:`LIGHT_FAMILIES` (the rest, and NVSHMEM's helpers, ``light``).  Measured with the objects
+#: preserving 2 registers (1 x H200, NVSHMEM 3.8, C++ in each run, three runs:
+#: tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt): at thread scope O3 is as fast or faster
+#: (broadcast 1.04-1.07 -> 0.99-1.01x of C++ in Numba, 1.02 -> 0.98x in CuTe; barrier up to 0.08x
+#: less), at warp scope mixed (Numba's broadcast 0.94-1.03 -> 1.02-1.09x), at block scope within the
+#: runs' spread.  O3 costs an object's LLVM step about 2x (a broadcast's 0.66 -> 1.23 s on the CPU
+#: machine), once.
 O3_SCOPES = frozenset({"thread"})
+#: Families kept ``light`` at every scope: the reductions, which O3 did not make faster at thread
+#: scope either (0.89-0.92x of C++ both ways) and cost most to build at O3 (an object per operator
+#: and type, each LLVM step 0.28 -> 0.67 s: the Numba GPU suite's nine thread-scope reductions took
+#: 10 s more, 71 -> 90 s in all, same record).
+LIGHT_FAMILIES = frozenset({"reduce", "reducescatter"})
 
 #: The criterion's threshold: an NVSHMEM function whose own body has at least this many
 #: instructions is linked out of line (between the largest small operation, 477, and the smallest
@@ -492,14 +498,16 @@ def _objects_dir() -> Path:
 def opt_level(name: str | None = None) -> str:
     """How the object of NVSHMEM function ``name`` (maybe specialised) is optimised, one of
     :data:`~nvshmem_dsl.linker.object_llvm.OPT_LEVELS`: ``$NVSHMEM_DSL_OUTLINE_OPT`` where it names
-    one, else by the function's scope (:data:`O3_SCOPES`; ``name`` None: ``auto`` itself)."""
+    one, else by the function's scope and family (:data:`O3_SCOPES`, :data:`LIGHT_FAMILIES`; ``name``
+    None: ``auto`` itself)."""
     how = os.environ.get(OPT_ENV, "").strip().lower() or "auto"
     if how not in (*OPT_LEVELS, "auto"):
         raise ValueError(f"{OPT_ENV}={how!r}: choose one of auto, {', '.join(OPT_LEVELS)}")
     if how != "auto" or name is None:
         return how
     op = _optable.device_ops().get(split_specialised(name)[0])
-    return "o3" if op is not None and op["scope"] in O3_SCOPES else "light"
+    o3 = op is not None and op["scope"] in O3_SCOPES and op["family"] not in LIGHT_FAMILIES
+    return "o3" if o3 else "light"
 
 
 def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, split: str | None = None) -> Path:
