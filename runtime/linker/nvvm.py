@@ -9,11 +9,10 @@ import json
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 from . import rewrites
-from .store_file import KERNELS_FOLDER, _cache_key, _file_lock, cache_dir, mark_used
+from .store_file import KERNELS_FOLDER, _cache_key, _file_lock, cache_dir, mark_used, write_atomically
 
 _SECTION = re.compile(r' section "\.text\.[^"]*"')
 _DATA_LAYOUT = re.compile(r'^target datalayout = "[^"]*"$', re.M)
@@ -70,16 +69,8 @@ def nvvm_bitcode(bc_path) -> Path:
         if sections == 0 and changes == 0:
             same.touch(mode=0o600)
             return bc_path
-        _write(copy, llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode())
+        write_atomically(copy, llvm.parse_assembly(text, context=llvm.create_context()).as_bitcode())
         return copy
-
-
-def _write(path: Path, data: bytes) -> None:
-    """``path`` holding ``data``, written whole or not at all (others read it without a lock)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _digest(ident: list) -> str:
@@ -176,8 +167,8 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
 
             calls = {"helpers": sorted(f.name for f in mod.functions if f.is_declaration and outline.is_helper(f.name)),
                      "predicted": sorted(outline.predicted_helper_calls(text))}
-        _write(_calls_path(path), json.dumps(calls).encode())  # before the bitcode: read once it is there
-        _write(path, mod.as_bitcode())
+        write_atomically(_calls_path(path), json.dumps(calls).encode())  # before the bitcode: read once it is there
+        write_atomically(path, mod.as_bitcode())
         return path
 
 

@@ -775,8 +775,8 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
         except PtxasError as e:
             raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
                                f"instead):\n{e}") from None
-        _write_atomically(path.with_suffix(".calls"), "".join(f"{n}\n" for n in sorted(calls)).encode())
-        _write_atomically(path, cubin)  # after its calls: an object's calls are known once it is there
+        store_file.write_atomically(path.with_suffix(".calls"), "".join(f"{n}\n" for n in sorted(calls)).encode())
+        store_file.write_atomically(path, cubin)  # after its calls: an object's calls are known once it is there
         return True
 
 
@@ -797,20 +797,6 @@ def assemble(ptx, arch: str, options=()) -> bytes:
         if done.returncode != 0:
             raise PtxasError(done.stderr[-3000:])
         return out.read_bytes()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` (mode 0600), written beside it and renamed: a reader sees all or nothing."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:

@@ -130,6 +130,23 @@ def store_path(bc_path=None, arch=90) -> Path:
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     return _store_file(bc_path, _cache_key(bc_path))
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """``path`` holding ``data`` (mode 0600), written beside it and renamed: a reader, which takes no
+    lock, sees all of it or none (the cache's files: objects, their calls lists, kernel bitcode)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _write_store(out: Path, index: dict, blob) -> None:
     raw = json.dumps(index, separators=(",", ":")).encode()
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")

@@ -14,3 +14,4 @@ from .._optable import lazy_c_module
 from ._calls import c_function
 
 __getattr__, __dir__ = lazy_c_module(globals(), c_function)
+del lazy_c_module, c_function
