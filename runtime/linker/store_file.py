@@ -130,13 +130,18 @@ def store_path(bc_path=None, arch=90) -> Path:
     bc_path = Path(bc_path) if bc_path else _default_bitcode(arch)
     return _store_file(bc_path, _cache_key(bc_path))
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """``path`` holding ``data`` (mode 0600), written beside it and renamed: a reader, which takes no
-    lock, sees all of it or none (the cache's files: objects, their calls lists, kernel bitcode)."""
+def write_atomically(path: Path, *chunks, sync: bool = False) -> None:
+    """``path`` holding ``chunks`` (bytes-like, one after the other; mode 0600), written beside it and
+    renamed: a reader, which takes no lock, sees all of it or none (the cache's files: the store,
+    objects and their calls lists, kernel bitcode).  ``sync``: on the disk before the rename."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in chunks:
+                fh.write(chunk)
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
@@ -149,23 +154,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def _write_store(out: Path, index: dict, blob) -> None:
     raw = json.dumps(index, separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_MAGIC)
-            fh.write(_HEAD.pack(hashlib.sha256(raw).digest(), len(raw)))
-            fh.write(raw)
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(out, _MAGIC, _HEAD.pack(hashlib.sha256(raw).digest(), len(raw)), raw, blob, sync=True)
 
 
 # Worker processes run `python -S -c _WORKER_MAIN ...`: this file loaded by
