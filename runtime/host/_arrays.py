@@ -234,7 +234,7 @@ def _describe_dlpack(obj: Any, where: str) -> ArrayInfo:
     if t.device.device_type not in _dlpack.CUDA_DEVICE_TYPES:
         raise NvshmemTypeError(f"{where}is not on a CUDA device (DLPack device type {t.device.device_type})")
     bits = t.dtype.bits
-    name = _dlpack.dtype_name(t.dtype.code, bits)
+    name = _dlpack.from_dlpack_type(t.dtype.code, bits)
     if name is None or t.dtype.lanes != 1:
         raise NvshmemTypeError(f"{where}has an unsupported DLPack dtype (code {t.dtype.code})")
     itemsize = max(1, bits // 8)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 
 __all__ = ["DLDataType", "DLDevice", "Deleter", "DLManagedTensor", "DLTensor", "KDL_CUDA", "CUDA_DEVICE_TYPES",
-           "dtype_code", "dtype_name"]
+           "to_dlpack_type", "from_dlpack_type"]
 
 KDL_CUDA = 2  #: kDLCUDA
 CUDA_DEVICE_TYPES = (KDL_CUDA, 13)  #: kDLCUDA, kDLCUDAManaged
@@ -49,7 +49,7 @@ Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", Deleter)]
 
 
-def dtype_code(name: str) -> tuple[int, int]:
+def to_dlpack_type(name: str) -> tuple[int, int]:
     """``(type code, bits)`` of dtype ``name`` (``float32``, ``bfloat16``, ``bool`` ...); TypeError
     for one DLPack has no type for."""
     prefix, bits = _WHOLE.get(name, (None, None))
@@ -61,7 +61,7 @@ def dtype_code(name: str) -> tuple[int, int]:
     raise TypeError(f"no DLPack type for dtype {name!r}")
 
 
-def dtype_name(code: int, bits: int) -> str | None:
+def from_dlpack_type(code: int, bits: int) -> str | None:
     """The dtype name of DLPack type ``code`` of ``bits`` bits (None: a code this does not know)."""
     prefix = _PREFIXES.get(code)
     if prefix is None:

@@ -13,7 +13,7 @@ import ctypes
 import threading
 from typing import Any
 
-from ...host._dlpack import KDL_CUDA, Deleter, DLDataType, DLDevice, DLManagedTensor, DLTensor, dtype_code
+from ...host._dlpack import KDL_CUDA, Deleter, DLDataType, DLDevice, DLManagedTensor, DLTensor, to_dlpack_type
 
 __all__ = ["DLPackView"]
 
@@ -41,7 +41,7 @@ class DLPackView:
         return (KDL_CUDA, self.device_id)
 
     def __dlpack__(self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
-        code, bits = dtype_code(self.dtype)
+        code, bits = to_dlpack_type(self.dtype)
         shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
         strides = None if self.strides is None else (ctypes.c_int64 * len(self.strides))(*self.strides)
         managed = DLManagedTensor()
