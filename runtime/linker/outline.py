@@ -86,17 +86,18 @@ OPT_ENV = code_env.OUTLINE_OPT
 
 #: Scopes whose API functions' objects ``auto`` builds at ``o3``, but for the families of
 #: :data:`LIGHT_FAMILIES` (the rest, and NVSHMEM's helpers, ``light``).  Measured with the objects
-#: preserving 2 registers (1 x H200, NVSHMEM 3.8, C++ in each run, three runs:
+#: preserving 2 registers (1 x H200, NVSHMEM 3.8, C++ in each run, four runs on three hosts:
 #: tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt): at thread scope O3 is as fast or faster
-#: (broadcast 1.04-1.07 -> 0.99-1.01x of C++ in Numba, 1.02 -> 0.98x in CuTe; barrier up to 0.08x
+#: (broadcast 1.04-1.07 -> 0.99-1.03x of C++ in Numba, 1.02 -> 0.98x in CuTe; barrier up to 0.08x
 #: less), at warp scope mixed (Numba's broadcast 0.94-1.03 -> 1.02-1.09x), at block scope within the
-#: runs' spread.  O3 costs an object's LLVM step about 2x (a broadcast's 0.66 -> 1.23 s on the CPU
-#: machine), once.
+#: runs' spread.  O3 costs an object's LLVM step about 2x (a broadcast's 0.67 -> 1.25 s on the CPU
+#: machine, bench/results/object-opt-cpu-2026-11-25.txt), once.
 O3_SCOPES = frozenset({"thread"})
 #: Families kept ``light`` at every scope: the reductions, which O3 did not make faster at thread
 #: scope either (0.89-0.92x of C++ both ways) and cost most to build at O3 (an object per operator
-#: and type, each LLVM step 0.28 -> 0.67 s: the Numba GPU suite's nine thread-scope reductions took
-#: 10 s more, 71 -> 90 s in all, same record).
+#: and type, each LLVM step 0.29 -> 0.69 s, same CPU record: on the GPU host the Numba suite's twelve
+#: thread-scope collective tests took 22.8 -> 33.2 s with them at O3, most of it the nine reductions,
+#: same GPU record).
 LIGHT_FAMILIES = frozenset({"reduce", "reducescatter"})
 
 #: The criterion's threshold: an NVSHMEM function whose own body has at least this many
