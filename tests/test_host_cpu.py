@@ -1209,3 +1209,19 @@ def test_layer_imported_after_init_gets_the_hooks():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "True False"
+
+
+def test_exit_without_finalize_names_the_pe(monkeypatch, capsys):
+    """The message at exit names this PE (read before finalizing resets it)."""
+    from nvshmem_dsl.host import _init, _state
+
+    def finalize(report):
+        _state.STATE.initialized, _state.STATE.my_pe = False, -1
+        return ""
+
+    monkeypatch.setattr(_init, "_finalize_locked", finalize)
+    with _state.fake(n_pes=4, my_pe=3):
+        _state.STATE.fake = False  # as a real run: fake() restores the state when the block ends
+        _init._atexit()
+    assert not _state.STATE.initialized and not _state.STATE.fake
+    assert "nvshmem_dsl: PE 3: finalize() was not called; finalized at exit" in capsys.readouterr().err

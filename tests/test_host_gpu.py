@@ -809,7 +809,7 @@ def test_exit_without_finalize(pe):
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "READY 1" in proc.stdout
-    assert "finalize() was not called; finalized at exit" in proc.stderr
+    assert "PE 0: finalize() was not called; finalized at exit" in proc.stderr
     assert "1 symmetric allocation(s), 1024 bytes" in proc.stderr
     proc = _child("""
         import nvshmem_dsl as nv

@@ -398,10 +398,11 @@ def _atexit() -> None:
             "skipping the collective NVSHMEM finalize (the other PEs may never reach it)\n"
         )
         return
+    me = s.my_pe  # finalizing resets it
     try:
         with _state.lock:
             report = _finalize_locked(report=True)
-        msg = f"nvshmem_dsl: PE {s.my_pe}: finalize() was not called; finalized at exit"
+        msg = f"nvshmem_dsl: PE {me}: finalize() was not called; finalized at exit"
         if report:
             msg += ".\n" + report
         sys.stderr.write(msg + "\n")

@@ -17,7 +17,9 @@ synchronises PEs is autotuned with ``triton.autotune(..., do_bench=nv.do_bench()
 every config alike on every PE and keeps one config for all: :mod:`._autotune`): kernels
 that call NVSHMEM are linked with the NVSHMEM device code they call, inlined
 (:mod:`nvshmem_dsl.triton._compile`), and each loaded kernel module is initialised for NVSHMEM
-before its first launch once :func:`nvshmem_dsl.init` has run.
+before its first launch once :func:`nvshmem_dsl.init` has run. Kernels launched from functions
+that ``torch.compile`` compiles work too (:mod:`._inductor`: what PyTorch's Inductor needs to see
+of NVSHMEM calls).
 
 The device functions are generated from the spec (``nvshmem_dsl._dispatch.table``); each
 dispatches on the element type of its first pointer argument; the calling conventions are those

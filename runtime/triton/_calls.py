@@ -45,6 +45,7 @@ from typing import Any, Optional
 
 from .. import _optable
 from ..errors import NvshmemTypeError
+from . import _inductor
 
 __all__ = ["make_api", "c_function", "peer", "multicast", "NvshmemTypeError",
            "SHIM_PREFIX", "PURE_FAMILIES", "form"]
@@ -295,6 +296,9 @@ def _call(api: str, f: _Form, args: tuple, raw: bool, sem) -> Any:
         _check_dtypes(api, f, args)
     values = [_value(a, t, sem) for a, t in zip(args, f.arg_types)]
     result = _extern(f, values, sem)
+    if not f.pure and _inductor.analysing():  # torch.compile: the tensors this call may write
+        _inductor.declare_writes([_unwrap(a) for p, a in zip(f.params, args)
+                                  if _is_pointer_param(p) and _is_pointer(_unwrap(a))], sem)
     if f.void:
         return None
     if f.ret_ptr:

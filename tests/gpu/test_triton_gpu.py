@@ -244,6 +244,44 @@ def test_a_kernel_from_tritons_disk_cache_is_initialised():
         _free(src, dst)
 
 
+def _compilable():
+    try:
+        import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401 - torch.compile of Triton kernels
+    except ImportError as e:
+        pytest.skip(f"torch {torch.__version__} does not compile Triton kernels: {e}")
+
+
+def test_torch_compile_launches_a_kernel_whose_only_writes_are_nvshmem_calls():
+    """Inductor keeps a launch only where it sees the kernel write a tensor, and copies the kernel's
+    source into a module of its own (nvshmem_dsl.triton._inductor): the put arrives, and a get's
+    result is read after the get by the compiled function."""
+    _compilable()
+    n = 1000
+    src, dst = _sym(S.data(S.me(), n)), _sym(S.poison(n))
+
+    def put(dst, src, pe):
+        K.k_put_compiled[(1,)](dst, src, n, pe, num_warps=4)
+
+    def get_twice(dst, src, pe):
+        K.k_get_compiled[(1,)](dst, src, n, pe, num_warps=4)
+        return dst * 2
+
+    try:
+        ARRAYS.sync()
+        torch.compile(put, fullgraph=True)(dst, src, S.peer())
+        ARRAYS.sync()
+        S._eq(ARRAYS.host(dst), S.data(S.left(), n), "put_block under torch.compile", S.me())
+        dst.copy_(torch.from_numpy(S.poison(n)))
+        ARRAYS.sync()
+        twice = torch.compile(get_twice, fullgraph=True)(dst, src, S.peer())
+        ARRAYS.sync()
+        S._eq(ARRAYS.host(dst), S.data(S.peer(), n), "get_block under torch.compile", S.me())
+        S._eq(twice.cpu().numpy(), 2 * S.data(S.peer(), n), "what the compiled function read after the get",
+              S.me())
+    finally:
+        _free(src, dst)
+
+
 def test_no_leaks_after_the_triton_suite():
     S.assert_no_leaks(ARRAYS)
 

@@ -366,6 +366,18 @@ def k_put_from_cache(dst, src, n, pe):
     nv.put_block(dst, src, n, pe)
 
 
+@triton.jit
+def k_put_compiled(dst, src, n, pe):
+    """Launched from a function torch.compile compiles: its only writes are NVSHMEM calls."""
+    nv.put_block(dst, src, n, pe)
+
+
+@triton.jit
+def k_get_compiled(dst, src, n, pe):
+    """The same, its result read by the compiled function after it."""
+    nv.get_block(dst, src, n, pe)
+
+
 def launch(shape, b, pe, npes, team=0):
     """(kernel, grid, num_warps, args) of `shape` on arrays `b` (shapes.Bufs) towards PE `pe`."""
     k, s = shape.kind, SCOPE[shape.scope]
