@@ -5,6 +5,8 @@ and function names (the GPU test, tests/gpu/test_triton_gpu.py, runs the real to
 * Inductor's analysis (``generate_ttir`` of torch._higher_order_ops.triton_kernel_wrap) gets a
   TTIR in which every pointer an NVSHMEM call takes is stored to, but the pure queries'; the
   kernel compiled outside the analysis has no such store.
+* A kernel autotuned with nv.do_bench() (PEs launching each config alike) gets a warning: Inductor
+  tunes with its own timing.
 * The source Inductor copies of a kernel imports the nvshmem_dsl modules and functions the
   kernel and the Triton functions it calls name.
 """
@@ -52,7 +54,7 @@ def k_unqualified(dst, src, n, pe):
     nv.c.nvshmem_quiet()
 
 
-def _ttir(kernel, sig) -> str:
+def _ttir(kernel, sig, constexprs=None) -> str:
     """The kernel through Triton's front end, as Inductor's analysis runs it."""
     from triton._C.libtriton import ir
 
@@ -61,7 +63,7 @@ def _ttir(kernel, sig) -> str:
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    src = ASTSource(fn=kernel, signature=sig, constexprs={})
+    src = ASTSource(fn=kernel, signature=sig, constexprs=constexprs or {})
     return str(src.make_ir(TARGET, options, backend.get_codegen_implementation(options),
                            backend.get_module_map(), context))
 
@@ -70,7 +72,11 @@ def _ttir(kernel, sig) -> str:
 def inductor_analysis(monkeypatch):
     """A stand-in for Inductor's analysis module: its ``generate_ttir`` runs :func:`_ttir`."""
     mod = types.ModuleType(_inductor.ANALYSIS_MODULE)
-    code = "def generate_ttir(kernel, sig):\n    return _ttir(kernel, sig)\n"
+    code = ("from triton.runtime.autotuner import Autotuner\n"
+            "def generate_ttir(kernel, sig, constexprs=None):\n"
+            "    return _ttir(kernel.fn if isinstance(kernel, Autotuner) else kernel, sig, constexprs)\n"
+            "def identify_mutated_tensors(kernel, sig, constexprs=None):\n"
+            "    return generate_ttir(kernel, sig, constexprs)\n")
     exec(compile(code, "<inductor stand-in>", "exec"), mod.__dict__)
     mod._ttir = _ttir
     monkeypatch.setitem(sys.modules, _inductor.ANALYSIS_MODULE, mod)
@@ -145,3 +151,25 @@ def test_install_wraps_inductors_copy_once(monkeypatch):
 def test_install_without_torch_does_nothing(monkeypatch):
     monkeypatch.setitem(sys.modules, _inductor.WRAPPER_MODULE, None)  # import fails
     assert _inductor.install() is False
+
+
+@triton.autotune(configs=[triton.Config({"B": 1}), triton.Config({"B": 2})], key=["n"], do_bench=nv.do_bench())
+@triton.jit
+def k_team_tuned(dst, src, n, pe, B: tl.constexpr):
+    nv.fcollect_block(nv.TEAM_WORLD, dst, src, n)
+
+
+@triton.autotune(configs=[triton.Config({"B": 1}), triton.Config({"B": 2})], key=["n"])
+@triton.jit
+def k_tuned(dst, src, n, pe, B: tl.constexpr):
+    nv.put_block(dst, src, n, pe)
+
+
+def test_a_kernel_tuned_with_nv_do_bench_is_warned_about_once(inductor_analysis, recwarn):
+    sig, consts = {**SIG_PUT, "B": "constexpr"}, {"B": 1}
+    inductor_analysis.identify_mutated_tensors(k_tuned, sig, consts)
+    assert not [w for w in recwarn if "nvshmem_dsl" in str(w.message)]
+    for _ in range(2):
+        inductor_analysis.identify_mutated_tensors(k_team_tuned, sig, consts)
+    ours = [str(w.message) for w in recwarn if "nvshmem_dsl" in str(w.message)]
+    assert len(ours) == 1 and "k_team_tuned" in ours[0] and "torch.compiler.disable" in ours[0], ours

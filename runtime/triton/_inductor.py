@@ -34,6 +34,7 @@ import dis
 import sys
 import threading
 import types
+import warnings
 
 __all__ = ["ANALYSIS_MODULE", "WRAPPER_MODULE", "analysing", "declare_writes", "install", "source_imports"]
 
@@ -50,16 +51,43 @@ _lock = threading.Lock()
 def analysing() -> bool:
     """Whether the Triton front end is running for Inductor's analysis of which tensors a kernel
     writes (``generate_ttir`` of :data:`ANALYSIS_MODULE` is a caller); then installs
-    :func:`install` as well, since Inductor will copy the kernel's source next."""
+    :func:`install` as well, since Inductor will copy the kernel's source next, and warns about
+    a kernel autotuned with :func:`nvshmem_dsl.triton.do_bench` (:func:`_warn_team_autotune`)."""
     if ANALYSIS_MODULE not in sys.modules:
         return False
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "generate_ttir" and frame.f_globals.get("__name__") == ANALYSIS_MODULE:
             install()
+            _warn_team_autotune(frame.f_back)
             return True
         frame = frame.f_back
     return False
+
+
+_warned: set = set()
+
+
+def _warn_team_autotune(frame) -> None:
+    """Warn (once a kernel) where the kernel Inductor analyses (the ``kernel`` of a caller of
+    ``generate_ttir``: ``triton.autotune``'s Autotuner) tunes with :func:`nvshmem_dsl.triton.do_bench`:
+    Inductor tunes user kernels with its own timing, which launches each config as often as fits
+    its time budget on each PE, so a kernel that synchronises PEs may hang there."""
+    while frame is not None and frame.f_globals.get("__name__") == ANALYSIS_MODULE:
+        kernel = frame.f_locals.get("kernel")
+        bench = getattr(kernel, "_do_bench", None)
+        if bench is not None and _ours(bench) and hasattr(bench, "team"):
+            name = getattr(getattr(kernel, "fn", None), "__name__", repr(kernel))
+            if name not in _warned:
+                _warned.add(name)
+                warnings.warn(
+                    f"nvshmem_dsl.triton: torch.compile autotunes the kernel {name} with Inductor's own "
+                    "timing, not its do_bench=nv.do_bench(): each PE launches each config as often as fits "
+                    "its time budget, so a kernel that synchronises PEs (collectives, barriers, waits) may "
+                    "hang; launch it from a function decorated with torch.compiler.disable",
+                    RuntimeWarning, stacklevel=2)
+            return
+        frame = frame.f_back
 
 
 def declare_writes(pointers, sem) -> None:
