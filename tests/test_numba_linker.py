@@ -115,31 +115,13 @@ def k_plain(a):
 
 def nvjitlink_cubin(ptx: str, arch: str) -> bytes:
     """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
-    out of line (outline.objects_for: the large routines and NVSHMEM's transport helpers)."""
-    from cuda.bindings import nvjitlink
-
-    from nvshmem_dsl.linker import outline
+    out of line (outline.objects_for: the large routines and NVSHMEM's transport helpers, NVIDIA's
+    compiled ones a host object), as a user linking by hand would."""
+    from nvshmem_dsl.linker import link, outline
 
     sm = int(re.search(r"sm_(\d+)", arch).group(1))
-    opts = [f"-arch={arch}"]
-    h = nvjitlink.create(len(opts), opts)
-    try:
-        inputs = [("kernel.ptx", nvjitlink.InputType.PTX, ptx.encode())]
-        inputs += [(p.name, nvjitlink.InputType.CUBIN, p.read_bytes()) for p in outline.objects_for(ptx, sm)]
-        for name, kind, data in inputs:
-            nvjitlink.add_data(h, kind, data, len(data), name)
-        try:
-            nvjitlink.complete(h)
-        except Exception:
-            size = nvjitlink.get_error_log_size(h)
-            log = bytearray(size)
-            nvjitlink.get_error_log(h, log)
-            raise AssertionError(log.decode(errors="replace"))
-        cubin = bytearray(nvjitlink.get_linked_cubin_size(h))
-        nvjitlink.get_linked_cubin(h, cubin)
-        return bytes(cubin)
-    finally:
-        nvjitlink.destroy(h)
+    objects = outline.objects_for(ptx, sm)
+    return link.nvjitlink_cubin(arch, [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in objects])
 
 
 # ---------------------------------------------------------------- linking

@@ -46,6 +46,15 @@ def objects_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def built_helpers(objects_dir, monkeypatch):
+    """As :func:`objects_dir`, NVSHMEM's helpers built from the bitcode too (NVSHMEM_DSL_HELPERS=build:
+    where there is no libnvshmem_device.a, or no code in it for the GPU; tests/test_helper_archive.py
+    covers the helpers NVIDIA compiled)."""
+    monkeypatch.setenv("NVSHMEM_DSL_HELPERS", "build")
+    return objects_dir
+
+
 def cubin_of(fn, sig=(I32, I32)):
     """(PTX, cubin) of kernel ``fn``: Numba's link with nvJitLink, as at a kernel's first launch."""
     lib, _ = _compile_pyfunc_with_fixup(fn, sig, device=False, abi="numba", cc=CC)
@@ -123,7 +132,7 @@ def test_modes(monkeypatch):
 # ---------------------------------------------------------------- kernels
 
 
-def test_collective_is_called_in_its_object(objects_dir):
+def test_collective_is_called_in_its_object(objects_dir, built_helpers):
     builds, hits = outline.stats["builds"], outline.stats["hits"]
     ptx, cubin, entry = cubin_of(k_collective)
     # the collective and the sync are declared and called, not defined; p and my_pe are inlined,
@@ -402,6 +411,7 @@ def test_numba_objects_follow_the_kernels_launch_bounds(monkeypatch):
 
 
 def test_block_scope_objects_keep_64_registers_under_the_default_abi(monkeypatch, tmp_path):
+    monkeypatch.setenv("NVSHMEM_DSL_HELPERS", "build")  # (the helpers' own caps too)
     """Where a kernel allows 255 registers, thread- and warp-scope objects get them; block-scope
     ones stay at 64 under CUDA's default calling convention (outline.CAPPED_SCOPES: measured slower
     with more), and get them too where the objects preserve few registers (abi.preserve)."""
@@ -437,7 +447,7 @@ def test_block_scope_objects_keep_64_registers_under_the_default_abi(monkeypatch
     assert {n: cap for n, cap in built.items() if n in names} == dict.fromkeys(names, 255)
 
 
-def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir):
+def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir, built_helpers):
     """NVSHMEM's transport helpers are objects of their own; one that calls others (quiet calls
     the region functions) brings their objects, each defining its function once, visible."""
     st = store._store(store._default_bitcode(90), 90)
@@ -536,7 +546,7 @@ def k_put_signals(d, s, u64, n, pe):
     nv.put_signal_nbi(d, s, n, u64, 3, uint64(1), nv.SignalOp.SIGNAL_ADD, pe)
 
 
-def test_put_signal_links_specialised_dispatch_objects(objects_dir):
+def test_put_signal_links_specialised_dispatch_objects(objects_dir, built_helpers):
     """A kernel's put_signal calls NVSHMEM's put_signal_dispatch helper with its signal op and nbi
     constant: it calls, and links, objects of the helper specialised on them (each ~400 KiB of
     PTX instead of ~930 KiB unspecialised with 3.8: bench/results/object-sizes-cpu-2026-11-24.txt), one per (op, nbi)."""
@@ -553,7 +563,7 @@ def test_put_signal_links_specialised_dispatch_objects(objects_dir):
     assert cubin[:4] == b"\x7fELF"
 
 
-def test_objects_share_the_helpers_they_call(objects_dir):
+def test_objects_share_the_helpers_they_call(objects_dir, built_helpers):
     """An API function's object calls NVSHMEM's transport helpers in theirs (specialised on the
     calls' modes), so that a second collective builds only its own object."""
     first = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
@@ -605,7 +615,7 @@ def test_ptx_alone_builds_no_objects(monkeypatch):
     assert started == [sorted({COLLECTIVE, "nvshmem_sync_all"})]
 
 
-def test_a_prefetch_and_the_links_objects_build_each_object_once(objects_dir):
+def test_a_prefetch_and_the_links_objects_build_each_object_once(objects_dir, built_helpers):
     """The link's objects() call while the prefetch of the same objects is under way waits for
     those builds (their file locks) instead of repeating them: each object is built once."""
     builds = outline.stats["builds"]

@@ -125,8 +125,9 @@ def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> b
 
 def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint: str = "") -> bytes:
     """An executable cubin for ``arch`` linked by nvJitLink from ``inputs``, ``(name, bytes)``: PTX
-    where the name ends in ``.ptx`` (compiled by nvJitLink's ptxas with ``options``), cubins
-    otherwise (the objects of :func:`nvshmem_dsl.linker.outline.objects`).  A failure raises
+    where the name ends in ``.ptx`` (compiled by nvJitLink's ptxas with ``options``), host objects
+    with device code where it ends in ``.o`` (NVIDIA's compiled helpers), cubins otherwise (the
+    objects of :func:`nvshmem_dsl.linker.outline.objects`).  A failure raises
     :class:`NvshmemLinkError` with nvJitLink's log and ``hint``."""
     from cuda.bindings import nvjitlink
 
@@ -137,7 +138,8 @@ def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint:
             for name, data in inputs:
                 if name.endswith(".ptx") and not nvjitlink_reads(data.decode(errors="replace")):
                     name, data = name[:-len(".ptx")] + ".cubin", ptxas_object(data, arch, options, what)
-                kind = nvjitlink.InputType.PTX if name.endswith(".ptx") else nvjitlink.InputType.CUBIN
+                kind = (nvjitlink.InputType.PTX if name.endswith(".ptx") else
+                        nvjitlink.InputType.OBJECT if name.endswith(".o") else nvjitlink.InputType.CUBIN)
                 nvjitlink.add_data(handle, kind, data, len(data), name)
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:

@@ -17,7 +17,8 @@ from . import loop_split, pieces
 
 #: ``<helper>$p<position>_<value>...``: NVSHMEM's helper ``<helper>`` with the 32-bit parameters at
 #: those positions fixed (``m`` for a minus sign), an object of its own
-#: (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`).
+#: (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`); ``<helper>$p``: the helper, fixing
+#: none, under a name of its own.
 SPECIALISED = "$p"
 
 #: How the objects' code may be optimised (:data:`nvshmem_dsl.linker.outline.OPT_ENV`).
@@ -39,6 +40,8 @@ def split_specialised(name: str) -> tuple[str, dict]:
     base, *parts = name.split(SPECIALISED)
     constants = {}
     for part in parts:
+        if not part:  # ``<helper>$p``: the helper under a name of its own
+            continue
         pos, _, val = part.partition("_")
         constants[int(pos)] = int(val.replace("m", "-"))
     return base, constants
@@ -92,11 +95,15 @@ def emit(text: str, names, cpu: str, features: str, opt: str = "light", split_lo
 
 def _define_specialised(mod, name: str) -> None:
     """Define the :func:`specialised_name` ``name`` in ``mod`` (which defines its helper): a
-    function of the helper's type that calls it with the constants in their places."""
+    function of the helper's type that calls it with the constants in their places; without
+    constants, the helper renamed."""
     import llvmlite.binding as llvm
 
     base, constants = split_specialised(name)
     fn = mod.get_function(base)
+    if not constants:  # ``<helper>$p``: the helper itself, renamed
+        fn.name = name
+        return
     fn.linkage = llvm.Linkage.external  # for the definition below to link to it
     printed = str(fn)
     define = next(line for line in printed.splitlines() if line.startswith("define "))

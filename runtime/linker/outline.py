@@ -67,7 +67,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import abi, code_env, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
+from . import abi, code_env, helper_archive, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
@@ -240,7 +240,7 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
 
 # `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like; NVSHMEM's
 # helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised
-_NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"\d+_m?\d+)*"
+_NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"(?:\d+_m?\d+)?)*"
 _EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
 
 
@@ -311,15 +311,19 @@ def _mangled_modes(name: str):
     return () if name[m.end() + int(m.group(1)):].endswith("v") and modes == [False] else tuple(modes)
 
 
-def specialise_helper_calls(ptx: str) -> str:
+def specialise_helper_calls(ptx: str, keep=frozenset(), rename=frozenset()) -> str:
     """PTX ``ptx`` with its calls of NVSHMEM's out-of-line helpers (:func:`helpers_out`) that pass
     constants as the helpers' modes (their bool and enum parameters, read from the C++ names:
     signal or atomic op, nbi ...) calling :func:`specialised_name` versions instead, whose objects are built with those constants
     folded in: ``nvshmemi_transfer_put_signal_dispatch`` is 932 KiB of PTX and 6.9 s of ptxas
     unspecialised, 410 KiB and 1.6 s for a put_signal's (SIGNAL_SET, blocking) call (bench/results/object-sizes-cpu-2026-11-24.txt).  The
     declarations of helpers no longer called go; a specialised one is declared as its helper.
-    Data (addresses, sizes, values, PEs) stays arguments; API functions are called as they are."""
-    declared = helper_calls(ptx)
+    Data (addresses, sizes, values, PEs) stays arguments; API functions are called as they are, and
+    so are the helpers of ``keep`` (those linked from NVIDIA's compiled object: :func:`archived_helpers`);
+    those of ``rename`` (which that object defines otherwise) are called by a name of their own
+    where no constant specialises them (``<helper>$p``, built as the helper)."""
+    declared = helper_calls(ptx) - frozenset(keep)
+    rename = frozenset(rename)
     if not declared:
         return ptx
     wanted: dict[str, set] = collections.defaultdict(set)
@@ -332,6 +336,8 @@ def specialise_helper_calls(ptx: str) -> str:
         params = [p.strip() for p in call.group(3).split(",")]
         stores = dict(_IMMEDIATE_B32.findall(block))
         name = _callee(call.group(2), [int(stores[p]) if p in stores else None for p in params])
+        if name == call.group(2) and name in rename:
+            name += SPECIALISED
         wanted[call.group(2)].add(name)
         if name == call.group(2):
             return m.group(0)
@@ -385,14 +391,38 @@ def _ir_arguments(text: str) -> list:
 
 
 
-def prepare_calls(ptx: str) -> str:
+def prepare_calls(ptx: str, bc_path=None) -> str:
     """PTX ``ptx``, a kernel's or an object's, made ready to call NVSHMEM's objects: its calls of
-    the helpers specialised (:func:`specialise_helper_calls`), and the NVSHMEM API functions it
-    declares external or defines marked with their objects' calling convention
+    the helpers specialised (:func:`specialise_helper_calls`; not where the helpers are NVIDIA's
+    compiled ones, :func:`helpers_archive`, which are not specialised), and the NVSHMEM API
+    functions it declares external or defines marked with their objects' calling convention
     (:func:`nvshmem_dsl.linker.abi.mark`, :func:`nvshmem_dsl.linker.abi.preserve`; the helpers keep
     CUDA's: see :func:`is_api_function`).  Every kernel's PTX passes here before it is linked with
-    objects, and every object's before ptxas."""
-    return abi.mark(specialise_helper_calls(ptx), abi.preserve(), is_api_function)
+    objects, and every object's before ptxas; ``bc_path``: the NVSHMEM bitcode they link (default:
+    the host library's)."""
+    found = archived_helpers(ptx, bc_path)
+    ptx = specialise_helper_calls(ptx, keep={n for n, a in found.items() if a is True},
+                                  rename={n for n, a in found.items() if a == helper_archive.MISMATCH})
+    return abi.mark(ptx, abi.preserve(), is_api_function)
+
+
+def helpers_archive(cpu: str, bc_path=None):
+    """The object of NVSHMEM's transport helpers compiled by NVIDIA (:func:`nvshmem_dsl.linker.helper_archive.path`)
+    that kernels and objects for ``cpu`` (``sm_90a``) link instead of helper objects built here, or None."""
+    return helper_archive.path(store_file._arch_number(cpu), bc_path)
+
+
+def archived_helpers(ptx: str, bc_path=None) -> dict:
+    """Of the helpers PTX ``ptx`` declares, what NVIDIA's compiled object has of them
+    (:func:`nvshmem_dsl.linker.helper_archive.provided`): True where it defines one with the same
+    prototype (linked from it, not specialised), :data:`~nvshmem_dsl.linker.helper_archive.MISMATCH`
+    where it defines one with another (the bitcode's is renamed: NVIDIA's other helpers call theirs)."""
+    declared = {n: m.group(0) for n in helper_calls(ptx) if SPECIALISED not in n
+                for m in [re.search(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?" + re.escape(n) + r"\b[^;]*;", ptx, re.M)]
+                if m is not None}
+    if not declared:
+        return {}
+    return helper_archive.provided(store_file._arch_number(ptx_target(ptx)[0]), declared, bc_path)
 
 
 def object_features(features: str) -> str:
@@ -517,7 +547,8 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, sp
     st = os.stat(ptxas())
     split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(name), split, abi.preserve()]
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(name), split, abi.preserve(),
+             helper_archive.key(store_file._arch_number(cpu), bc_path)]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
@@ -575,6 +606,7 @@ def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     if not names:
         return []
     cpu, features = ptx_target(ptx)
+    archived_helpers(ptx, bc_path)  # (asked already where the PTX was prepared: prepare_calls)
     return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
 
@@ -593,7 +625,9 @@ def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=N
     the thread when it exits."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     features = object_features(features)
-    if all(_object_path(n, bc_path, cpu, features, _scope_cap(n, cap)).exists() for n in names):
+    sm = store_file._arch_number(cpu)
+    if all((is_helper(n) and helper_archive.known(sm, split_specialised(n)[0], bc_path) in (True, None))
+           or _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)).exists() for n in names):
         return None
 
     def build():
@@ -622,6 +656,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     abi.advise()  # where a CUDA 13 ptxas would make them faster
     features = object_features(features)
+    archive = helpers_archive(cpu, bc_path)  # NVIDIA's compiled helpers, or None: built here
+    sm = store_file._arch_number(cpu)
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
     futures = collections.deque()
@@ -640,6 +676,23 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             with lock:
                 if n in paths:
                     continue
+                if archive is not None and is_helper(n):
+                    found = helper_archive.known(sm, split_specialised(n)[0], bc_path)
+                    if found == helper_archive.MISMATCH and SPECIALISED not in n:
+                        from .link import NvshmemLinkError
+
+                        raise NvshmemLinkError(f"NVSHMEM's helper {n} is called by its name, which NVIDIA's "
+                                               f"compiled helpers ({archive.name}) define with another prototype; "
+                                               f"{helper_archive.ENV}=build builds them all instead")
+                    if found is True:
+                        paths[n] = archive
+                        continue
+                    if found is None and SPECIALISED not in n:  # every kernel's and object's helpers are asked
+                        from .link import NvshmemLinkError
+
+                        raise NvshmemLinkError(f"NVSHMEM's helper {n}: not known whether NVIDIA's compiled helpers "
+                                               f"({archive.name}) define it; {helper_archive.ENV}=build builds them all "
+                                               "instead")
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
             if tiers and is_api_function(split_specialised(n)[0]) and _split([n], arch, bc_path):
                 whole = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), loop_split.WHOLE)
@@ -662,7 +715,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                     del paths[n]
                 continue
             builds.append((text, n))
-            todo += predicted_helper_calls(text)
+            if archive is None:  # (else: its PTX names them, once asked whether NVIDIA's object has them)
+                todo += predicted_helper_calls(text)
         return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
 
     def want(wanted, ex):
@@ -690,7 +744,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
         with _stats_lock:
             _provisional.update(str(paths[n]) for n in later & linked)
         _build_whole_later(sorted(later & linked), arch, bc_path, cpu, features, cap)
-    return [paths[n] for n in sorted(linked)]
+    return list(dict.fromkeys(paths[n] for n in sorted(linked)))
 
 
 #: Split objects :func:`objects` gave while their whole form was still to be built (str paths).
@@ -749,7 +803,10 @@ def _build_whole_main(job: str) -> None:
 
 def object_calls(path: Path) -> frozenset:
     """The NVSHMEM functions the object ``path`` calls in other objects (written beside it when
-    built: ``<object>.calls``; where that is missing, its undefined functions)."""
+    built: ``<object>.calls``; where that is missing, its undefined functions); none for NVIDIA's
+    compiled helpers (:func:`helpers_archive`, a host object: they call each other in it)."""
+    if Path(path).suffix == ".o":
+        return frozenset()
     try:
         return frozenset(path.with_suffix(".calls").read_text().split())
     except FileNotFoundError:
@@ -767,7 +824,7 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
-        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split))
+        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split), bc_path)
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)

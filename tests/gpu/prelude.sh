@@ -6,3 +6,9 @@ rm -rf /tmp/pkg/nvshmem_dsl && mkdir -p /tmp/pkg
 cp -r runtime /tmp/pkg/nvshmem_dsl && cp -r generated /tmp/pkg/nvshmem_dsl/_generated
 export PYTHONPATH="/tmp/pkg:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export NVSHMEM_DISABLE_NVLS=1 NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo
+# NVSHMEM 3.8 as pip installs it has libnvshmem_device.a beside its bitcode (the C++ baseline links it;
+# our kernels link its compiled transport helpers: nvshmem_dsl.linker.helper_archive): carried apart
+if [ -n "${NVSHMEM_HOME:-}" ] && [ -f .dw/nv38a/libnvshmem_device.a.xz ] && [ ! -f "$NVSHMEM_HOME/lib/libnvshmem_device.a" ]; then
+  xz -dc .dw/nv38a/libnvshmem_device.a.xz > "$NVSHMEM_HOME/lib/libnvshmem_device.a.part" &&
+    mv "$NVSHMEM_HOME/lib/libnvshmem_device.a.part" "$NVSHMEM_HOME/lib/libnvshmem_device.a"
+fi

@@ -1,0 +1,309 @@
+"""NVSHMEM's transport helpers as NVIDIA compiled them, from ``libnvshmem_device.a``.
+
+Kernels and the objects of NVSHMEM's large routines call NVSHMEM's ``noinline`` transport helpers
+(``nvshmemi_transfer_rma``, ``..._put_signal_dispatch``, ``..._quiet`` ...: the paths to PEs that
+loads and stores cannot reach) out of line (:mod:`nvshmem_dsl.linker.outline`).  NVSHMEM's device
+library, which CUDA C++ programs link, is those helpers: its member ``transfer_device.cu.o`` holds
+all of them (1383 instantiations in 3.8.0), compiled by NVIDIA for each SM it supports (``sm_75`` to
+``sm_120``, in the member's fat binary), at most 32 registers each; the API itself is header code,
+not in it.  So a kernel's link can add that member (nvJitLink and the driver's linker read the fat
+binary and keep the functions called) instead of helper objects compiled here: those were about two
+thirds of a cold machine's object builds (the Numba GPU suite's kernels to cubins on the CPU
+machine: 49.0 -> 32.5 s, ``bench/results/helper-archive-cpu-2026-11-25.txt``).
+
+Opt-in (``NVSHMEM_DSL_HELPERS=archive``); by default, and where there is no archive, no
+``transfer_device.cu.o`` in it or no code for the kernel's SM in its fat binary, the helpers are objects
+built from the bitcode (specialised on their calls' constant modes).  Measured on one H200, 2 PEs
+(``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton and
+host suites pass (17 helper objects built instead of about 65), but with 3.4.5 nearly every Numba
+kernel faulted at run time, for a reason not found; and the helpers are the paths to PEs that loads
+and stores cannot reach, which no single-node test runs.  The member is written once to the cache
+directory, under a name of its contents' digest.
+
+Not every helper NVSHMEM's bitcode calls is in the archive (3.8.0 has no ``nvshmemi_transfer_rma_p``
+of ``__half``), and a kernel's declaration of one must be the archive's prototype: :func:`provided`
+links a probe (the kernel's declarations, each function's address taken) with the member once per
+helper and keeps those it defines with that prototype (nvJitLink reports the others); their answers
+are kept beside the member.  The others are built from the bitcode.
+
+Public: :func:`path`, :func:`provided`, :func:`known`, :func:`key`, :func:`fatbin_archs`, :func:`archive_member`;
+:data:`ENV`, :data:`MEMBER`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from . import code_env, store_file
+
+__all__ = ["ENV", "MEMBER", "archive_member", "fatbin_archs", "key", "known", "path", "provided"]
+
+ENV = code_env.HELPERS
+#: The archive member that holds NVSHMEM's transport helpers.
+MEMBER = "transfer_device.cu.o"
+ARCHIVE = "libnvshmem_device.a"
+#: :func:`known` of a helper the member defines with another prototype than the kernel's declaration.
+MISMATCH = "mismatch"
+_MODES = ("archive", "build")
+
+
+def mode() -> str:
+    """``$NVSHMEM_DSL_HELPERS``: ``build`` (default: objects built from the bitcode) or ``archive``
+    (NVIDIA's compiled helpers where there are: see the module's docstring for what was measured)."""
+    value = os.environ.get(ENV, "").strip().lower() or "build"
+    if value not in _MODES:
+        raise ValueError(f"{ENV}={value!r}: give one of {', '.join(_MODES)}")
+    return value
+
+
+def archive_member(archive: Path, member: str = MEMBER) -> bytes | None:
+    """The bytes of ``member`` of the ``ar`` archive ``archive`` (GNU or BSD names), None if absent."""
+    return _member(str(archive), member, *_stamp(archive))
+
+
+def _stamp(p: Path) -> tuple:
+    st = os.stat(p)
+    return st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=8)
+def _member(archive: str, member: str, size: int, mtime: int) -> bytes | None:
+    with open(archive, "rb") as fh:
+        data = fh.read()
+    if not data.startswith(b"!<arch>\n"):
+        return None
+    at, names = 8, b""
+    while at + 60 <= len(data):
+        head = data[at:at + 60]
+        name, length = head[:16].rstrip(b" "), int(head[48:58])
+        body = data[at + 60:at + 60 + length]
+        if name == b"//":  # GNU long names
+            names = body
+        else:
+            if name.startswith(b"/") and name[1:].isdigit() and names:  # GNU: an offset into them
+                start = int(name[1:])
+                name = names[start:names.index(b"\n", start)]
+            elif name.startswith(b"#1/"):  # BSD: the name leads the body
+                n = int(name[3:])
+                name, body = body[:n].rstrip(b"\0"), body[n:]
+            if name.rstrip(b"/").decode(errors="replace") == member:
+                return bytes(body)
+        at += 60 + length + (length & 1)
+    return None
+
+
+def fatbin_archs(obj: bytes) -> frozenset:
+    """The SMs (``90``, ``100`` ...) an ELF host object's fat binaries hold relocatable device code
+    (ELF, not PTX) for."""
+    try:
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
+        secs = [struct.unpack_from("<IIQQQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+        strtab = secs[shstrndx][4]
+    except (struct.error, IndexError):
+        return frozenset()
+    archs = set()
+    for name_at, _, _, _, offset, size in secs:
+        name = obj[strtab + name_at:obj.index(b"\0", strtab + name_at)]
+        if name not in (b".nv_fatbin", b"__nv_relfatbin"):
+            continue
+        at, end = offset, offset + size
+        while at + 16 <= end:
+            magic, _, head, body = struct.unpack_from("<IHHQ", obj, at)
+            if magic != 0xBA55ED50:
+                break
+            entry, last = at + head, at + head + body
+            while entry + 32 <= last:
+                kind, _, entry_head, payload = struct.unpack_from("<HHIQ", obj, entry)
+                arch, = struct.unpack_from("<I", obj, entry + 28)
+                if kind == 2:  # ELF
+                    archs.add(arch)
+                entry += entry_head + payload
+            at = (last + 7) & ~7
+    return frozenset(archs)
+
+
+def path(sm: int, bc_path=None) -> Path | None:
+    """The object file of NVSHMEM's compiled transport helpers to link kernels of SM ``sm`` with
+    (the bitcode ``bc_path``'s installation, default the host library's), written to the cache
+    directory once; None where the helpers are to be built from the bitcode instead (see the
+    module's docstring)."""
+    if mode() != "archive":
+        return None
+    try:
+        bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(sm)
+    except Exception:  # noqa: BLE001 - no NVSHMEM: whoever links reports that
+        return None
+    return _path(sm, str(bc_path.parent / ARCHIVE))
+
+
+def _path(sm: int, archive: str) -> Path | None:
+    try:
+        stamp = _stamp(Path(archive))
+    except OSError:
+        return None
+    return _extracted(sm, archive, *stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _extracted(sm: int, archive: str, size: int, mtime: int) -> Path | None:
+    data = _member(archive, MEMBER, size, mtime)
+    if data is None or sm not in fatbin_archs(data):
+        return None
+    out = store_file.cache_dir() / "outline" / f"nvshmem-helpers-{hashlib.sha256(data).hexdigest()[:20]}.o"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        store_file.write_atomically(out, data)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Which helpers the member defines, with the prototype kernels declare
+
+_lock = threading.Lock()
+_answers: dict = {}  # (member path, sm) -> {helper: defined with that prototype}
+_UNDEFINED = re.compile(r"Undefined reference to '([^']+)'")
+_MISMATCH = re.compile(r"Prototype doesn't match for '([^']+)'")
+_FINISH = re.compile(r"^ERROR \d+: \w+$")  # its last line: "finish" (CUDA 12), "complete" (13)
+
+
+#: Bump when the answers mean something else (part of their file's name and of the objects' key:
+#: :func:`key`); 2: written merged with the file's under its lock (1 lost other processes' answers).
+ANSWERS_VERSION = 2
+
+
+def _answers_file(member: Path, sm: int) -> Path:
+    return member.with_name(f"{member.name}.sm{sm}.v{ANSWERS_VERSION}.json")
+
+
+def key(sm: int, bc_path=None) -> str | None:
+    """What objects built for SM ``sm`` depend on here, for their cache key: the member their calls
+    of NVIDIA's helpers are linked from and the answers' version; None where helpers are built."""
+    member = path(sm, bc_path)
+    return None if member is None else f"{member.name}:v{ANSWERS_VERSION}"
+
+
+def _read(member: Path, sm: int) -> dict:
+    try:
+        return json.loads(_answers_file(member, sm).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _load(member: Path, sm: int, name: str | None = None) -> dict:
+    """The answers for the member and SM held in memory, read from their file the first time, and
+    again when ``name`` is not among them (another process may have asked since)."""
+    key = (str(member), sm)
+    with _lock:
+        answers = _answers.setdefault(key, {})
+        if not answers or (name is not None and name not in answers):
+            answers.update(_read(member, sm))
+            store_file.mark_used(_answers_file(member, sm))  # kept while the objects that rely on it are
+        return answers
+
+
+def _save(member: Path, sm: int, found: dict) -> None:
+    """Add ``found`` to the answers' file (under its lock: processes asking at once keep each other's)."""
+    target = _answers_file(member, sm)
+    try:
+        with store_file._file_lock(target.with_suffix(".lock")):
+            answers = _read(member, sm)
+            answers.update(found)
+            store_file.write_atomically(target, json.dumps(answers, sort_keys=True).encode())
+    except OSError:
+        pass
+
+
+def known(sm: int, name: str, bc_path=None):
+    """Whether NVIDIA's compiled object for SM ``sm`` (:func:`path`) defines helper ``name``, as
+    :func:`provided` found in this process or another: True; False (not in it, or the helpers are
+    built); :data:`MISMATCH` (in it, with another prototype: a link that takes others from it would
+    get that definition too); None when not asked yet."""
+    member = path(sm, bc_path)
+    if member is None:
+        return False
+    return _load(member, sm, name).get(name)
+
+
+def provided(sm: int, declarations: dict, bc_path=None) -> dict:
+    """Of the helpers ``declarations`` names (name -> the PTX declaration a kernel or object makes
+    of it: ``.extern .func ... name (...);``), what NVIDIA's compiled object for SM ``sm``
+    (:func:`path`) has (:func:`known`: True, False or :data:`MISMATCH`); empty where the helpers
+    are built.  Helpers not asked about before are probed in one link, and the answers kept in a
+    file beside the member before any object that calls them is built."""
+    member = path(sm, bc_path)
+    if member is None or not declarations:
+        return {}
+    answers = _load(member, sm)
+    new = {n: d for n, d in declarations.items() if n not in answers}
+    if new:
+        found = _probe(member, sm, new)
+        if found is None:  # no nvJitLink to link with: build them
+            return {n: answers[n] for n in declarations if n in answers}
+        _save(member, sm, found)
+        with _lock:
+            answers.update(found)
+    return {n: answers[n] for n in declarations if n in answers}
+
+
+def _probe(member: Path, sm: int, declarations: dict) -> dict | None:
+    """``{helper: True, False or MISMATCH}`` (:func:`known`) of one link of the member with a kernel
+    that takes each helper's address under its declaration, in a process of its own (nvJitLink
+    lists undefined references in its log and writes prototype mismatches to the process's stderr;
+    and it need not be safe to call in a forked process); None without nvJitLink, or where the
+    probe fails otherwise."""
+    from .link import nvjitlink_ptx_isa
+
+    isa = nvjitlink_ptx_isa()
+    if isa is None:
+        return None
+    names = sorted(declarations)
+    body = "".join(f"\tmov.u64 %rd{i}, {n};\n" for i, n in enumerate(names))
+    ptx = (f".version {isa // 10}.{isa % 10}\n.target sm_{sm}\n.address_size 64\n"
+           + "".join(declarations[n].rstrip() + "\n" for n in names)
+           + f".visible .entry nvshmem_dsl_helper_probe()\n{{\n\t.reg .b64 %rd<{len(names) + 1}>;\n{body}\tret;\n}}\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, str(member), str(sm)], input=ptx.encode(),
+                              capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    log, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    if done.returncode != 0 or any(line.strip() and not _UNDEFINED.search(line) and not _FINISH.match(line.strip())
+                                   for line in log.replace("\0", "").splitlines()):
+        return None  # failed otherwise than on what the member lacks: build them
+    missing = set(_UNDEFINED.findall(log))
+    other = set(_MISMATCH.findall(err))
+    return {n: False if n in missing else MISMATCH if n in other else True for n in names}
+
+
+# The probe's process: links the PTX on stdin with the member (argv: its path, the SM) and prints
+# nvJitLink's error log (none when it links); exit status 3 where the PTX did not compile.
+_PROBE = """
+import sys
+from cuda.bindings import nvjitlink
+member, sm = sys.argv[1], int(sys.argv[2])
+ptx, data = sys.stdin.buffer.read(), open(member, "rb").read()
+h = nvjitlink.create(1, [f"-arch=sm_{sm}"])
+try:
+    nvjitlink.add_data(h, nvjitlink.InputType.PTX, ptx, len(ptx), "probe.ptx")
+    nvjitlink.add_data(h, nvjitlink.InputType.OBJECT, data, len(data), member)
+    try:
+        nvjitlink.complete(h)
+    except nvjitlink.nvJitLinkError:
+        log = bytearray(nvjitlink.get_error_log_size(h))
+        nvjitlink.get_error_log(h, log)
+        sys.stdout.write(bytes(log).decode(errors="replace"))
+except nvjitlink.nvJitLinkError:
+    sys.exit(3)
+finally:
+    nvjitlink.destroy(h)
+"""
