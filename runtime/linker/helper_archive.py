@@ -9,7 +9,7 @@ all of them (1383 instantiations in 3.8.0), compiled by NVIDIA for each SM it su
 not in it.  So a kernel's link can add that member (nvJitLink and the driver's linker read the fat
 binary and keep the functions called) instead of helper objects compiled here: those were about two
 thirds of a cold machine's object builds (the Numba GPU suite's kernels to cubins on the CPU
-machine: 49.0 -> 32.5 s, ``bench/results/helper-archive-cpu-2026-11-25.txt``).
+machine: 53.1 -> 37.4 s, ``bench/results/helper-archive-cpu-2026-11-25.txt``).
 
 Opt-in (``NVSHMEM_DSL_HELPERS=archive``); by default, and where there is no archive, no
 ``transfer_device.cu.o`` in it or no code for the kernel's SM in its fat binary, the helpers are objects
