@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -26,12 +27,11 @@ from triton.compiler import ASTSource  # noqa: E402
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl.triton import _inductor, put_block  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+import triton_gpu_kernels as K  # noqa: E402
+
 TARGET = GPUTarget("cuda", 90, 32)
-
-
-@triton.jit
-def k_put(dst, src, n, pe):
-    nv.put_block(dst, src, n, pe)
+k_put = K.k_put_compiled  # the GPU test's kernel under torch.compile
 
 
 @triton.jit
