@@ -15,7 +15,8 @@ Opt-in (``NVSHMEM_DSL_HELPERS=archive``); by default, and where there is no arch
 ``transfer_device.cu.o`` in it or no code for the kernel's SM in its fat binary, the helpers are objects
 built from the bitcode (specialised on their calls' constant modes).  Measured on one H200, 2 PEs
 (``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton and
-host suites pass (17 helper objects built instead of about 65), but with 3.4.5 nearly every Numba
+host suites pass (17 helper objects built, at three register caps; on the CPU machine 7 instead of 61 at
+one), but with 3.4.5 nearly every Numba
 kernel faulted at run time, for a reason not found; and the helpers are the paths to PEs that loads
 and stores cannot reach, which no single-node test runs.  The member is written once to the cache
 directory, under a name of its contents' digest.
