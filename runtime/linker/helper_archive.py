@@ -17,7 +17,8 @@ built from the bitcode (specialised on their calls' constant modes).  Measured o
 (``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton and
 host suites pass (17 helper objects built, at three register caps; on the CPU machine 7 instead of 61 at
 one), but with 3.4.5 nearly every Numba
-kernel faulted at run time, for a reason not found; and the helpers are the paths to PEs that loads
+kernel faulted at run time (not confirmed why: 3.4.5's member reads ``nvshmemi_ibgda_device_state_d``,
+which 3.4.5's bitcode does not define, so no kernel module has it); and the helpers are the paths to PEs that loads
 and stores cannot reach, which no single-node test runs.  The member is written once to the cache
 directory, under a name of its contents' digest.
 
