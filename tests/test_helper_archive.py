@@ -181,3 +181,20 @@ def test_answers_of_another_process_are_read_and_kept(cache):
     helper_archive._save(member, 90, {RMA_P_HALF: False})  # and a third
     assert helper_archive.known(90, RMA, BC) is True and helper_archive.known(90, RMA_P_HALF, BC) is False
     assert helper_archive._read(member, 90) == {RMA: True, RMA_P_HALF: False}
+
+
+@needs_archive
+def test_a_member_whose_helpers_read_a_global_the_bitcode_lacks_is_not_used(cache, monkeypatch):
+    """NVSHMEM 3.4.5: its member reads nvshmemi_ibgda_device_state_d, which its bitcode does not define
+    (played here by the 3.8 bitcode with that name hidden): the member serves no kernel, helpers are built."""
+    pytest.importorskip("cuda.bindings.nvjitlink")
+    hidden = "nvshmemi_ibgda_device_state_d"
+    real = helper_archive._bitcode_has
+    monkeypatch.setattr(helper_archive, "_bitcode_has", lambda bc, name: name != hidden and real(bc, name))
+    member = helper_archive.path(90, BC)
+    assert member is not None
+    decl = {RMA: f".extern .func {RMA}\n(\n\t.param .b64 a,\n\t.param .b64 b,\n\t.param .b64 c,\n"
+                 f"\t.param .b32 d,\n\t.param .b32 e\n)\n;"}
+    assert helper_archive.provided(90, decl, BC) == {}
+    assert helper_archive.path(90, BC) is None and helper_archive.known(90, RMA, BC) is False
+    assert hidden in helper_archive._read(member, 90)[helper_archive.UNUSABLE]

@@ -17,8 +17,8 @@ built from the bitcode (specialised on their calls' constant modes).  Measured o
 (``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton and
 host suites pass (17 helper objects built, at three register caps; on the CPU machine 7 instead of 61 at
 one), but with 3.4.5 nearly every Numba
-kernel faulted at run time (not confirmed why: 3.4.5's member reads ``nvshmemi_ibgda_device_state_d``,
-which 3.4.5's bitcode does not define, so no kernel module has it); and the helpers are the paths to PEs that loads
+kernel faulted at run time: 3.4.5's member reads ``nvshmemi_ibgda_device_state_d``, which 3.4.5's
+bitcode does not define, so no kernel module has it (a member like that is now refused: :data:`UNUSABLE`); and the helpers are the paths to PEs that loads
 and stores cannot reach, which no single-node test runs.  The member is written once to the cache
 directory, under a name of its contents' digest.
 
@@ -55,6 +55,10 @@ MEMBER = "transfer_device.cu.o"
 ARCHIVE = "libnvshmem_device.a"
 #: :func:`known` of a helper the member defines with another prototype than the kernel's declaration.
 MISMATCH = "mismatch"
+#: The answers' entry that says why the member cannot serve kernels of this bitcode at all (its helpers
+#: read a device-state global the bitcode does not define, so no kernel module has it: NVSHMEM 3.4.5's
+#: member and ``nvshmemi_ibgda_device_state_d``).
+UNUSABLE = "(member)"
 _MODES = ("archive", "build")
 
 
@@ -145,7 +149,10 @@ def path(sm: int, bc_path=None) -> Path | None:
         bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(sm)
     except Exception:  # noqa: BLE001 - no NVSHMEM: whoever links reports that
         return None
-    return _path(sm, str(bc_path.parent / ARCHIVE))
+    member = _path(sm, str(bc_path.parent / ARCHIVE))
+    if member is None or _load(member, sm).get(UNUSABLE):
+        return None
+    return member
 
 
 def _path(sm: int, archive: str) -> Path | None:
@@ -248,17 +255,30 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
     answers = _load(member, sm)
     new = {n: d for n, d in declarations.items() if n not in answers}
     if new:
-        found = _probe(member, sm, new)
+        found = _probe(member, sm, new, Path(bc_path) if bc_path else store_file._default_bitcode(sm))
         if found is None:  # no nvJitLink to link with: build them
             return {n: answers[n] for n in declarations if n in answers}
         _save(member, sm, found)
         with _lock:
             answers.update(found)
+        if UNUSABLE in found:
+            return {}
     return {n: answers[n] for n in declarations if n in answers}
 
 
-def _probe(member: Path, sm: int, declarations: dict) -> dict | None:
-    """``{helper: True, False or MISMATCH}`` (:func:`known`) of one link of the member with a kernel
+@functools.lru_cache(maxsize=4)
+def _bitcode_names(bc_path: str, size: int, mtime: int) -> bytes:
+    with open(bc_path, "rb") as fh:  # a bitcode file's string table holds its symbols' names as they are
+        return fh.read()
+
+
+def _bitcode_has(bc_path: Path, name: str) -> bool:
+    st = os.stat(bc_path)
+    return name.encode() in _bitcode_names(str(bc_path), st.st_size, st.st_mtime_ns)
+
+
+def _probe(member: Path, sm: int, declarations: dict, bc_path: Path) -> dict | None:
+    """``{helper: True, False or MISMATCH}`` (:func:`known`), or ``{UNUSABLE: why}``, of one link of the member with a kernel
     that takes each helper's address under its declaration, in a process of its own (nvJitLink
     lists undefined references in its log and writes prototype mismatches to the process's stderr;
     and it need not be safe to call in a forked process); None without nvJitLink, or where the
@@ -283,6 +303,9 @@ def _probe(member: Path, sm: int, declarations: dict) -> dict | None:
                                    for line in log.replace("\0", "").splitlines()):
         return None  # failed otherwise than on what the member lacks: build them
     missing = set(_UNDEFINED.findall(log))
+    lacking = sorted(n for n in missing - set(names) if not _bitcode_has(bc_path, n))
+    if lacking:  # the member's helpers read globals no kernel module of this bitcode defines
+        return {UNUSABLE: f"its helpers read {', '.join(lacking)}, which {bc_path.name} does not define"}
     other = set(_MISMATCH.findall(err))
     return {n: False if n in missing else MISMATCH if n in other else True for n in names}
 
