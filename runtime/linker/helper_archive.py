@@ -12,24 +12,27 @@ thirds of a cold machine's object builds (the Numba GPU suite's kernels to cubin
 machine: 53.1 -> 37.4 s, ``bench/results/helper-archive-cpu-2026-11-25.txt``).
 
 Opt-in (``NVSHMEM_DSL_HELPERS=archive``); by default, and where there is no archive, no
-``transfer_device.cu.o`` in it or no code for the kernel's SM in its fat binary, the helpers are objects
-built from the bitcode (specialised on their calls' constant modes).  Measured on one H200, 2 PEs
-(``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton and
-host suites pass (17 helper objects built, at three register caps; on the CPU machine 7 instead of 61 at
-one), but with 3.4.5 nearly every Numba
-kernel faulted at run time: 3.4.5's member reads ``nvshmemi_ibgda_device_state_d``, which 3.4.5's
-bitcode does not define, so no kernel module has it (a member like that is now refused: :data:`UNUSABLE`); and the helpers are the paths to PEs that loads
-and stores cannot reach, which no single-node test runs.  The member is written once to the cache
-directory, under a name of its contents' digest.
+``transfer_device.cu.o`` in it or no code for the kernel's SM in its fat binary, the helpers are
+objects built from the bitcode (specialised on their calls' constant modes).  Measured on one H200,
+2 PEs (``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton
+and host suites pass (17 helper objects built, at three register caps; on the CPU machine 7 instead
+of 61 at one); with 3.4.5 nearly every Numba kernel faulted at run time.  3.4.5's member reads
+``nvshmemi_ibgda_device_state_d``, which 3.4.5's bitcode does not define, so no kernel module has it
+(the likely cause): a member like that is now refused (:data:`UNUSABLE`; the 3.4.5 suite then passes,
+every helper built).  The helpers are the paths to PEs that loads and stores cannot reach, which no
+single-node test runs.  The member is written once to the cache directory, under a name of its
+contents' digest.
 
 Not every helper NVSHMEM's bitcode calls is in the archive (3.8.0 has no ``nvshmemi_transfer_rma_p``
 of ``__half``), and a kernel's declaration of one must be the archive's prototype: :func:`provided`
 links a probe (the kernel's declarations, each function's address taken) with the member once per
-helper and keeps those it defines with that prototype (nvJitLink reports the others); their answers
-are kept beside the member.  The others are built from the bitcode.
+helper, in a process of its own, and tells those it defines with that prototype (linked from it),
+those it lacks (built) and those it defines otherwise (:data:`MISMATCH`: built under a name of their
+own, ``<helper>$p``, since the member's other helpers call its own); the answers are kept beside the
+member, shared by the processes that compile at once.
 
-Public: :func:`path`, :func:`provided`, :func:`known`, :func:`key`, :func:`fatbin_archs`, :func:`archive_member`;
-:data:`ENV`, :data:`MEMBER`.
+Public: :func:`path`, :func:`provided`, :func:`known`, :func:`key`, :func:`fatbin_archs`,
+:func:`archive_member`, :func:`mode`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ from pathlib import Path
 
 from . import code_env, store_file
 
-__all__ = ["ENV", "MEMBER", "archive_member", "fatbin_archs", "key", "known", "path", "provided"]
+__all__ = ["ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "fatbin_archs", "key", "known", "mode", "path",
+           "provided"]
 
 ENV = code_env.HELPERS
 #: The archive member that holds NVSHMEM's transport helpers.
