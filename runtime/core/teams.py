@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..errors import NvshmemArgumentError
 from ..host import _lib, _state
+from ..host import operations as _operations
 from ..host import teams as _native
 from .._generated.constants import STRUCT_VERSIONS
 from ._tracking import translated
@@ -106,12 +108,11 @@ def _register(handle: int, name: str) -> int:
 
 
 def _parent_size(parent: int, function: str) -> int:
-    if parent == int(Teams.TEAM_WORLD):
-        return _state.STATE.n_pes
-    size = _lib.call("nvshmem_team_n_pes", parent)
-    if size <= 0:
-        raise NvshmemError(f"{function}(): team {parent} is not a valid team on this PE")
-    return size
+    """PEs in team ``parent`` (host.operations' check), NVSHMEM4Py's error where it is not valid here."""
+    try:
+        return _operations._team_size(parent)
+    except NvshmemArgumentError as e:
+        raise NvshmemError(f"{function}(): {e}") from None
 
 
 @translated
