@@ -114,27 +114,25 @@ def _member(archive: str, member: str, size: int, mtime: int) -> bytes | None:
 def fatbin_archs(obj: bytes) -> frozenset:
     """The SMs (``90``, ``100`` ...) an ELF host object's fat binaries hold relocatable device code
     (ELF, not PTX) for."""
+    from .outline import elf_sections, elf_string
+
     try:
-        shoff, = struct.unpack_from("<Q", obj, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
-        secs = [struct.unpack_from("<IIQQQQ", obj, shoff + i * shentsize) for i in range(shnum)]
-        strtab = secs[shstrndx][4]
-    except (struct.error, IndexError):
+        names, secs, data = elf_sections(obj)
+    except (struct.error, IndexError, ValueError):
         return frozenset()
     archs = set()
-    for name_at, _, _, _, offset, size in secs:
-        name = obj[strtab + name_at:obj.index(b"\0", strtab + name_at)]
-        if name not in (b".nv_fatbin", b"__nv_relfatbin"):
+    for i, (name_at, _, _, _, _) in enumerate(secs):
+        if elf_string(names, name_at) not in (".nv_fatbin", "__nv_relfatbin"):
             continue
-        at, end = offset, offset + size
-        while at + 16 <= end:
-            magic, _, head, body = struct.unpack_from("<IHHQ", obj, at)
+        fatbin, at = data(i), 0
+        while at + 16 <= len(fatbin):
+            magic, _, head, body = struct.unpack_from("<IHHQ", fatbin, at)
             if magic != 0xBA55ED50:
                 break
             entry, last = at + head, at + head + body
             while entry + 32 <= last:
-                kind, _, entry_head, payload = struct.unpack_from("<HHIQ", obj, entry)
-                arch, = struct.unpack_from("<I", obj, entry + 28)
+                kind, _, entry_head, payload = struct.unpack_from("<HHIQ", fatbin, entry)
+                arch, = struct.unpack_from("<I", fatbin, entry + 28)
                 if kind == 2:  # ELF
                     archs.add(arch)
                 entry += entry_head + payload
@@ -172,7 +170,7 @@ def _extracted(sm: int, archive: str, size: int, mtime: int) -> Path | None:
     data = _member(archive, MEMBER, size, mtime)
     if data is None or sm not in fatbin_archs(data):
         return None
-    out = store_file.cache_dir() / "outline" / f"nvshmem-helpers-{hashlib.sha256(data).hexdigest()[:20]}.o"
+    out = store_file.cache_dir() / store_file.OBJECTS_FOLDER / f"nvshmem-helpers-{hashlib.sha256(data).hexdigest()[:20]}.o"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         store_file.write_atomically(out, data)

@@ -41,7 +41,7 @@ Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
 :func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`specialised_name`,
 :func:`split_specialised`, :func:`provisional`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
-:func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`;
+:func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`, :func:`elf_sections`, :func:`elf_string`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
@@ -71,7 +71,7 @@ from . import abi, code_env, helper_archive, loop_split, object_workers, pieces,
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
+           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
 
@@ -349,7 +349,7 @@ def specialise_helper_calls(ptx: str, keep=frozenset(), rename=frozenset()) -> s
         return ptx
     for helper in declared:
         names = wanted.get(helper, {helper})  # a helper declared but not called here stays as it is
-        decl = re.search(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?" + re.escape(helper) + r"\b[^;]*;\n?", out, re.M)
+        decl = _declaration(out, helper)
         if decl is None or names == {helper}:
             continue
         text = decl.group(0)
@@ -417,12 +417,17 @@ def archived_helpers(ptx: str, bc_path=None) -> dict:
     (:func:`nvshmem_dsl.linker.helper_archive.provided`): True where it defines one with the same
     prototype (linked from it, not specialised), :data:`~nvshmem_dsl.linker.helper_archive.MISMATCH`
     where it defines one with another (the bitcode's is renamed: NVIDIA's other helpers call theirs)."""
-    declared = {n: m.group(0) for n in helper_calls(ptx) if SPECIALISED not in n
-                for m in [re.search(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?" + re.escape(n) + r"\b[^;]*;", ptx, re.M)]
-                if m is not None}
-    if not declared:
+    sm = store_file._arch_number(ptx_target(ptx)[0])
+    if helper_archive.path(sm, bc_path) is None:  # the default: nothing to ask
         return {}
-    return helper_archive.provided(store_file._arch_number(ptx_target(ptx)[0]), declared, bc_path)
+    declared = {n: m.group(0).rstrip("\n") for n in helper_calls(ptx) if SPECIALISED not in n
+                for m in [_declaration(ptx, n)] if m is not None}
+    return helper_archive.provided(sm, declared, bc_path) if declared else {}
+
+
+def _declaration(ptx: str, name: str):
+    """The match of ``name``'s ``.extern .func`` declaration in ``ptx`` (with its line's end), or None."""
+    return re.search(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?" + re.escape(name) + r"\b[^;]*;\n?", ptx, re.M)
 
 
 def object_features(features: str) -> str:
@@ -893,8 +898,9 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
 _EIATTR_REGCOUNT = 0x2F
 
 
-def _sections(cubin: bytes):
-    """``(section names, [(name offset, type, offset, size, link)], data(i))`` of an ELF cubin."""
+def elf_sections(cubin: bytes):
+    """``(section names, [(name offset, type, offset, size, link)], data(i))`` of a 64-bit ELF file
+    (a cubin, or a host object)."""
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize) for i in range(shnum)]
@@ -905,7 +911,8 @@ def _sections(cubin: bytes):
     return data(shstrndx), secs, data
 
 
-def _cstr(blob: bytes, at: int) -> str:
+def elf_string(blob: bytes, at: int) -> str:
+    """The string at ``at`` of an ELF string table ``blob``."""
     return blob[at:blob.index(b"\0", at)].decode()
 
 
@@ -913,14 +920,14 @@ def elf_symbols(cubin: bytes) -> list:
     """``(name, defined)`` of every entry of an ELF cubin's symbol table, in order (unnamed ones
     with the name "")."""
     cubin = bytes(cubin)
-    _, secs, data = _sections(cubin)
+    _, secs, data = elf_sections(cubin)
     out = []
     for i, (_, kind, _, _, link) in enumerate(secs):
         if kind == 2:  # SHT_SYMTAB
             strtab, table = data(link), data(i)
             for at in range(0, len(table), 24):
                 st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, at)
-                out.append((_cstr(strtab, st_name), st_shndx != 0))
+                out.append((elf_string(strtab, st_name), st_shndx != 0))
     return out
 
 
@@ -931,10 +938,10 @@ def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
     entries = elf_symbols(cubin)
     symbols = [name for name, _ in entries]
     defined = collections.Counter(name for name, is_defined in entries if is_defined)
-    names, secs, data = _sections(cubin)
+    names, secs, data = elf_sections(cubin)
     registers = {}
     for i, sec in enumerate(secs):
-        if _cstr(names, sec[0]) == ".nv.info":
+        if elf_string(names, sec[0]) == ".nv.info":
             blob, at = data(i), 0
             while at + 4 <= len(blob):
                 fmt, attr, size = struct.unpack_from("<BBH", blob, at)

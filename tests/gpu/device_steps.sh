@@ -56,12 +56,8 @@ export NVSHMEM_DSL_INIT_TIMEOUT=${NVSHMEM_DSL_INIT_TIMEOUT:-90} NVSHMEM_DSL_TEST
 export PYTEST_ADDOPTS="--tb=short -rfEs ${PYTEST_ADDOPTS:-}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpus.txt" 2>&1
 rc=0
-# with 3.8 carried (.dw/nv38) and .dw/nv38a beside it: the C++ baseline links 3.8's libnvshmem_device.a
-cpp_links_nv38() {
-  if [ -n "${NVSHMEM_HOME:-}" ] && [ -f .dw/nv38a/libnvshmem_device.a.xz ]; then
-    xz -dc .dw/nv38a/libnvshmem_device.a.xz > "$NVSHMEM_HOME/lib/libnvshmem_device.a"
-  fi
-}
+# with 3.8 carried (.dw/nv38) and .dw/nv38a beside it, tests/gpu/prelude.sh has put 3.8's libnvshmem_device.a
+# beside its bitcode (as pip installs it): the C++ baseline links it
 case "$step" in
   cute-part1) ;;
   cute-suite)
@@ -192,7 +188,6 @@ case "$step" in
     else var=NVSHMEM_DSL_ABI_PRESERVE; modes=${ABI_MODES:-off default}
       python3 -c "from nvshmem_dsl.linker import abi, link, outline; print('ptxas', outline.ptxas(), abi._ptxas_major(outline.ptxas()), 'nvJitLink ISA', link.nvjitlink_ptx_isa(), 'driver PTX 9.0', abi._driver_ptx_ok(), 'preserve', abi.preserve())" 2>&1 | tee "$work/abi.txt"
     fi
-    cpp_links_nv38
     ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu )); build=""
     for m in $modes; do
       v=$m; [ "$m" = default ] && v=""
@@ -245,7 +240,6 @@ case "$step" in
     ;;
   one-pe)  # bench/run.py at one PE (no GPU shared: no MPS) for IMPLS (cpp,numba,triton) and ONLY (coll_bw): the DSLs'
            # code beside C++'s on the PE's own memory, not NVLink bandwidth; with 3.8, carry .dw/nv38a too
-    cpp_links_nv38
     timeout ${AB_TIMEOUT:-400} python3 bench/run.py --quick --nproc 1 --impls "${IMPLS:-cpp,numba,triton}" --no-compile-time \
       --only "${ONLY:-coll_bw}" --out "$work/one-pe.json" > "$work/one-pe.log" 2>&1 || rc=$?
     grep -E "^(coll_|put_bw|get_bw|p_lat|g_lat|atomic|build_time|bench )" "$work/one-pe.log"
