@@ -26,6 +26,7 @@
 #   split-ab     collective latency of C++ and IMPLS with NVSHMEM_DSL_OUTLINE_SPLIT in SPLIT_MODES (none default)
 #   abi-ab       the same with NVSHMEM_DSL_ABI_PRESERVE in ABI_MODES (off default): the objects' calling convention; ONLY: bench rows (coll_lat)
 #   opt-ab       the same with NVSHMEM_DSL_OUTLINE_OPT in OPT_MODES (light o3): how the objects are optimised
+#   helpers-ab   the same with NVSHMEM_DSL_HELPERS in HELPERS_MODES (build archive): the transport helpers' objects
 #   cold-objects each of KERNELS compiled by Numba from an empty cache (bench/compile_time.py --phases), without
 #                and with NVSHMEM initialised first (--init, one PE), NVSHMEM_DSL_OBJECT_WORKERS in WORKER_MODES
 #                (0 default): the objects' LLVM steps in this process or in worker processes
@@ -176,15 +177,18 @@ case "$step" in
       grep -E "^(coll_lat|p_lat|g_lat|atomic|bench )" "$work/coll-$m.log" | sed "s/^/$m /"
     done
     ;;
-  split-ab|abi-ab|opt-ab)  # collective latency of C++ and IMPLS (default cpp,numba) in one run for each value of an
+  split-ab|abi-ab|opt-ab|helpers-ab)  # collective latency of C++ and IMPLS (default cpp,numba) in one run for each value of an
              # environment variable ("default": unset): split-ab NVSHMEM_DSL_OUTLINE_SPLIT over SPLIT_MODES ("none
              # default": the objects' loops extracted or not), abi-ab NVSHMEM_DSL_ABI_PRESERVE over ABI_MODES ("off
              # default": CUDA's default ABI for NVSHMEM's objects, or the registers nvshmem_dsl.linker.abi says),
-             # opt-ab NVSHMEM_DSL_OUTLINE_OPT over OPT_MODES ("light o3": how the objects' LLVM IR is optimised);
+             # opt-ab NVSHMEM_DSL_OUTLINE_OPT over OPT_MODES ("light o3": how the objects' LLVM IR is optimised),
+             # helpers-ab NVSHMEM_DSL_HELPERS over HELPERS_MODES ("build archive": NVSHMEM's transport helpers
+             # built here or NVIDIA's compiled ones, nvshmem_dsl.linker.helper_archive);
              # with 3.8, carry .dw/nv38a (3.8's libnvshmem_device.a, which the C++ baseline links) beside
              # .dw/nv38; one GPU: 2 PEs share it under MPS (latency only)
     if [ "$step" = split-ab ]; then var=NVSHMEM_DSL_OUTLINE_SPLIT; modes=${SPLIT_MODES:-none default}
     elif [ "$step" = opt-ab ]; then var=NVSHMEM_DSL_OUTLINE_OPT; modes=${OPT_MODES:-light o3}
+    elif [ "$step" = helpers-ab ]; then var=NVSHMEM_DSL_HELPERS; modes=${HELPERS_MODES:-build archive}
     else var=NVSHMEM_DSL_ABI_PRESERVE; modes=${ABI_MODES:-off default}
       python3 -c "from nvshmem_dsl.linker import abi, link, outline; print('ptxas', outline.ptxas(), abi._ptxas_major(outline.ptxas()), 'nvJitLink ISA', link.nvjitlink_ptx_isa(), 'driver PTX 9.0', abi._driver_ptx_ok(), 'preserve', abi.preserve())" 2>&1 | tee "$work/abi.txt"
     fi
