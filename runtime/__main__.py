@@ -22,12 +22,13 @@ def _versions() -> list[tuple[str, str]]:
         rows.append(("NVSHMEM", f"not found: {str(exc).splitlines()[0]}"))
     for dist in ("numba-cuda", "llvmlite", "nvidia-cutlass-dsl", "triton", "cuda-core", "mpi4py"):
         rows.append((dist, metadata.version(dist) if _installed(dist) else "not installed"))
-    try:
-        from .linker import abi
+    from .linker import abi, helper_archive
 
-        rows.append(("collective objects", abi.explain()))
-    except Exception as exc:  # noqa: BLE001 - report, don't fail
-        rows.append(("collective objects", f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
+    for what, explain in (("collective objects", abi.explain), ("transport helpers", helper_archive.explain)):
+        try:
+            rows.append((what, explain()))
+        except Exception as exc:  # noqa: BLE001 - report, don't fail
+            rows.append((what, f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
     return rows
 
 

@@ -91,18 +91,47 @@ def test_the_member_has_code_for_sm90_and_is_written_once(cache):
     assert helper_archive.path(52, BC) is None  # no code for that SM
 
 
-def test_none_by_default_when_asked_to_build_or_without_an_archive(cache, monkeypatch, tmp_path):
+def test_none_when_asked_to_build_or_without_an_archive(cache, monkeypatch, tmp_path):
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / BC.name).write_bytes(b"")
     assert helper_archive.path(90, bare / BC.name) is None
-    for value in ("build", ""):
-        monkeypatch.setenv(helper_archive.ENV, value)
-        assert helper_archive.path(90, BC) is None
+    monkeypatch.setenv(helper_archive.ENV, "build")
+    assert helper_archive.path(90, BC) is None
     assert helper_archive.provided(90, {RMA: ".extern .func x;"}, BC) == {}
     monkeypatch.setenv(helper_archive.ENV, "sometimes")
     with pytest.raises(ValueError, match="NVSHMEM_DSL_HELPERS"):
         helper_archive.path(90, BC)
+
+
+@needs_archive
+def test_the_archive_is_the_default(cache, monkeypatch):
+    monkeypatch.delenv(helper_archive.ENV)
+    assert helper_archive.mode() == "archive"
+    assert helper_archive.path(90, BC) is not None
+    monkeypatch.setenv(helper_archive.ENV, " Build ")
+    assert helper_archive.mode() == "build"
+
+
+@needs_archive
+def test_info_says_where_the_helpers_come_from(cache, monkeypatch):
+    assert "sm_90" in helper_archive.explain() and str(ARCHIVE) in helper_archive.explain()
+    monkeypatch.setenv(helper_archive.ENV, "build")
+    assert helper_archive.explain() == "built from the bitcode (NVSHMEM_DSL_HELPERS=build)"
+
+
+@needs_archive
+def test_helpers_the_probe_could_not_answer_are_built_under_their_own_names(cache, monkeypatch):
+    """A probe that fails (no nvJitLink, a crash, a timeout) answers nothing: the helpers it asked
+    about are built as those NVIDIA defines otherwise ($p names: none clashes with the member's), and
+    the next process asks again."""
+    member = helper_archive.path(90, BC)
+    helper_archive._save(member, 90, {RMA: True})
+    monkeypatch.setattr(helper_archive, "_probe", lambda *a: None)
+    decl = {n: f".extern .func {n}();" for n in (RMA, AMO_FETCH)}
+    assert helper_archive.provided(90, decl, BC) == {RMA: True, AMO_FETCH: helper_archive.MISMATCH}
+    assert helper_archive.known(90, AMO_FETCH, BC) is None  # not kept
+    assert AMO_FETCH not in helper_archive._read(member, 90)
 
 
 def _kernel_ptx(call: str) -> str:

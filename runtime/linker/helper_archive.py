@@ -11,17 +11,22 @@ binary and keep the functions called) instead of helper objects compiled here: t
 thirds of a cold machine's object builds (the Numba GPU suite's kernels to cubins on the CPU
 machine: 53.1 -> 37.4 s, ``bench/results/helper-archive-cpu-2026-11-25.txt``).
 
-Opt-in (``NVSHMEM_DSL_HELPERS=archive``); by default, and where there is no archive, no
-``transfer_device.cu.o`` in it or no code for the kernel's SM in its fat binary, the helpers are
-objects built from the bitcode (specialised on their calls' constant modes).  Measured on one H200,
-2 PEs (``tests/gpu/records/2026-11-25/h200-helper-archive.txt``): with NVSHMEM 3.8.0 the Numba, Triton
-and host suites pass (17 helper objects built, at three register caps; on the CPU machine 7 instead
-of 61 at one); with 3.4.5 nearly every Numba kernel faulted at run time.  3.4.5's member reads
+The default since 2026-11-25 (``NVSHMEM_DSL_HELPERS=build`` builds them all instead); where there
+is no archive, no ``transfer_device.cu.o`` in it, no code for the kernel's SM in its fat binary, or
+a member this bitcode cannot serve (:data:`UNUSABLE`), the helpers are objects built from the
+bitcode (specialised on their calls' constant modes).  Measured with NVSHMEM 3.8.0, 2 PEs: on one
+H200 the Numba, Triton and host suites pass (17 helper objects built, at three register caps; on
+the CPU machine 7 instead of 61 at one; ``tests/gpu/records/2026-11-25/h200-helper-archive.txt``);
+on one H100 the Numba, Triton and CuTe suites pass in both modes, and collective, ``p``, ``g`` and
+fetch-add latency beside C++ is the same or lower (``h100-helpers-default.txt``).  With 3.4.5
+nearly every Numba kernel faulted at run time: 3.4.5's member reads
 ``nvshmemi_ibgda_device_state_d``, which 3.4.5's bitcode does not define, so no kernel module has it
-(the likely cause): a member like that is now refused (:data:`UNUSABLE`; the 3.4.5 suite then passes,
-every helper built).  The helpers are the paths to PEs that loads and stores cannot reach, which no
-single-node test runs.  The member is written once to the cache directory, under a name of its
-contents' digest.
+(the likely cause): such a member is refused (the 3.4.5 suite then passes, every helper built).
+The helpers are the paths to PEs that loads and stores cannot reach, which no single-node test
+runs, whichever way they are made (NVSHMEM's proxy transport over UCX on one of the lent hosts stops
+at its first atomic: ``h100-remote-transport-ucx-tcp.txt``); these are NVIDIA's own, compiled as
+CUDA C++ programs link them.  The member is written once to the cache directory, under a name of
+its contents' digest.
 
 Not every helper NVSHMEM's bitcode calls is in the archive (3.8.0 has no ``nvshmemi_transfer_rma_p``
 of ``__half``), and a kernel's declaration of one must be the archive's prototype: :func:`provided`
@@ -32,7 +37,7 @@ own, ``<helper>$p``, since the member's other helpers call its own); the answers
 member, shared by the processes that compile at once.
 
 Public: :func:`path`, :func:`provided`, :func:`known`, :func:`key`, :func:`fatbin_archs`,
-:func:`archive_member`, :func:`mode`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`.
+:func:`archive_member`, :func:`mode`, :func:`explain`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ from pathlib import Path
 
 from . import code_env, store_file
 
-__all__ = ["ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "fatbin_archs", "key", "known", "mode", "path",
-           "provided"]
+__all__ = ["ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "explain", "fatbin_archs", "key", "known", "mode",
+           "path", "provided"]
 
 ENV = code_env.HELPERS
 #: The archive member that holds NVSHMEM's transport helpers.
@@ -67,12 +72,26 @@ _MODES = ("archive", "build")
 
 
 def mode() -> str:
-    """``$NVSHMEM_DSL_HELPERS``: ``build`` (default: objects built from the bitcode) or ``archive``
-    (NVIDIA's compiled helpers where there are: see the module's docstring for what was measured)."""
-    value = os.environ.get(ENV, "").strip().lower() or "build"
+    """``$NVSHMEM_DSL_HELPERS``: ``archive`` (default: NVIDIA's compiled helpers where they serve,
+    see the module's docstring for what was measured) or ``build`` (objects built from the bitcode)."""
+    value = os.environ.get(ENV, "").strip().lower() or "archive"
     if value not in _MODES:
         raise ValueError(f"{ENV}={value!r}: give one of {', '.join(_MODES)}")
     return value
+
+
+def explain() -> str:
+    """Where kernels' transport helpers come from here, in words (``python -m nvshmem_dsl info``)."""
+    if mode() == "build":
+        return f"built from the bitcode ({ENV}=build)"
+    from .._libs import installation
+
+    archive = installation().bitcode_files[0].parent / ARCHIVE
+    member = archive_member(archive) if archive.exists() else None
+    if member is None:
+        return f"built from the bitcode: no {MEMBER} in {archive}"
+    archs = ", ".join(f"sm_{a}" for a in sorted(fatbin_archs(member)))
+    return f"NVIDIA's compiled ones where they serve ({archive}: {archs}), the others built"
 
 
 def archive_member(archive: Path, member: str = MEMBER) -> bytes | None:
@@ -250,7 +269,8 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
     of it: ``.extern .func ... name (...);``), what NVIDIA's compiled object for SM ``sm``
     (:func:`path`) has (:func:`known`: True, False or :data:`MISMATCH`); empty where the helpers
     are built.  Helpers not asked about before are probed in one link, and the answers kept in a
-    file beside the member before any object that calls them is built."""
+    file beside the member before any object that calls them is built; where the probe fails, those
+    are answered :data:`MISMATCH` (built under names of their own) and not kept."""
     member = path(sm, bc_path)
     if member is None or not declarations:
         return {}
@@ -258,8 +278,9 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
     new = {n: d for n, d in declarations.items() if n not in answers}
     if new:
         found = _probe(member, sm, new, Path(bc_path) if bc_path else store_file._default_bitcode(sm))
-        if found is None:  # no nvJitLink to link with: build them
-            return {n: answers[n] for n in declarations if n in answers}
+        if found is None:  # the probe did not link (no nvJitLink, a crash): these are built, under names of
+            # their own (as MISMATCH), so that none can clash with the member's; asked again by the next process
+            return {n: answers.get(n, MISMATCH) for n in declarations}
         _save(member, sm, found)
         with _lock:
             answers.update(found)
