@@ -20,7 +20,8 @@ around the kernel's compilation (its first launch or ``compile()``).
 
 An object (:func:`objects`, built by :func:`object_ptx` and ``ptxas -c``): the function, external,
 and everything it calls from the piece store (:mod:`nvshmem_dsl.linker.store`), internal, except
-NVSHMEM's ``noinline`` transport helpers, which are objects of their own shared by every object
+NVSHMEM's ``noinline`` transport helpers, which are linked from NVIDIA's compiled ones
+(:mod:`nvshmem_dsl.linker.helper_archive`, the default) or are objects of their own shared by every object
 and kernel calling them (specialised on the calls' constant modes: :func:`specialise_helper_calls`;
 a broadcast's object: 1144 -> 421 KiB of PTX, bench/results/object-sizes-cpu-2026-11-24.txt; its helpers built once for every collective), with
 the same rewrites as inlined code, lightly optimised (interprocedural constant propagation; the
