@@ -181,7 +181,8 @@ def test_cache_command_names_a_malformed_days_variable(root):
 def test_the_catalogue_knows_the_names_the_linker_gives(root):
     """cache.py lists the endings of the cache's files (it reads every entry, not one writer's): each
     name the writers make (a piece store, an object and its calls, a libNVVM copy and its "same"
-    marker, a CuTe kernel's bitcode and calls), with its lock, is one entry of the right kind."""
+    marker, a CuTe kernel's bitcode and calls, NVIDIA's compiled helpers and their answers), with its lock, is
+    one entry of the right kind."""
     from pathlib import Path
 
     llvm = pytest.importorskip("llvmlite.binding")
@@ -195,6 +196,11 @@ def test_the_catalogue_knows_the_names_the_linker_gives(root):
         obj = outline._object_path("nvshmem_int_p", bc, "sm_90a", "+ptx85", 64)
         made["out-of-line objects"] = [obj, obj.with_suffix(".calls")]
     assert nvvm.nvvm_bitcode(bc) == bc
+    from nvshmem_dsl.linker import helper_archive
+
+    member = helper_archive._member_file(b"NVIDIA's helpers")
+    answers = helper_archive._answers_file(member, 90)
+    made["NVIDIA's compiled helpers"] = [member, answers, answers.with_suffix(".lock")]
     made["libNVVM bitcode (CuTe)"] = [p for p in root.iterdir() if p.name.endswith(".same")]
     for p in made["libNVVM bitcode (CuTe)"] + list(root.glob("*.lock")):
         p.unlink()  # made again below, with the others

@@ -4,7 +4,8 @@ Everything nvshmem-dsl derives from NVSHMEM's bitcode lives in :func:`.store_fil
 (``$NVSHMEM_DSL_CACHE``, default ``~/.cache/nvshmem-dsl``), keyed by what it was made from: a
 new NVSHMEM, llvmlite, ptxas or nvshmem-dsl makes new entries and leaves the old ones unused (a
 piece store is about 100 MB, a libNVVM copy 50 MB).  An entry is a file with its companions
-(``X.pieces`` and ``X.lock``; an object ``X.cubin``, ``X.calls``, ``X.lock``; every name holds the digest
+(``X.pieces`` and ``X.lock``; an object ``X.cubin``, ``X.calls``, ``X.lock``; NVIDIA's compiled helpers
+``X.o`` and their answers ``X.o.sm90.v2.json`` with its lock; every name holds the digest
 of what it was made from, and nothing else in the directory is touched); its last use is the
 newest modification time among them, which the code that reads an entry renews
 (:func:`.store_file.mark_used`).
@@ -37,9 +38,11 @@ DAYS_ENV = "NVSHMEM_DSL_CACHE_DAYS"
 DEFAULT_DAYS = 30.0
 
 #: File endings of an entry's files (longest first), and what its main file says it is.
-_SUFFIXES = (".nvvm.lock", ".nvvm.same", ".nvvm.bc", ".pieces", ".cubin", ".calls", ".lock")
+_SUFFIXES = (".nvvm.lock", ".nvvm.same", ".nvvm.bc", ".pieces", ".cubin", ".calls", ".lock", ".o")
+#: The answers (and their lock) kept beside NVIDIA's compiled helpers (``X.o``): ``X.o.sm90.v2.json``.
+_ANSWERS = re.compile(r"\.o\.sm\d+(?:\.v\d+)?\.(?:json|lock)$")
 _KINDS = {".pieces": "piece stores", ".nvvm.bc": "libNVVM bitcode (CuTe)", ".nvvm.same": "libNVVM bitcode (CuTe)",
-          ".cubin": "out-of-line objects"}
+          ".cubin": "out-of-line objects", ".o": "NVIDIA's compiled helpers"}
 _LEFTOVERS = "build leftovers"
 _FOLDERS = (OBJECTS_FOLDER, KERNELS_FOLDER)
 
@@ -71,6 +74,9 @@ def _split(name: str) -> tuple[str, str] | None:
     the cache does not give."""
     if not _DIGEST.search(name):
         return None
+    answers = _ANSWERS.search(name)
+    if answers:
+        return name[:answers.start()], answers.group(0)
     for suffix in _SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)], suffix

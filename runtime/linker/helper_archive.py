@@ -173,6 +173,7 @@ def path(sm: int, bc_path=None) -> Path | None:
     member = _path(sm, str(bc_path.parent / ARCHIVE))
     if member is None or _load(member, sm).get(UNUSABLE):
         return None
+    store_file.mark_used(member)  # (the cache's pruning reads its last use)
     return member
 
 
@@ -189,11 +190,17 @@ def _extracted(sm: int, archive: str, size: int, mtime: int) -> Path | None:
     data = _member(archive, MEMBER, size, mtime)
     if data is None or sm not in fatbin_archs(data):
         return None
-    out = store_file.cache_dir() / store_file.OBJECTS_FOLDER / f"nvshmem-helpers-{hashlib.sha256(data).hexdigest()[:20]}.o"
+    out = _member_file(data)
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         store_file.write_atomically(out, data)
     return out
+
+
+def _member_file(data: bytes) -> Path:
+    """Where the member ``data`` is written in the cache (a cache entry with its answers' files:
+    :mod:`nvshmem_dsl.linker.cache`)."""
+    return store_file.cache_dir() / store_file.OBJECTS_FOLDER / f"nvshmem-helpers-{hashlib.sha256(data).hexdigest()[:20]}.o"
 
 
 # --------------------------------------------------------------------------
