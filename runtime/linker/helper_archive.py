@@ -18,7 +18,8 @@ bitcode (specialised on their calls' constant modes).  Measured with NVSHMEM 3.8
 H200 the Numba, Triton and host suites pass (17 helper objects built, at three register caps; on
 the CPU machine 7 instead of 61 at one; ``tests/gpu/records/2026-11-25/h200-helper-archive.txt``);
 on one H100 the Numba, Triton and CuTe suites pass in both modes, and collective, ``p``, ``g`` and
-fetch-add latency beside C++ is the same or lower (``h100-helpers-default.txt``).  With 3.4.5
+fetch-add latency beside C++ moves within one run's spread (every collective 0.53-1.02x of C++:
+``h100-helpers-default.txt``).  With 3.4.5
 nearly every Numba kernel faulted at run time: 3.4.5's member reads
 ``nvshmemi_ibgda_device_state_d``, which 3.4.5's bitcode does not define, so no kernel module has it
 (the likely cause): such a member is refused (the 3.4.5 suite then passes, every helper built).
