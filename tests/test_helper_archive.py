@@ -193,6 +193,28 @@ def test_a_kernel_links_with_the_member_and_built_helpers(answers):
     assert defined[RMA] == 1 and all(c == 1 for n, c in defined.items() if n.startswith(("_Z", "nvshmem")))
 
 
+@needs_archive
+def test_ptx_prepared_otherwise_links_without_the_member(answers, monkeypatch):
+    """PTX whose helper calls were not prepared here (Numba's cache from before, answers since removed):
+    a helper it calls by name that the answers do not know; the link builds every helper and leaves the
+    member out (before: NvshmemLinkError), and nothing is defined twice."""
+    pytest.importorskip("cuda.bindings.nvjitlink")
+    from nvshmem_dsl.linker import link
+
+    ptx = _kernel_ptx(KERNEL)
+    calls = outline.extern_calls(ptx)
+    assert RMA in calls
+    known = helper_archive.known
+    monkeypatch.setattr(helper_archive, "known", lambda sm, n, bc=None: None if n == RMA else known(sm, n, bc))
+    cpu, features = outline.ptx_target(ptx)
+    paths = outline.objects(calls, 90, cpu, features)
+    assert helper_archive.path(90, BC) not in paths
+    assert any(p.name.startswith(RMA) for p in paths)  # built here
+    cubin = link.nvjitlink_cubin(cpu, [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths])
+    defined, _ = outline.cubin_info(cubin)
+    assert defined[RMA] == 1 and all(c == 1 for n, c in defined.items() if n.startswith(("_Z", "nvshmem")))
+
+
 def test_a_renamed_helper_is_its_helper():
     assert split_specialised(AMO_FETCH + "$p") == (AMO_FETCH, {})
     assert split_specialised(AMO_FETCH + "$p3_1") == (AMO_FETCH, {3: 1})

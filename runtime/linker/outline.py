@@ -426,6 +426,15 @@ def archived_helpers(ptx: str, bc_path=None) -> dict:
     return helper_archive.provided(sm, declared, bc_path) if declared else {}
 
 
+def _archive_serves(names, sm: int, bc_path) -> bool:
+    """Whether a link of calls ``names`` may take NVIDIA's compiled helpers: every helper called by
+    its own name is known to be the member's with that prototype, or not in it (:func:`prepare_calls`
+    renames the others); else (PTX prepared otherwise: cached from another mode, linked by hand)
+    the link builds all its helpers and leaves the member out, so that none is defined twice."""
+    return all(helper_archive.known(sm, n, bc_path) in (True, False)
+               for n in names if SPECIALISED not in n and is_helper(n))
+
+
 def _declaration(ptx: str, name: str):
     """The match of ``name``'s ``.extern .func`` declaration in ``ptx`` (with its line's end), or None."""
     return re.search(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?" + re.escape(name) + r"\b[^;]*;\n?", ptx, re.M)
@@ -664,6 +673,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     features = object_features(features)
     archive = helpers_archive(cpu, bc_path)  # NVIDIA's compiled helpers, or None: built here
     sm = store_file._arch_number(cpu)
+    if archive is not None and not _archive_serves(names, sm, bc_path):
+        archive = None  # PTX not prepared for it (Numba's cache from another mode, PTX by hand): all built
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
     futures = collections.deque()
