@@ -40,6 +40,7 @@ def cache(tmp_path, monkeypatch):
     helper_archive._extracted.cache_clear()
     yield tmp_path
     helper_archive._answers.clear()
+    helper_archive._probe_failed.clear()
     helper_archive._extracted.cache_clear()
 
 
@@ -123,15 +124,23 @@ def test_info_says_where_the_helpers_come_from(cache, monkeypatch):
 @needs_archive
 def test_helpers_the_probe_could_not_answer_are_built_under_their_own_names(cache, monkeypatch):
     """A probe that fails (no nvJitLink, a crash, a timeout) answers nothing: the helpers it asked
-    about are built as those NVIDIA defines otherwise ($p names: none clashes with the member's), and
-    the next process asks again."""
+    about are built as those NVIDIA defines otherwise ($p names: none clashes with the member, which
+    still serves the helpers known to be its), the process probes no more (not one probe per
+    kernel), and the next process asks again."""
     member = helper_archive.path(90, BC)
     helper_archive._save(member, 90, {RMA: True})
-    monkeypatch.setattr(helper_archive, "_probe", lambda *a: None)
+    probes = []
+    monkeypatch.setattr(helper_archive, "_probe", lambda *a: probes.append(a) and None)
     decl = {n: f".extern .func {n}();" for n in (RMA, AMO_FETCH)}
     assert helper_archive.provided(90, decl, BC) == {RMA: True, AMO_FETCH: helper_archive.MISMATCH}
-    assert helper_archive.known(90, AMO_FETCH, BC) is None  # not kept
-    assert AMO_FETCH not in helper_archive._read(member, 90)
+    assert len(probes) == 1
+    decl[RMA_P_HALF] = f".extern .func {RMA_P_HALF}();"
+    assert helper_archive.provided(90, decl, BC) == {RMA: True, AMO_FETCH: helper_archive.MISMATCH,
+                                                     RMA_P_HALF: helper_archive.MISMATCH}
+    assert len(probes) == 1  # not again
+    assert AMO_FETCH not in helper_archive._read(member, 90)  # not kept
+    helper_archive._probe_failed.clear()  # a new process
+    assert helper_archive.known(90, AMO_FETCH, BC) is None
 
 
 def _kernel_ptx(call: str) -> str:
@@ -155,6 +164,7 @@ def answers(monkeypatch):
     helper_archive._answers.clear()
     yield
     helper_archive._answers.clear()
+    helper_archive._probe_failed.clear()
 
 
 KERNEL = "nv.put(a, a, 4, pe); nv.p(b, b[0], pe); nv.atomic_fetch_add(a, 1, pe)"

@@ -209,6 +209,7 @@ def _member_file(data: bytes) -> Path:
 
 _lock = threading.Lock()
 _answers: dict = {}  # (member path, sm) -> {helper: defined with that prototype}
+_probe_failed: set = set()  # (member path, sm) whose probe failed in this process: not probed again
 _UNDEFINED = re.compile(r"Undefined reference to '([^']+)'")
 _MISMATCH = re.compile(r"Prototype doesn't match for '([^']+)'")
 _FINISH = re.compile(r"^ERROR \d+: \w+$")  # its last line: "finish" (CUDA 12), "complete" (13)
@@ -278,16 +279,20 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
     (:func:`path`) has (:func:`known`: True, False or :data:`MISMATCH`); empty where the helpers
     are built.  Helpers not asked about before are probed in one link, and the answers kept in a
     file beside the member before any object that calls them is built; where the probe fails, those
-    are answered :data:`MISMATCH` (built under names of their own) and not kept."""
+    are answered :data:`MISMATCH` (built under names of their own), nothing is kept, and this process
+    does not probe again (helpers it has not asked about are answered so too)."""
     member = path(sm, bc_path)
     if member is None or not declarations:
         return {}
     answers = _load(member, sm)
     new = {n: d for n, d in declarations.items() if n not in answers}
     if new:
-        found = _probe(member, sm, new, Path(bc_path) if bc_path else store_file._default_bitcode(sm))
-        if found is None:  # the probe did not link (no nvJitLink, a crash): these are built, under names of
-            # their own (as MISMATCH), so that none can clash with the member's; asked again by the next process
+        found = None if (str(member), sm) in _probe_failed else \
+            _probe(member, sm, new, Path(bc_path) if bc_path else store_file._default_bitcode(sm))
+        if found is None:  # the probe did not link (no nvJitLink, a crash, a timeout): these are built, under
+            # names of their own (as MISMATCH: none can clash with the member, which serves the helpers known to
+            # be its); not kept, and not probed again in this process (no probe per kernel): the next asks again
+            _probe_failed.add((str(member), sm))
             return {n: answers.get(n, MISMATCH) for n in declarations}
         _save(member, sm, found)
         with _lock:
