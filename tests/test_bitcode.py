@@ -242,6 +242,29 @@ def test_bodies_are_listed_and_dropped_in_place(bc):
         bodies.functions(b"not bitcode at all")
 
 
+def test_defined_globals_are_read_from_the_module_records(tmp_path):
+    """defined_globals names the global variables with an initializer, not those only declared (as
+    NVSHMEM 3.4.5's bitcode would have a device state its compiled helpers read); helper_archive asks
+    it whether a kernel module can define what NVIDIA's helpers read, not its bytes (a name inside
+    another, or only declared, would pass there)."""
+    from nvshmem_dsl.linker import helper_archive
+
+    data = llvm.parse_assembly(
+        'target triple = "nvptx64-nvidia-cuda"\n'
+        "@nvshmemi_device_state_d = addrspace(4) externally_initialized global [16 x i8] zeroinitializer\n"
+        "@nvshmemi_ibgda_device_state_d_old = global i32 1\n"
+        "@nvshmemi_ibgda_device_state_d = external global i32\n"
+        "define i32 @nvshmem_my_pe() {\n  %v = load i32, ptr @nvshmemi_ibgda_device_state_d\n  ret i32 %v\n}\n"
+        "declare void @nvshmemi_transfer_quiet()\n").as_bitcode()
+    assert bodies.defined_globals(data) == {"nvshmemi_device_state_d", "nvshmemi_ibgda_device_state_d_old"}
+    bc = tmp_path / "libnvshmem_device.bc"
+    bc.write_bytes(data)
+    has = {n: helper_archive._bitcode_has(bc, n) for n in ("nvshmemi_device_state_d", "nvshmemi_ibgda_device_state_d",
+                                                             "nvshmem_my_pe", "nvshmemi_transfer_quiet")}
+    assert has == {"nvshmemi_device_state_d": True, "nvshmemi_ibgda_device_state_d": False, "nvshmem_my_pe": True,
+                   "nvshmemi_transfer_quiet": False}
+
+
 @pytest.mark.parametrize("names", [["nvshmem_baz"], ["nvshmem_zap", "nvshmem_bar"], ["nvshmem_foo"]])
 def test_closure_from_the_bodies_it_needs_is_the_same(bc, names, monkeypatch):
     """_closure parses only ``names``' bodies, the non-API ones and, in a second round, the API

@@ -14,7 +14,8 @@ One exception: the reader ties the first function block it meets to the first fu
 with a body, by position; that function keeps its body whatever it is.
 
 :func:`functions` lists the file's functions; :func:`keep_bodies` returns a copy of the file in
-which only the named functions (and that first one) keep their bodies.  Both raise
+which only the named functions (and that first one) keep their bodies; :func:`defined_globals`
+names the global variables it defines.  Both raise
 :class:`BitcodeLayoutError` for a file they do not understand (an old layout without a string
 table, an abbreviation that makes ``isproto`` a literal); the caller then parses the whole file.
 Format: https://llvm.org/docs/BitCodeFormat.html (the module block's records, read here without
@@ -25,15 +26,17 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["BitcodeLayoutError", "Function", "functions", "keep_bodies"]
+__all__ = ["BitcodeLayoutError", "Function", "defined_globals", "functions", "keep_bodies"]
 
 _MAGIC = b"BC\xc0\xde"
 _WRAPPER = b"\xde\xc0\x17\x0b"
 _END_BLOCK, _ENTER_SUBBLOCK, _DEFINE_ABBREV, _UNABBREV_RECORD = 0, 1, 2, 3
 _BLOCKINFO, _MODULE, _STRTAB = 0, 8, 23
-_MODULE_CODE_VERSION, _MODULE_CODE_FUNCTION = 1, 8
+_MODULE_CODE_VERSION, _MODULE_CODE_GLOBALVAR, _MODULE_CODE_FUNCTION = 1, 7, 8
+_CODES = (_MODULE_CODE_GLOBALVAR, _MODULE_CODE_FUNCTION)
 _SETBID = 1
 _ISPROTO = 4  # [strtab offset, strtab size, type, callingconv, isproto, linkage, ...]
+_INITID = 4  # a global variable's [strtab offset, strtab size, type, isconst, initid (0: none), linkage, ...]
 _LITERAL, _FIXED, _VBR, _ARRAY, _CHAR6, _BLOB = "literal", 1, 2, 3, 4, 5
 
 
@@ -222,20 +225,20 @@ def _start(data) -> tuple[int, int]:
     return 8 * (offset + 4), 8 * (offset + size)
 
 
-def functions(data) -> list[Function]:
-    """The functions of the (single-module) bitcode ``data``, in record order."""
+def _module_records(data) -> tuple[dict, bytes]:
+    """The records of the (single-module) bitcode ``data``'s module block, by code (of
+    :data:`_CODES`), in order, and its string table."""
     pos, end = _start(data)
     bits = _Bits(data, pos, end)
     blockinfo: dict = {}
-    records, strtab, version = [], None, []
+    records: dict = {code: [] for code in _CODES}
+    strtab, version = None, []
 
     def on_module(code, fields, blob):
         if code == _MODULE_CODE_VERSION:
             version.append(fields[0][0])
-        elif code == _MODULE_CODE_FUNCTION:
-            if len(fields) <= _ISPROTO:
-                raise BitcodeLayoutError("a function record without isproto")
-            records.append(fields)
+        elif code in records:
+            records[code].append(fields)
 
     def on_strtab(code, fields, blob):
         nonlocal strtab
@@ -256,14 +259,35 @@ def functions(data) -> list[Function]:
             bits.pos = block_end
     if modules != 1 or version[:1] != [2] or strtab is None:
         raise BitcodeLayoutError("not one module of bitcode version 2 with a string table")
+    return records, strtab
+
+
+def _name(strtab: bytes, fields) -> str:
+    (off, _), (size, _) = fields[0], fields[1]
+    return strtab[off:off + size].decode("utf-8", errors="surrogateescape")
+
+
+def functions(data) -> list[Function]:
+    """The functions of the (single-module) bitcode ``data``, in record order."""
+    records, strtab = _module_records(data)
     out = []
-    for fields in records:
-        (off, _), (size, _) = fields[0], fields[1]
+    for fields in records[_MODULE_CODE_FUNCTION]:
+        if len(fields) <= _ISPROTO:
+            raise BitcodeLayoutError("a function record without isproto")
         isproto, bit = fields[_ISPROTO]
         linkage = fields[_ISPROTO + 1][0] if len(fields) > _ISPROTO + 1 else 0
-        name = strtab[off:off + size].decode("utf-8", errors="surrogateescape")
-        out.append(Function(name, not isproto, linkage, bit if not isproto else None))
+        out.append(Function(_name(strtab, fields), not isproto, linkage, bit if not isproto else None))
     return out
+
+
+def defined_globals(data) -> frozenset:
+    """The names of the global variables the (single-module) bitcode ``data`` defines (gives an
+    initializer: not those it only declares)."""
+    records, strtab = _module_records(data)
+    bad = [f for f in records[_MODULE_CODE_GLOBALVAR] if len(f) <= _INITID]
+    if bad:
+        raise BitcodeLayoutError("a global variable record without initid")
+    return frozenset(_name(strtab, f) for f in records[_MODULE_CODE_GLOBALVAR] if f[_INITID][0])
 
 
 def keep_bodies(data, keep, listed: list[Function] | None = None) -> bytes:

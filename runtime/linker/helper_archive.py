@@ -303,14 +303,25 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
 
 
 @functools.lru_cache(maxsize=4)
-def _bitcode_names(bc_path: str, size: int, mtime: int) -> bytes:
-    with open(bc_path, "rb") as fh:  # a bitcode file's string table holds its symbols' names as they are
-        return fh.read()
+def _bitcode_definitions(bc_path: str, size: int, mtime: int):
+    """What the bitcode file defines (functions with a body, global variables with an initializer),
+    read from its module records; for a layout :mod:`.bodies` does not read, its bytes (a name in
+    them: its string table has every symbol's name)."""
+    from . import bodies
+
+    with open(bc_path, "rb") as fh:
+        data = fh.read()
+    try:
+        return bodies.defined_globals(data) | {f.name for f in bodies.functions(data) if f.has_body}
+    except bodies.BitcodeLayoutError:
+        return data
 
 
 def _bitcode_has(bc_path: Path, name: str) -> bool:
+    """Whether the bitcode ``bc_path`` defines ``name``, so that a kernel module made from it may."""
     st = os.stat(bc_path)
-    return name.encode() in _bitcode_names(str(bc_path), st.st_size, st.st_mtime_ns)
+    defined = _bitcode_definitions(str(bc_path), st.st_size, st.st_mtime_ns)
+    return (name.encode() if isinstance(defined, bytes) else name) in defined
 
 
 def _probe(member: Path, sm: int, declarations: dict, bc_path: Path) -> dict | None:
