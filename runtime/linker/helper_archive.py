@@ -87,7 +87,7 @@ def explain() -> str:
         return f"built from the bitcode ({ENV}=build)"
     from .._libs import installation
 
-    archive = installation().bitcode_files[0].parent / ARCHIVE
+    archive = _archive_beside(installation().bitcode_files[0])
     member = archive_member(archive) if archive.exists() else None
     if member is None:
         return f"built from the bitcode: no {MEMBER} in {archive}"
@@ -171,11 +171,16 @@ def path(sm: int, bc_path=None) -> Path | None:
         bc_path = Path(bc_path) if bc_path else store_file._default_bitcode(sm)
     except Exception:  # noqa: BLE001 - no NVSHMEM: whoever links reports that
         return None
-    member = _path(sm, str(bc_path.parent / ARCHIVE))
+    member = _path(sm, str(_archive_beside(bc_path)))
     if member is None or _load(member, sm).get(UNUSABLE):
         return None
     store_file.mark_used(member)  # (the cache's pruning reads its last use)
     return member
+
+
+def _archive_beside(bc_path: Path) -> Path:
+    """Where NVSHMEM's device library is, for the bitcode file ``bc_path`` (as pip installs them)."""
+    return Path(bc_path).parent / ARCHIVE
 
 
 def _path(sm: int, archive: str) -> Path | None:
