@@ -396,6 +396,32 @@ def test_a_failed_helpers_closure_leaves_kernels_closures_as_without_it(helpers_
     assert closures == [(["nvshmem_qux"], True)]
 
 
+@pytest.mark.parametrize("archive", [True, False])
+def test_a_kernels_closure_reads_the_helpers_only_where_they_are_built(helpers_bc, tmp_path, monkeypatch, archive):
+    """Without a prefetched helpers' closure, a kernel's closure reads the helpers' bodies for their
+    objects where those are built from the bitcode (NVSHMEM_DSL_HELPERS=build, or NVIDIA's compiled
+    helpers refused); where NVIDIA's compiled helpers serve them (the default) it leaves them out,
+    and a helper built all the same (one NVIDIA's object lacks) gets its IR from a closure of its own."""
+    from nvshmem_dsl.linker import helper_archive
+
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "2")
+    monkeypatch.setattr(store, "_start_builder", lambda *args: False)  # another process's build
+    monkeypatch.setattr(store, "_store", lambda *args: pytest.fail("waited for the store"))
+    member = tmp_path / "member.o"
+    monkeypatch.setattr(helper_archive, "path", lambda sm, bc_path=None: member if archive else None)
+    closures = []
+    real = pieces._closure
+    monkeypatch.setattr(pieces, "_closure", lambda path, names, helpers=True: (
+        closures.append((names, helpers)), real(path, names, helpers))[1])
+    kernel = store.api_text(["nvshmem_qux"], 90, bc_path=helpers_bc, helpers_out=True)
+    assert re.search(r"^declare fastcc void @transfer\(", kernel, re.M)
+    assert closures == [(["nvshmem_qux"], not archive)]
+    helper = store.api_text(["transfer"], 90, bc_path=helpers_bc, declare_exported=True, helpers_out=True)
+    assert "define internal fastcc void @transfer(" in helper
+    assert closures == ([(["nvshmem_qux"], False), (["transfer"], False)] if archive else [(["nvshmem_qux"], True)])
+
+
 def test_a_forked_child_does_not_wait_for_its_parents_helpers_closure(helpers_bc, tmp_path, monkeypatch):
     """The prefetched closure belongs to the process that started it: a forked child (whose copy of the
     Future no thread completes) makes its own closures instead of waiting forever."""

@@ -157,8 +157,10 @@ def _first_store(names, bc_path: Path, arch, key: str, helpers: bool = True) -> 
         if st is not None and set(names) <= st.helpers:
             return st
     try:
-        # a kernel's closure reads the helpers' bodies only where no prefetched closure has them
-        part = pieces._closure(bc_path, sorted(names), helpers or prefetched is None)
+        # a kernel's closure reads the helpers' bodies only where their objects are built from this
+        # bitcode and no prefetched closure has them
+        part = pieces._closure(bc_path, sorted(names),
+                               helpers or (prefetched is None and _helpers_built(bc_path, arch)))
     except (OSError, RuntimeError):
         return _store(bc_path, arch)  # use the cache once it is there
     st = _Store.from_part(part, key)
@@ -168,6 +170,17 @@ def _first_store(names, bc_path: Path, arch, key: str, helpers: bool = True) -> 
         recent.insert(0, st)
         del recent[_MAX_CLOSURES:]
     return st
+
+
+def _helpers_built(bc_path: Path, arch) -> bool:
+    """Whether the objects of NVSHMEM's out-of-line helpers that kernels of ``arch`` call are built
+    from ``bc_path`` (``NVSHMEM_DSL_HELPERS=build``, or NVIDIA's compiled ones refused for it), so
+    that a kernel's closure may as well read their bodies for them: not where NVIDIA's compiled
+    helpers serve them (:func:`.helper_archive.path`, the default), whose few exceptions (helpers
+    it lacks or defines otherwise) read their own."""
+    from . import helper_archive
+
+    return helper_archive.path(_arch_number(arch), bc_path) is None
 
 
 _prefetch_asked: set = set()  # (arch, bc_path) that prefetch() has seen

@@ -27,6 +27,9 @@
 #   abi-ab       the same with NVSHMEM_DSL_ABI_PRESERVE in ABI_MODES (off default): the objects' calling convention; ONLY: bench rows (coll_lat)
 #   opt-ab       the same with NVSHMEM_DSL_OUTLINE_OPT in OPT_MODES (light o3): how the objects are optimised
 #   helpers-ab   the same with NVSHMEM_DSL_HELPERS in HELPERS_MODES (build archive): the transport helpers' objects
+#   tree-ab      cold first kernels (empty cache) of this tree and of the tree in .dw/ref (runtime/ and generated/
+#                of another commit: git archive COMMIT runtime generated | tar -x -C .dw/ref), alternately, REPS
+#                times: Numba's and Triton's put kernel without and with init(), then each of Numba's KERNELS
 #   cold-objects each of KERNELS compiled by Numba from an empty cache (bench/compile_time.py --phases), without
 #                and with NVSHMEM initialised first (--init, one PE), NVSHMEM_DSL_OBJECT_WORKERS in WORKER_MODES
 #                (0 default): the objects' LLVM steps in this process or in worker processes
@@ -200,6 +203,28 @@ case "$step" in
         --out "$work/$step-$m.json" > "$work/$step-$m.log" 2>&1 || rc=$?
       grep -E "^(coll_lat|p_lat|g_lat|atomic|build_time|bench )" "$work/$step-$m.log" | sed "s/^/$m /"
       build=--no-build
+    done
+    ;;
+  tree-ab)
+    [ -d .dw/ref/runtime ] || { echo "tree-ab: carry .dw/ref (runtime/ and generated/ of the other commit)"; rc=1; }
+    rm -rf /tmp/pkg-ref && mkdir -p /tmp/pkg-ref && cp -r .dw/ref/runtime /tmp/pkg-ref/nvshmem_dsl &&
+      cp -r .dw/ref/generated /tmp/pkg-ref/nvshmem_dsl/_generated
+    runs=()
+    for impl in ${IMPLS:-numba triton}; do runs+=("$impl" "$impl --init"); done
+    for k in ${KERNELS:-coll_broadcast_thread coll_reduce_block}; do runs+=("numba --kernel $k"); done
+    for r in $(seq "${REPS:-2}"); do
+      for tree in ref this; do
+        for run in "${runs[@]}"; do
+          # an empty cache of ours and of Triton's, outside $work (the tarball stays small)
+          rm -rf /tmp/tree-ab /tmp/tree-ab-triton; mkdir -p /tmp/tree-ab /tmp/tree-ab-triton
+          pp=$PYTHONPATH; [ "$tree" = ref ] && pp=/tmp/pkg-ref:$PYTHONPATH
+          opts=""; [[ "$run" == *" "* ]] && opts=" ${run#* }"
+          # shellcheck disable=SC2086 # $run: the impl and its options
+          PYTHONPATH=$pp NVSHMEM_DSL_CACHE=/tmp/tree-ab TRITON_CACHE_DIR=/tmp/tree-ab-triton timeout 120 \
+            python3 bench/compile_time.py --impl $run --phases --label "$tree$opts" 2>/dev/null \
+            | tee -a "$work/tree-ab.jsonl" | python3 bench/experiments/phases.py || rc=$?
+        done
+      done
     done
     ;;
   cold-objects)
