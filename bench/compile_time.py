@@ -133,9 +133,10 @@ def _trace_phases(marks: dict) -> None:
     and ends (``label: (start, end)`` in perf_counter seconds, the first call of each): the
     prefetch (the store's build started by ``init()``, with ``--init``), the closure's
     extraction, within it the parse of the bodies it needs and the GlobalDCE, the link of
-    the kernel, and the objects of what it calls out of line (found or built); of each object
+    the kernel, the objects of what it calls out of line (found or built), the probes of NVIDIA's
+    compiled helpers (``probe <first helper>``); of each object
     built, ``build <name>`` (LLVM and ptxas) and ``llvm <name>`` (LLVM), names cut to 48 characters."""
-    from nvshmem_dsl.linker import outline, pieces, store
+    from nvshmem_dsl.linker import helper_archive, outline, pieces, store
     from nvshmem_dsl.numba import _linker
 
     def wrap(owner, name, label, key=None):  # key(args): a mark per call's key, not only the first
@@ -156,6 +157,8 @@ def _trace_phases(marks: dict) -> None:
     wrap(pieces, "_closure", "closure")
     wrap(_linker, "link", "link")
     wrap(outline, "objects", "objects")
+    # which helpers NVIDIA's compiled object has: each probe, by the first helper it asks about
+    wrap(helper_archive, "_probe", "probe", lambda args: min(args[2]))
     # each object built: its LLVM step (object_ptx) and the whole build (LLVM, ptxas), by its name
     wrap(outline, "object_ptx", "llvm", lambda args: args[0][0])
     wrap(outline, "_build", "build", lambda args: args[0])

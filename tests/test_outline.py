@@ -330,8 +330,8 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     for forced in outline.OPT_LEVELS:
         monkeypatch.setenv(outline.OPT_ENV, forced)
         assert {outline.opt_level(n) for n in ("nvshmem_float_broadcast", "nvshmemx_int_sum_reduce_block")} == {forced}
-    monkeypatch.setenv(outline.OPT_ENV, "fast")
-    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, light, o3"):
+    monkeypatch.setenv(outline.OPT_ENV, "fastest")
+    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fastest': choose one of auto, light, o3, fast"):
         outline.opt_level()
     if outline.ptxas() is None:
         pytest.skip("no ptxas")
@@ -343,6 +343,9 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
         return outline._object_path(name, bc, "sm_90a", "+ptx85", 64)
 
     assert path("nvshmem_int_sum_reduce", "light") != path("nvshmem_int_sum_reduce", "o3")
+    assert path("nvshmem_int_sum_reduce", "fast") not in (path("nvshmem_int_sum_reduce", "light"),
+                                                          path("nvshmem_int_sum_reduce", "o3"))
+    assert outline.ptxas_level("fast") != outline.ptxas_level("light") == outline.ptxas_level("o3") == ("-O3",)
     assert path("nvshmem_float_broadcast", "auto") == path("nvshmem_float_broadcast", "o3")
     assert path("nvshmem_int_sum_reduce", "auto") == path("nvshmem_int_sum_reduce", "light")
 
@@ -593,6 +596,78 @@ def test_helpers_predicted_from_the_ir_are_those_the_ptx_calls(name):
     assert called and predicted == called
     if name == "nvshmem_float_broadcast":  # its put_signal dispatch is specialised on the signal op
         assert any(outline.SPECIALISED in n for n in called)
+
+
+@pytest.mark.parametrize("name", ["nvshmem_float_broadcast", "nvshmemx_barrier_all_block", "nvshmemx_int_alltoall_warp"])
+def test_helper_declarations_from_the_ir_are_the_ptxs(name):
+    """The PTX declarations of the helpers an object calls, made from its IR's declarations alone (NVIDIA's
+    compiled helpers are asked about them while LLVM emits the object), are its PTX's, character for
+    character: the answers are its helpers'."""
+    text = outline.object_ir([name], 90)
+    early = outline.helper_declarations(text, "sm_90", "+ptx85")
+    ptx = outline.object_ptx([name], 90, "sm_90", "+ptx85", text=text)
+    called = {n for n in outline.helper_calls(ptx) if outline.SPECIALISED not in n}
+    assert called and called <= set(early)
+    for n in called:
+        assert early[n] == outline._declaration(ptx, n).group(0).rstrip("\n"), n
+
+
+def test_objects_ask_about_their_helpers_before_their_ptx(monkeypatch, tmp_path):
+    """With NVIDIA's compiled helpers in use, an object's helpers are asked about (ask_ahead) before its
+    LLVM step returns, and its PTX's own question (prepare_calls) waits for that probe instead of
+    probing again: one probe for them."""
+    from nvshmem_dsl.linker import helper_archive
+
+    monkeypatch.setenv("NVSHMEM_DSL_CACHE", str(tmp_path / "cache"))
+    member = tmp_path / "member.o"
+    member.write_bytes(b"")
+    monkeypatch.setattr(helper_archive, "path", lambda sm, bc_path=None: member)
+    monkeypatch.setattr(helper_archive, "_answers", {})
+    monkeypatch.setattr(helper_archive, "_asking", {})
+    events, probes = [], []
+
+    def probe(m, sm, declarations, bc_path):
+        probes.append(sorted(declarations))
+        time.sleep(0.5)  # a probe under way when the PTX asks
+        return {n: False for n in declarations}  # the member has none: all built
+
+    real_ptx = outline.object_ptx
+    monkeypatch.setattr(helper_archive, "_probe", probe)
+    monkeypatch.setattr(outline, "object_ptx", lambda *a, **k: (events.append(("ptx", len(probes))), real_ptx(*a, **k))[1])
+    monkeypatch.setattr(outline, "assemble", lambda ptx, cpu, options=(): b"")  # no ptxas: what is asked, not built
+    monkeypatch.setattr(outline, "object_calls", lambda path: frozenset())
+    name = "nvshmemx_barrier_all_block"
+    text = outline.object_ir([name], 90)
+    declared = outline.helper_declarations(text, "sm_90", "+ptx85")
+    assert declared
+    outline.objects([name], 90, "sm_90", "+ptx85")
+    assert probes[0] == sorted(declared)  # the object's helpers, from its IR (then those of the helpers built)
+    asked = [n for names in probes for n in names]
+    assert len(asked) == len(set(asked))  # none asked twice
+    assert events[0] == ("ptx", 1)  # the first probe started before the object's LLVM step
+
+
+def test_a_kernels_helpers_are_asked_about_before_its_ptx_is_emitted(monkeypatch, tmp_path):
+    """A kernel being linked (its objects wanted) has NVIDIA's compiled helpers asked about the helpers
+    its NVSHMEM code declares before LLVM optimises and emits it, with the declarations its PTX then
+    makes; a kernel compiled to PTX alone asks nothing early."""
+    from nvshmem_dsl.linker import helper_archive
+
+    member = tmp_path / "member.o"
+    monkeypatch.setattr(helper_archive, "path", lambda sm, bc_path=None: member)
+    asked = []
+    monkeypatch.setattr(helper_archive, "ask_ahead", lambda sm, declarations, bc_path=None: asked.append(declarations))
+    monkeypatch.setattr(outline, "prefetch", lambda *a, **k: None)
+    lib, _ = _compile_pyfunc_with_fixup(k_small, SMALL_SIG, device=False, abi="numba", cc=CC)
+    monkeypatch.setattr(outline, "prepare_calls", lambda ptx, bc_path=None: ptx)  # the PTX as LLVM emitted it
+    ptx = _linker.compile_ptx(lib.llvm_strs, CC, prefetch=False)
+    assert asked == []
+    ptx = _linker.compile_ptx(lib.llvm_strs, CC, prefetch=True)
+    (early,) = asked
+    called = outline.helper_calls(ptx)
+    assert called and called <= set(early)  # (and those LLVM then found unused: asked about, harmless)
+    for n in called:
+        assert early[n] == outline._declaration(ptx, n).group(0).rstrip("\n"), n
 
 
 def test_ir_call_arguments():

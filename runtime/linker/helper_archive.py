@@ -37,7 +37,7 @@ those it lacks (built) and those it defines otherwise (:data:`MISMATCH`: built u
 own, ``<helper>$p``, since the member's other helpers call its own); the answers are kept beside the
 member, shared by the processes that compile at once.
 
-Public: :func:`path`, :func:`provided`, :func:`known`, :func:`key`, :func:`fatbin_archs`,
+Public: :func:`path`, :func:`provided`, :func:`ask_ahead`, :func:`known`, :func:`key`, :func:`fatbin_archs`,
 :func:`archive_member`, :func:`mode`, :func:`explain`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`.
 """
 
@@ -56,8 +56,8 @@ from pathlib import Path
 
 from . import code_env, store_file
 
-__all__ = ["ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "explain", "fatbin_archs", "key", "known", "mode",
-           "path", "provided"]
+__all__ = ["ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "ask_ahead", "explain", "fatbin_archs", "key", "known",
+           "mode", "path", "provided"]
 
 ENV = code_env.HELPERS
 #: The archive member that holds NVSHMEM's transport helpers.
@@ -283,28 +283,77 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
     of it: ``.extern .func ... name (...);``), what NVIDIA's compiled object for SM ``sm``
     (:func:`path`) has (:func:`known`: True, False or :data:`MISMATCH`); empty where the helpers
     are built.  Helpers not asked about before are probed in one link, and the answers kept in a
-    file beside the member before any object that calls them is built; where the probe fails, those
-    are answered :data:`MISMATCH` (built under names of their own), nothing is kept, and this process
-    does not probe again (helpers it has not asked about are answered so too)."""
+    file beside the member before any object that calls them is built; helpers a probe under way in
+    this process asks about (:func:`ask_ahead`'s) are waited for, not probed again.  Where the probe
+    fails, those are answered :data:`MISMATCH` (built under names of their own), nothing is kept, and
+    this process does not probe again (helpers it has not asked about are answered so too)."""
     member = path(sm, bc_path)
     if member is None or not declarations:
         return {}
+    _ask(member, sm, declarations, Path(bc_path) if bc_path else store_file._default_bitcode(sm))
     answers = _load(member, sm)
-    new = {n: d for n, d in declarations.items() if n not in answers}
-    if new:
-        found = None if (str(member), sm) in _probe_failed else \
-            _probe(member, sm, new, Path(bc_path) if bc_path else store_file._default_bitcode(sm))
-        if found is None:  # the probe did not link (no nvJitLink, a crash, a timeout): these are built, under
-            # names of their own (as MISMATCH: none can clash with the member, which serves the helpers known to
-            # be its); not kept, and not probed again in this process (no probe per kernel): the next asks again
-            _probe_failed.add((str(member), sm))
-            return {n: answers.get(n, MISMATCH) for n in declarations}
-        _save(member, sm, found)
-        with _lock:
-            answers.update(found)
-        if UNUSABLE in found:
+    with _lock:
+        if UNUSABLE in answers:
             return {}
-    return {n: answers[n] for n in declarations if n in answers}
+        if (str(member), sm) in _probe_failed:
+            return {n: answers.get(n, MISMATCH) for n in declarations}
+        return {n: answers[n] for n in declarations if n in answers}
+
+
+def ask_ahead(sm: int, declarations: dict, bc_path=None) -> threading.Thread | None:
+    """Start asking NVIDIA's compiled object about the helpers of ``declarations`` (as :func:`provided`
+    takes them) in a thread of its own, before the PTX that calls them is there (an object's while
+    LLVM emits it: :func:`nvshmem_dsl.linker.outline.objects`), so that its :func:`provided` finds the
+    answers, or waits for them, instead of probing then; None where there is nothing to ask."""
+    member = path(sm, bc_path)
+    if member is None or not declarations:
+        return None
+    answers = _load(member, sm)
+    with _lock:
+        if all(n in answers for n in declarations):
+            return None
+    thread = threading.Thread(target=provided, args=(sm, declarations, bc_path), name="nvshmem-dsl-helper-probe",
+                              daemon=True)
+    thread.start()
+    return thread
+
+
+#: (member path, sm) -> {helper: the Event of the probe under way in this process that asks about it}
+_asking: dict = {}
+
+
+def _ask(member: Path, sm: int, declarations: dict, bc_path: Path) -> None:
+    """Probe the helpers of ``declarations`` that have no answer and no probe under way (:func:`_probe`; the
+    answers kept beside the member), and wait for those under way."""
+    key = (str(member), sm)
+    answers = _load(member, sm)
+    done = threading.Event()
+    with _lock:
+        running = _asking.setdefault(key, {})
+        unknown = [n for n in declarations if n not in answers and UNUSABLE not in answers]
+        waits = {running[n] for n in unknown if n in running}
+        new = {} if key in _probe_failed else {n: declarations[n] for n in unknown if n not in running}
+        for n in new:
+            running[n] = done
+    try:
+        if new:
+            found = _probe(member, sm, new, bc_path)
+            if found is None:  # the probe did not link (no nvJitLink, a crash, a timeout): these are built, under
+                # names of their own (as MISMATCH: none can clash with the member, which serves the helpers known to
+                # be its); not kept, and not probed again in this process (no probe per kernel): the next asks again
+                with _lock:
+                    _probe_failed.add(key)
+            else:
+                _save(member, sm, found)
+                with _lock:
+                    answers.update(found)
+    finally:
+        with _lock:
+            for n in new:
+                running.pop(n, None)
+        done.set()
+    for event in waits:
+        event.wait()
 
 
 @functools.lru_cache(maxsize=4)

@@ -236,6 +236,8 @@ def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool
     except KeyError as e:
         raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
     check_declarations(main, api, inline, outlined)
+    if objects_target is not None:  # the kernel's PTX will ask NVIDIA's compiled helpers about these: now
+        outline.ask_archive_ahead(api, *objects_target[:2])
     main.link_in(api)
     internalize(main, set(keep) | set(store.EXPORTED_GLOBALS))
     run(main, pb, "always_inliner", "global_dead_code_eliminate")

@@ -40,7 +40,7 @@ DSL can link the same objects.
 
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
-:func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`specialised_name`,
+:func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`helper_declarations`, :func:`ask_archive_ahead`, :func:`specialised_name`,
 :func:`split_specialised`, :func:`provisional`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
 :func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`, :func:`elf_sections`, :func:`elf_string`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
@@ -72,7 +72,7 @@ from . import abi, code_env, helper_archive, loop_split, object_workers, pieces,
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
+           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helper_declarations", "ask_archive_ahead", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
 
@@ -463,6 +463,44 @@ def predicted_helper_calls(text: str) -> frozenset:
                      for name, args in _IR_CALL.findall(text) if name in declared)
 
 
+def helper_declarations(text: str, cpu: str, features: str) -> dict:
+    """``{helper: its PTX declaration}`` of the NVSHMEM helpers the IR ``text`` (an object's
+    :func:`object_ir`) declares, as the PTX that LLVM emits for ``cpu``/``features`` declares them
+    (:func:`archived_helpers` asks NVIDIA's compiled object about those), from a module of those
+    declarations alone: known before the object's own PTX is.  Helpers whose prototype names a type
+    of the IR's own are left to the PTX."""
+    import llvmlite.binding as llvm
+
+    from ._llvm import TRIPLE, target_machine
+
+    lines = {}
+    for line in text.splitlines():
+        if line.startswith("declare ") and "%" not in line:
+            name = pieces._unquote(pieces._name_of(line.encode()))
+            if is_helper(name) and SPECIALISED not in name:
+                lines[name] = re.sub(r"\s+#\d+\s*$", "", line)
+    if not lines:
+        return {}
+    refs = ", ".join(f'ptr @"{n}"' for n in sorted(lines))
+    tm = target_machine(cpu, object_features(features), 2)
+    mod = llvm.parse_assembly("\n".join([*lines.values(), f"@nvshmem_dsl_refs = global [{len(lines)} x ptr] [{refs}]"]))
+    mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
+    ptx = tm.emit_assembly(mod)
+    return {n: m.group(0).rstrip("\n") for n in lines for m in [_declaration(ptx, n)] if m is not None}
+
+
+def ask_archive_ahead(module, cpu: str, features: str, bc_path=None) -> None:
+    """Start asking NVIDIA's compiled helpers (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`) about
+    the helpers that the llvmlite ``module`` (a kernel's NVSHMEM code, before it is linked in) declares,
+    as a kernel's PTX for ``cpu``/``features`` will declare them (:func:`helper_declarations`), while
+    the kernel is optimised and emitted; nothing where the helpers are built."""
+    sm = store_file._arch_number(cpu)
+    if helper_archive.path(sm, bc_path) is None:  # (as archived_helpers asks)
+        return
+    text = "\n".join(str(f).strip() for f in module.functions if f.is_declaration and is_helper(f.name))
+    helper_archive.ask_ahead(sm, helper_declarations(text, cpu, features), bc_path)
+
+
 def helpers_out() -> bool:
     """Whether kernels call NVSHMEM's out-of-line helpers (its ``noinline`` transport functions,
     :attr:`nvshmem_dsl.linker.store_file._Store.helpers`) in cached objects instead of compiling
@@ -535,6 +573,20 @@ def _ptxas_options() -> tuple:
     return ("--split-compile=0",) if "--split-compile" in help_text else ()
 
 
+def ptxas_level(opt: str) -> tuple:
+    """ptxas's optimisation options for an object optimised as ``opt`` (:func:`opt_level`): ``-O3``; for
+    ``fast``, ``--Ofast-compile=max`` where ptxas has it (CUDA 12.8+), else ``-O1``."""
+    if opt != "fast":
+        return ("-O3",)
+    return (os.environ.get("NVSHMEM_DSL_FAST_PTXAS") or _fast_ptxas(),)
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_ptxas() -> str:
+    help_text = subprocess.run([ptxas(), "--help"], capture_output=True, text=True).stdout
+    return "--Ofast-compile=max" if "--Ofast-compile" in help_text else "-O1"
+
+
 def _objects_dir() -> Path:
     folder = store.cache_dir() / store_file.OBJECTS_FOLDER
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -562,7 +614,7 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, sp
     st = os.stat(ptxas())
     split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(name), split, abi.preserve(),
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(name), ptxas_level(opt_level(name)), split, abi.preserve(),
              helper_archive.key(store_file._arch_number(cpu), bc_path)]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
@@ -734,6 +786,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             builds.append((text, n))
             if archive is None:  # (else: its PTX names them, once asked whether NVIDIA's object has them)
                 todo += predicted_helper_calls(text)
+            else:  # asked while LLVM emits the object, not after
+                helper_archive.ask_ahead(sm, helper_declarations(text, cpu, features), bc_path)
         return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
 
     def want(wanted, ex):
@@ -846,7 +900,7 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
         if on_calls is not None:
             on_calls(calls)
         try:
-            cubin = assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *_ptxas_options()))
+            cubin = assemble(ptx, cpu, (*ptxas_level(opt_level(name)), f"-maxrregcount={cap}", *_ptxas_options()))
         except PtxasError as e:
             raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
                                f"instead):\n{e}") from None
