@@ -161,7 +161,7 @@ def test_a_collectives_objects_start_with_its_helpers_largest_first(monkeypatch,
     not linked."""
     started = []
 
-    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None):
+    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None, opt=None):
         started.append((name, len(text)))
         assert text == outline.object_ir([name], arch)
         # as if the broadcast's PTX called all the helpers its IR calls but the first
@@ -189,7 +189,7 @@ def test_a_predicted_helper_nvshmem_lacks_is_not_built(monkeypatch, tmp_path):
     monkeypatch.setenv("NVSHMEM_DSL_HELPERS", "build")  # (helpers from NVIDIA's object are not predicted)
     built = []
 
-    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None):
+    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None, opt=None):
         built.append(name)
         path.with_suffix(".calls").write_text("")
         path.write_bytes(b"")

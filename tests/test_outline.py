@@ -330,8 +330,8 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     for forced in outline.OPT_LEVELS:
         monkeypatch.setenv(outline.OPT_ENV, forced)
         assert {outline.opt_level(n) for n in ("nvshmem_float_broadcast", "nvshmemx_int_sum_reduce_block")} == {forced}
-    monkeypatch.setenv(outline.OPT_ENV, "fastest")
-    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fastest': choose one of auto, light, o3, fast"):
+    monkeypatch.setenv(outline.OPT_ENV, "fast")
+    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, light, o3"):
         outline.opt_level()
     if outline.ptxas() is None:
         pytest.skip("no ptxas")
@@ -343,9 +343,6 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
         return outline._object_path(name, bc, "sm_90a", "+ptx85", 64)
 
     assert path("nvshmem_int_sum_reduce", "light") != path("nvshmem_int_sum_reduce", "o3")
-    assert path("nvshmem_int_sum_reduce", "fast") not in (path("nvshmem_int_sum_reduce", "light"),
-                                                          path("nvshmem_int_sum_reduce", "o3"))
-    assert outline.ptxas_level("fast") != outline.ptxas_level("light") == outline.ptxas_level("o3") == ("-O3",)
     assert path("nvshmem_float_broadcast", "auto") == path("nvshmem_float_broadcast", "o3")
     assert path("nvshmem_int_sum_reduce", "auto") == path("nvshmem_int_sum_reduce", "light")
 
@@ -423,7 +420,7 @@ def test_block_scope_objects_keep_64_registers_under_the_default_abi(monkeypatch
     monkeypatch.setenv(abi.ENV, "off")
     built = {}
 
-    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None):
+    def build(name, arch, bc_path, cpu, features, cap, path, text=None, on_calls=None, opt=None):
         built[name] = cap
         path.with_suffix(".calls").write_text("")  # as if it called no other object
         path.write_bytes(b"")
@@ -715,16 +712,17 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     monkeypatch.setattr(loop_split, "tiered", lambda: True)  # as where a CUDA driver is
     monkeypatch.setattr(store_build, "_lower_priority", lambda: None)  # not this test's process
     later = []
-    monkeypatch.setattr(outline, "_build_whole_later", lambda names, *rest: later.append((names, rest)))
+    monkeypatch.setattr(outline, "_build_final_later", lambda forms, *rest: later.append((forms, rest)))
     first = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     split = next(p for p in first if p.name.startswith(COLLECTIVE + "-"))
-    assert [names for names, _ in later] == [[COLLECTIVE]]  # the API function only, not its helpers
+    # the API function only, not its helpers; its final form whole
+    assert [forms for forms, _ in later] == [[(COLLECTIVE, loop_split.WHOLE)]]
     # a kernel linked with it is not for the DSLs' disk caches
     assert outline.provisional(first) and outline.provisional([split])
     assert not outline.provisional(set(first) - {split})
     arch, bc_path, cpu, features, cap = later[0][1]
-    outline._build_whole_main(json.dumps([[COLLECTIVE, arch, str(bc_path), cpu, features,
-                                           outline._scope_cap(COLLECTIVE, cap)]]))
+    outline._build_final_main(json.dumps([[COLLECTIVE, arch, str(bc_path), cpu, features,
+                                           outline._scope_cap(COLLECTIVE, cap), loop_split.WHOLE]]))
     later.clear()
     second = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     whole = next(p for p in second if p.name.startswith(COLLECTIVE + "-"))
@@ -733,6 +731,45 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     assert functions[0] > functions[1]  # whole: no loops made functions of their own
     assert set(second) - {whole} == set(first) - {split}
     assert outline.object_calls(whole) == outline.object_calls(split)
+
+
+def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypatch):
+    """Where objects are tiered (a driver, NVSHMEM_DSL_OUTLINE_OPT unset), a kernel calling a function whose
+    object is built at O3 (thread scope) links it built light, provisionally, and hands it to a background
+    build at O3; kernels linked once that is there get it.  A function built light anyway is not tiered."""
+    import json
+
+    from nvshmem_dsl.linker import abi, loop_split, store_build
+
+    monkeypatch.delenv(outline.OPT_ENV, raising=False)
+    monkeypatch.delenv(loop_split.ENV, raising=False)
+    monkeypatch.setattr(abi, "driver_major", lambda: 13)  # as where a CUDA driver is
+    monkeypatch.setattr(store_build, "_lower_priority", lambda: None)
+    later = []
+    monkeypatch.setattr(outline, "_build_final_later", lambda forms, *rest: later.append((forms, rest)))
+    name = "nvshmem_barrier_all"
+    assert outline.opt_tiered() and outline.opt_level(name) == "o3"
+    final = outline._object_path(name, store._default_bitcode(90), "sm_90", "+ptx85", 64)
+    light = outline._object_path(name, store._default_bitcode(90), "sm_90", "+ptx85", 64, opt="light")
+    assert light != final
+    first = outline.objects([name], 90, "sm_90", "+ptx85")
+    assert light in first and final not in first and light.exists() and not final.exists()
+    assert [forms for forms, _ in later] == [[(name, loop_split.key())]]
+    assert outline.provisional([light])
+    arch, bc_path, cpu, features, cap = later[0][1]
+    outline._build_final_main(json.dumps([[name, arch, str(bc_path), cpu, features, outline._scope_cap(name, cap),
+                                           loop_split.key()]]))
+    later.clear()
+    second = outline.objects([name], 90, "sm_90", "+ptx85")
+    assert final in second and light not in second and not later and not outline.provisional(second)
+    assert outline.object_calls(final) == outline.object_calls(light)
+    # light anyway (a reduction; a value set): waited for as it is
+    assert outline._first_form("nvshmem_int_sum_reduce", 90, None) is None
+    monkeypatch.setenv(outline.OPT_ENV, "auto")
+    assert not outline.opt_tiered() and outline._first_form(name, 90, None) is None
+    monkeypatch.delenv(outline.OPT_ENV)
+    monkeypatch.setattr(abi, "driver_major", lambda: None)  # no driver: only compile time counts
+    assert not outline.opt_tiered()
 
 
 @pytest.mark.parametrize("provisional", [True, False])
@@ -757,23 +794,23 @@ def test_numbas_disk_cache_keeps_no_cubin_linked_with_provisional_objects(object
     assert len(linked) == (2 if provisional else 1)  # linked again where it was left out
 
 
-def test_whole_builds_start_once_a_process_in_the_background(monkeypatch, tmp_path):
+def test_final_builds_start_once_a_process_in_the_background(monkeypatch, tmp_path):
     import json
     import sys
 
     from nvshmem_dsl.linker import loop_split
 
     started = []
-    monkeypatch.setattr(outline, "_whole_started", set())
+    monkeypatch.setattr(outline, "_final_started", set())
     monkeypatch.setattr(outline.subprocess, "Popen", lambda args, **kw: started.append((args, kw)))
-    before = outline.stats["whole_later"]
+    before = outline.stats["final_later"]
     for _ in range(2):
-        outline._build_whole_later([COLLECTIVE], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
-    assert len(started) == 1 and outline.stats["whole_later"] == before + 1
+        outline._build_final_later([(COLLECTIVE, loop_split.WHOLE)], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
+    assert len(started) == 1 and outline.stats["final_later"] == before + 1
     args, kw = started[0]
-    assert "env" not in kw and kw["start_new_session"]  # _build_whole_main says whole, not the environment
+    assert "env" not in kw and kw["start_new_session"]  # the job says the final form, not the environment
     assert json.loads(args[-2]) == [[COLLECTIVE, 90, str(tmp_path / "x.bc"), "sm_90", "+ptx85",
-                                     outline._scope_cap(COLLECTIVE, 64)]]
+                                     outline._scope_cap(COLLECTIVE, 64), loop_split.WHOLE]]
     assert json.loads(args[-1]) == sys.path  # the child imports nvshmem_dsl as this process does
 
 
@@ -790,13 +827,13 @@ def test_tiering_needs_the_default_threshold_and_a_driver(monkeypatch):
     assert not loop_split.tiered()
 
 
-def test_whole_builds_need_an_interpreter_to_start(monkeypatch, tmp_path):
-    """Where no process can be started (an embedded Python), the kernel keeps the split objects."""
+def test_final_builds_need_an_interpreter_to_start(monkeypatch, tmp_path):
+    """Where no process can be started (an embedded Python), the kernel keeps the first forms."""
     def refuse(*args, **kw):
         raise OSError("no interpreter")
 
-    monkeypatch.setattr(outline, "_whole_started", set())
+    monkeypatch.setattr(outline, "_final_started", set())
     monkeypatch.setattr(outline.subprocess, "Popen", refuse)
-    before = outline.stats["whole_later"]
-    outline._build_whole_later([COLLECTIVE], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
-    assert outline.stats["whole_later"] == before
+    before = outline.stats["final_later"]
+    outline._build_final_later([(COLLECTIVE, "none")], 90, tmp_path / "x.bc", "sm_90", "+ptx85", 64)
+    assert outline.stats["final_later"] == before

@@ -35,7 +35,9 @@ links a probe (the kernel's declarations, each function's address taken) with th
 helper, in a process of its own, and tells those it defines with that prototype (linked from it),
 those it lacks (built) and those it defines otherwise (:data:`MISMATCH`: built under a name of their
 own, ``<helper>$p``, since the member's other helpers call its own); the answers are kept beside the
-member, shared by the processes that compile at once.
+member, shared by the processes that compile at once.  A kernel's or an object's helpers are asked about
+while LLVM emits its PTX (:func:`ask_ahead`, from declarations made of its IR's), so that the link does
+not wait for the probe after it.
 
 Public: :func:`path`, :func:`provided`, :func:`ask_ahead`, :func:`known`, :func:`key`, :func:`fatbin_archs`,
 :func:`archive_member`, :func:`mode`, :func:`explain`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`.

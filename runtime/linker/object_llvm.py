@@ -21,14 +21,13 @@ from . import loop_split, pieces
 #: none, under a name of its own.
 SPECIALISED = "$p"
 
-#: How the objects' code may be optimised (:data:`nvshmem_dsl.linker.outline.OPT_ENV`); ``fast``: as
-#: ``light`` here, and ptxas told to compile fast (:func:`nvshmem_dsl.linker.outline.ptxas_level`).
-OPT_LEVELS = ("light", "o3", "fast")
+#: How the objects' code may be optimised (:data:`nvshmem_dsl.linker.outline.OPT_ENV`).
+OPT_LEVELS = ("light", "o3")
 
 #: LLVM's code generation level for each (NVPTX's code generation is most of an object's LLVM
 #: time; ptxas optimises what it emits): a broadcast's object 0.41 s at 2, 0.62 s at 3, its PTX
 #: within 1 KiB and ptxas as fast (bench/results/object-codegen-cpu-2026-11-24.txt).
-CODEGEN_LEVELS = {"light": 2, "o3": 3, "fast": 2}
+CODEGEN_LEVELS = {"light": 2, "o3": 3}
 
 
 def specialised_name(helper: str, constants: dict) -> str:
@@ -54,7 +53,7 @@ def emit(text: str, names, cpu: str, features: str, opt: str = "light", split_lo
     :func:`specialised_name` is defined here from its helper) from the IR ``text`` that holds
     them and everything they call (internal in the PTX), optimised as ``opt`` says (``light``:
     interprocedural constant propagation, instcombine, unrolling of the rewritten copy loops;
-    ``o3``: LLVM's O3 with non-trivial loop unswitching; ``fast``: as ``light``), their loops made functions of their own
+    ``o3``: LLVM's O3 with non-trivial loop unswitching), their loops made functions of their own
     with ``split_loops`` (:mod:`.loop_split`).  ``types``: ``{name: type}`` each function must
     have (as :func:`._llvm.function_shape` spells it), else :class:`RuntimeError`."""
     import llvmlite.binding as llvm

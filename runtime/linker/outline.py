@@ -175,8 +175,8 @@ def block_cap(blocks, limits=()) -> int:
 VERSION = 4
 
 #: Counters for tests and diagnostics: objects built, objects found cached (by :func:`objects`), objects
-#: handed to a background build of their whole form (:func:`_build_whole_later`).
-stats = {"builds": 0, "hits": 0, "whole_later": 0}
+#: handed to a background build of their final form (:func:`_build_final_later`).
+stats = {"builds": 0, "hits": 0, "final_later": 0}
 
 _forced: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_outline", default=None)
 _stats_lock = threading.Lock()
@@ -469,16 +469,27 @@ def helper_declarations(text: str, cpu: str, features: str) -> dict:
     (:func:`archived_helpers` asks NVIDIA's compiled object about those), from a module of those
     declarations alone: known before the object's own PTX is.  Helpers whose prototype names a type
     of the IR's own are left to the PTX."""
-    import llvmlite.binding as llvm
+    return _ptx_declarations(_helper_declares(text), cpu, features)
 
-    from ._llvm import TRIPLE, target_machine
 
+def _helper_declares(text: str) -> dict:
+    """``{helper: its declare line, less its attribute group}`` of the IR ``text``'s declarations of
+    NVSHMEM's helpers (not specialised) whose prototypes name no type of the IR's own."""
     lines = {}
     for line in text.splitlines():
         if line.startswith("declare ") and "%" not in line:
             name = pieces._unquote(pieces._name_of(line.encode()))
             if is_helper(name) and SPECIALISED not in name:
                 lines[name] = re.sub(r"\s+#\d+\s*$", "", line)
+    return lines
+
+
+def _ptx_declarations(lines: dict, cpu: str, features: str) -> dict:
+    """:func:`helper_declarations` of the declare lines ``lines`` (:func:`_helper_declares`)."""
+    import llvmlite.binding as llvm
+
+    from ._llvm import TRIPLE, target_machine
+
     if not lines:
         return {}
     refs = ", ".join(f'ptr @"{n}"' for n in sorted(lines))
@@ -489,16 +500,28 @@ def helper_declarations(text: str, cpu: str, features: str) -> dict:
     return {n: m.group(0).rstrip("\n") for n in lines for m in [_declaration(ptx, n)] if m is not None}
 
 
+def _ask_archive_ahead(text: str, cpu: str, features: str, bc_path=None) -> None:
+    """Start asking NVIDIA's compiled helpers about the helpers the IR ``text`` declares
+    (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead` of their :func:`helper_declarations`), unless
+    all are answered already (the declarations are not made then); nothing where the helpers are built."""
+    sm = store_file._arch_number(cpu)
+    if helper_archive.path(sm, bc_path) is None:  # (as archived_helpers asks)
+        return
+    lines = _helper_declares(text)
+    if all(helper_archive.known(sm, n, bc_path) is not None for n in lines):
+        return
+    helper_archive.ask_ahead(sm, _ptx_declarations(lines, cpu, features), bc_path)
+
+
 def ask_archive_ahead(module, cpu: str, features: str, bc_path=None) -> None:
     """Start asking NVIDIA's compiled helpers (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`) about
     the helpers that the llvmlite ``module`` (a kernel's NVSHMEM code, before it is linked in) declares,
     as a kernel's PTX for ``cpu``/``features`` will declare them (:func:`helper_declarations`), while
-    the kernel is optimised and emitted; nothing where the helpers are built."""
-    sm = store_file._arch_number(cpu)
-    if helper_archive.path(sm, bc_path) is None:  # (as archived_helpers asks)
+    the kernel is optimised and emitted; nothing where the helpers are built or all are answered."""
+    if helper_archive.path(store_file._arch_number(cpu), bc_path) is None:
         return
-    text = "\n".join(str(f).strip() for f in module.functions if f.is_declaration and is_helper(f.name))
-    helper_archive.ask_ahead(sm, helper_declarations(text, cpu, features), bc_path)
+    _ask_archive_ahead("\n".join(str(f).strip() for f in module.functions if f.is_declaration and is_helper(f.name)),
+                       cpu, features, bc_path)
 
 
 def helpers_out() -> bool:
@@ -573,20 +596,6 @@ def _ptxas_options() -> tuple:
     return ("--split-compile=0",) if "--split-compile" in help_text else ()
 
 
-def ptxas_level(opt: str) -> tuple:
-    """ptxas's optimisation options for an object optimised as ``opt`` (:func:`opt_level`): ``-O3``; for
-    ``fast``, ``--Ofast-compile=max`` where ptxas has it (CUDA 12.8+), else ``-O1``."""
-    if opt != "fast":
-        return ("-O3",)
-    return (os.environ.get("NVSHMEM_DSL_FAST_PTXAS") or _fast_ptxas(),)
-
-
-@functools.lru_cache(maxsize=None)
-def _fast_ptxas() -> str:
-    help_text = subprocess.run([ptxas(), "--help"], capture_output=True, text=True).stdout
-    return "--Ofast-compile=max" if "--Ofast-compile" in help_text else "-O1"
-
-
 def _objects_dir() -> Path:
     folder = store.cache_dir() / store_file.OBJECTS_FOLDER
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -608,13 +617,14 @@ def opt_level(name: str | None = None) -> str:
     return "o3" if o3 else "light"
 
 
-def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, split: str | None = None) -> Path:
+def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, split: str | None = None,
+                 opt: str | None = None) -> Path:
     """Where the object of ``name`` is cached; ``split``: its loops' :func:`nvshmem_dsl.linker.loop_split.key`
-    (default: the one in effect)."""
+    (default: the one in effect); ``opt``: how it is optimised (default: :func:`opt_level`)."""
     st = os.stat(ptxas())
     split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt_level(name), ptxas_level(opt_level(name)), split, abi.preserve(),
+             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt or opt_level(name), split, abi.preserve(),
              helper_archive.key(store_file._arch_number(cpu), bc_path)]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
@@ -731,8 +741,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     lock = threading.Lock()
     futures = collections.deque()
     hits = 0
-    tiers = loop_split.tiered()
-    later = set()  # split objects to build whole in the background
+    later: dict = {}  # objects given in a first form: name -> the split key of its final form, built in the background
+    forms: dict = {}  # name -> the optimisation level its object is built at here, where not opt_level(name)
 
     def plan(wanted) -> list:
         """``(IR, name)`` of the objects to build for ``wanted`` and the helpers they are
@@ -763,13 +773,19 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                                                f"({archive.name}) define it; {helper_archive.ENV}=build builds them all "
                                                "instead")
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
-            if tiers and is_api_function(split_specialised(n)[0]) and _split([n], arch, bc_path):
-                whole = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), loop_split.WHOLE)
-                if whole.exists():
+            first = _first_form(n, arch, bc_path)
+            if first is not None:  # tiered: the final form where it is there, else the first, the final built later
+                final_split, first_opt = first
+                final = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), final_split)
+                if final.exists():
                     with lock:
-                        paths[n] = path = whole
+                        paths[n] = path = final
                 else:
-                    later.add(n)
+                    with lock:
+                        paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), opt=first_opt)
+                        later[n] = final_split
+                        if first_opt != opt_level(n):
+                            forms[n] = first_opt
             if path.exists():
                 with lock:
                     hits += 1
@@ -787,13 +803,13 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             if archive is None:  # (else: its PTX names them, once asked whether NVIDIA's object has them)
                 todo += predicted_helper_calls(text)
             else:  # asked while LLVM emits the object, not after
-                helper_archive.ask_ahead(sm, helper_declarations(text, cpu, features), bc_path)
+                _ask_archive_ahead(text, cpu, features, bc_path)
         return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
 
     def want(wanted, ex):
         for text, n in plan(wanted):
             futures.append(ex.submit(_build, n, arch, bc_path, cpu, features, _scope_cap(n, cap), paths[n], text,
-                                     lambda calls: want(calls, ex)))
+                                     lambda calls: want(calls, ex), opt=forms.get(n)))
 
     built = 0
     with ThreadPoolExecutor(max_workers=store_build._cpus()) as ex:
@@ -811,22 +827,51 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             todo += object_calls(paths[n])
     for n in linked:
         store_file.mark_used(paths[n])
-    if later & linked:
+    first_forms = sorted(later.keys() & linked)
+    if first_forms:
         with _stats_lock:
-            _provisional.update(str(paths[n]) for n in later & linked)
-        _build_whole_later(sorted(later & linked), arch, bc_path, cpu, features, cap)
+            _provisional.update(str(paths[n]) for n in first_forms)
+        _build_final_later([(n, later[n]) for n in first_forms], arch, bc_path, cpu, features, cap)
     return list(dict.fromkeys(paths[n] for n in sorted(linked)))
 
 
-#: Split objects :func:`objects` gave while their whole form was still to be built (str paths).
+def opt_tiered() -> bool:
+    """Whether an object that :func:`opt_level` builds at ``o3`` is first built ``light`` for the cold
+    kernel that waits for it, and at ``o3`` after it in the background (:func:`objects`):
+    ``$NVSHMEM_DSL_OUTLINE_OPT`` unset (a value set decides alone) and a CUDA driver here (kernels run
+    here; on a machine without one only compile time counts).  Light, the thread-scope broadcast's
+    object took 0.9 s of LLVM and 15% less ptxas where O3 took 2.5 s on an H200 host, and ran 1.05x of
+    C++ where O3 ran 1.00x (tests/gpu/records/2026-12-01/h200-cold-closure-early-probe.txt,
+    tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt)."""
+    return not os.environ.get(OPT_ENV, "").strip() and abi.driver_major() is not None
+
+
+def _first_form(name: str, arch, bc_path) -> tuple | None:
+    """Where a cold kernel waits for another object than API function ``name``'s final one (built later,
+    in the background): ``(the split key of the final form, the optimisation level of the first)``;
+    None where it waits for the final one.  The first form is split where its loops are split
+    (:func:`nvshmem_dsl.linker.loop_split.tiered`: the final one whole) and light where the final one
+    is at O3 (:func:`opt_tiered`)."""
+    if not is_api_function(split_specialised(name)[0]):
+        return None
+    split_tier = loop_split.tiered() and _split([name], arch, bc_path)
+    opt = opt_level(name)
+    opt_tier = opt == "o3" and opt_tiered()
+    if not (split_tier or opt_tier):
+        return None
+    return (loop_split.WHOLE if split_tier else loop_split.key()), ("light" if opt_tier else opt)
+
+
+#: Objects :func:`objects` gave in their first form while their final one was still to be built (str paths).
 _provisional: set = set()
 
 
 def provisional(paths) -> bool:
-    """Whether any of ``paths`` (from :func:`objects`) is a split object given in place of a whole
-    one still being built (:func:`nvshmem_dsl.linker.loop_split.tiered`): a kernel linked with it
-    serves this process, but a DSL's disk cache is not to keep it, so that a later process links
-    the whole object (Numba's ``cache=True``, CuTe's and Triton's file caches)."""
+    """Whether any of ``paths`` (from :func:`objects`) is an object in its first form given in place of
+    its final one still being built (split where the final one is whole,
+    :func:`nvshmem_dsl.linker.loop_split.tiered`; light where it is at O3, :func:`opt_tiered`): a kernel
+    linked with it serves this process, but a DSL's disk cache is not to keep it, so that a later process
+    links the final object (Numba's ``cache=True``, CuTe's and Triton's file caches)."""
     with _stats_lock:
         return any(str(p) in _provisional for p in paths)
 
@@ -838,38 +883,38 @@ def _split(names, arch, bc_path) -> bool:
     return loop_split.wanted(store.body_sizes(bases, arch, bc_path))
 
 
-#: Whole objects this process started building in the background (not started twice).
-_whole_started: set = set()
+#: Final objects this process started building in the background (not started twice).
+_final_started: set = set()
 
 
-def _build_whole_later(names, arch, bc_path: Path, cpu: str, features: str, cap: int) -> None:
-    """Start building, whole, the objects of ``names`` that a kernel was just linked with split
-    (:func:`nvshmem_dsl.linker.loop_split.tiered`), in a process of its own at lower priority that
-    outlives this one if need be; kernels compiled once they are there link them instead.  Its
-    failures are its own: the split objects stay."""
-    job = [[n, arch, str(bc_path), cpu, features, _scope_cap(n, cap)] for n in names
-           if (n, cpu, features, cap, str(bc_path)) not in _whole_started]
+def _build_final_later(forms, arch, bc_path: Path, cpu: str, features: str, cap: int) -> None:
+    """Start building the final objects of ``forms`` (``(name, split key of its final form)``: whole, at
+    :func:`opt_level`) that a kernel was just linked with in their first form (:func:`_first_form`), in a
+    process of its own at lower priority that outlives this one if need be; kernels compiled once they
+    are there link them instead.  Its failures are its own: the first forms stay."""
+    job = [[n, arch, str(bc_path), cpu, features, _scope_cap(n, cap), split] for n, split in forms
+           if (n, cpu, features, cap, str(bc_path)) not in _final_started]
     if not job:
         return
-    _whole_started.update((n, cpu, features, cap, str(bc_path)) for n in names)
+    _final_started.update((n, cpu, features, cap, str(bc_path)) for n, _ in forms)
     try:
         subprocess.Popen([sys.executable, "-c", "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
-                          "from nvshmem_dsl.linker import outline; outline._build_whole_main(sys.argv[1])",
+                          "from nvshmem_dsl.linker import outline; outline._build_final_main(sys.argv[1])",
                           json.dumps(job), json.dumps(sys.path)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    except (OSError, ValueError):  # no interpreter to start (an embedded Python): the split objects stay
+    except (OSError, ValueError):  # no interpreter to start (an embedded Python): the first forms stay
         return
     with _stats_lock:
-        stats["whole_later"] += len(job)
+        stats["final_later"] += len(job)
 
 
-def _build_whole_main(job: str) -> None:
-    """The process :func:`_build_whole_later` starts: builds the objects of ``job`` whole."""
+def _build_final_main(job: str) -> None:
+    """The process :func:`_build_final_later` starts: builds the objects of ``job`` in their final form."""
     store_build._lower_priority()
-    for name, arch, bc_path, cpu, features, cap in json.loads(job):
-        path = _object_path(name, Path(bc_path), cpu, features, cap, loop_split.WHOLE)
-        _build(name, arch, Path(bc_path), cpu, features, cap, path, split=False)
+    for name, arch, bc_path, cpu, features, cap, split in json.loads(job):
+        path = _object_path(name, Path(bc_path), cpu, features, cap, split)
+        _build(name, arch, Path(bc_path), cpu, features, cap, path, split=False if split == loop_split.WHOLE else None)
 
 
 def object_calls(path: Path) -> frozenset:
@@ -886,21 +931,21 @@ def object_calls(path: Path) -> frozenset:
 
 
 def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_calls=None,
-           split: bool | None = None) -> bool:
+           split: bool | None = None, opt: str | None = None) -> bool:
     """Build the object ``path`` of function ``name`` (from its :func:`object_ir` ``text`` where
     given) unless another process did meanwhile; True if built here.  ``on_calls(names)``: told
-    what it calls in other objects, before ptxas runs.  ``split``: :func:`object_ptx`'s."""
+    what it calls in other objects, before ptxas runs.  ``split``, ``opt``: :func:`object_ptx`'s."""
     with store_file._file_lock(path.with_suffix(".lock")):
         if path.exists():
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
-        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split), bc_path)
+        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split, opt=opt), bc_path)
         calls = extern_calls(ptx)
         if on_calls is not None:
             on_calls(calls)
         try:
-            cubin = assemble(ptx, cpu, (*ptxas_level(opt_level(name)), f"-maxrregcount={cap}", *_ptxas_options()))
+            cubin = assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *_ptxas_options()))
         except PtxasError as e:
             raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
                                f"instead):\n{e}") from None
@@ -938,20 +983,22 @@ def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
 
 
 def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True, text=None,
-               split: bool | None = None) -> str:
+               split: bool | None = None, opt: str | None = None) -> str:
     """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
     they call, for ``cpu``/``features``, except NVSHMEM's helpers, which it calls in their objects
     (``helpers_out`` False: those too, as objects were built before 2026-11-24 afternoon, for
     bench/experiments/object_sizes.py); the device-state globals are ``.extern``.  ``text``:
     their :func:`object_ir`, where the caller has it.  ``split``: whether its loops are made
-    functions of their own (default: :func:`_split`, by the threshold in effect).  The LLVM part
+    functions of their own (default: :func:`_split`, by the threshold in effect); ``opt``: how it is
+    optimised (default: the most :func:`opt_level` asks for any of ``names``).  The LLVM part
     (:func:`nvshmem_dsl.linker.object_llvm.emit`) runs in a worker process where there may be
     one (:mod:`nvshmem_dsl.linker.object_workers`)."""
     ops = _optable.device_ops()
     if text is None:
         text = object_ir(names, arch, bc_path, helpers_out)
-    opts = {opt_level(n) for n in names}
-    opt = "o3" if "o3" in opts else "light"  # one object of several functions: the most any asks
+    if opt is None:
+        opts = {opt_level(n) for n in names}
+        opt = "o3" if "o3" in opts else "light"  # one object of several functions: the most any asks
     return object_workers.emit(
         text=text, names=list(names), cpu=cpu, features=features, opt=opt,
         split_loops=_split(names, arch, bc_path) if split is None else split,
