@@ -363,12 +363,12 @@ def _bitcode_definitions(bc_path: str, size: int, mtime: int):
     """What the bitcode file defines (functions with a body, global variables with an initializer),
     read from its module records; for a layout :mod:`.bodies` does not read, its bytes (a name in
     them: its string table has every symbol's name)."""
-    from . import bodies
+    from . import bodies, pieces
 
     with open(bc_path, "rb") as fh:
         data = fh.read()
-    try:
-        return bodies.defined_globals(data) | {f.name for f in bodies.functions(data) if f.has_body}
+    try:  # the functions as a first kernel's closure listed them (read once a process)
+        return bodies.defined_globals(data) | {f.name for f in pieces._functions_of(Path(bc_path), data) if f.has_body}
     except bodies.BitcodeLayoutError:
         return data
 
