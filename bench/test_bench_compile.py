@@ -580,6 +580,30 @@ def test_run_table_triton_column(monkeypatch):
     assert why and "no_such_module_for_the_bench_test" in why and "\n" not in why
 
 
+def test_bench_env_measures_the_final_objects(monkeypatch):
+    """The benchmarks' processes build NVSHMEM's O3 objects at O3 at once (NVSHMEM_DSL_OUTLINE_OPT set: no
+    light first form, nvshmem_dsl.linker.outline.opt_tiered), an empty value counting as unset (the device
+    steps' "default" mode); a value given is kept."""
+    import run
+
+    from nvshmem_dsl.linker import abi, outline
+
+    for given in (None, ""):
+        monkeypatch.setattr(abi, "driver_major", lambda: 13)  # as on a GPU host, where objects are tiered
+        if given is None:
+            monkeypatch.delenv(outline.OPT_ENV, raising=False)
+        else:
+            monkeypatch.setenv(outline.OPT_ENV, given)
+        assert outline.opt_tiered()  # this process: tiered
+        env = run.bench_env(None)
+        assert env[outline.OPT_ENV] == "auto"
+        monkeypatch.setattr(os, "environ", env)
+        assert not outline.opt_tiered()  # a benchmark's process: not
+        monkeypatch.undo()
+    monkeypatch.setenv(outline.OPT_ENV, "light")
+    assert run.bench_env(None)[outline.OPT_ENV] == "light"
+
+
 def test_compile_time_reports_first_and_later_kernel():
     """bench/compile_time.py: the first NVSHMEM kernel, then a later one in the same process."""
     pytest.importorskip("numba.cuda")
