@@ -28,7 +28,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import store_file
+from . import helper_archive, store_file
 from .store_file import KERNELS_FOLDER, OBJECTS_FOLDER, cache_dir
 
 __all__ = ["DAYS_ENV", "DEFAULT_DAYS", "Entry", "auto_days", "entries", "prune", "summary"]
@@ -40,7 +40,7 @@ DEFAULT_DAYS = 30.0
 #: File endings of an entry's files (longest first), and what its main file says it is.
 _SUFFIXES = (".nvvm.lock", ".nvvm.same", ".nvvm.bc", ".pieces", ".cubin", ".calls", ".lock", ".o")
 #: The answers (and their lock) kept beside NVIDIA's compiled helpers (``X.o``): ``X.o.sm90.v2.json``.
-_ANSWERS = re.compile(r"\.o\.sm\d+(?:\.v\d+)?\.(?:json|lock)$")
+_ANSWERS = helper_archive.ANSWERS_ENDING
 _KINDS = {".pieces": "piece stores", ".nvvm.bc": "libNVVM bitcode (CuTe)", ".nvvm.same": "libNVVM bitcode (CuTe)",
           ".cubin": "out-of-line objects", ".o": "NVIDIA's compiled helpers"}
 _LEFTOVERS = "build leftovers"

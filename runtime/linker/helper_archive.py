@@ -40,7 +40,8 @@ while LLVM emits its PTX (:func:`ask_ahead`, from declarations made of its IR's)
 not wait for the probe after it.
 
 Public: :func:`path`, :func:`provided`, :func:`ask_ahead`, :func:`known`, :func:`key`, :func:`fatbin_archs`,
-:func:`archive_member`, :func:`mode`, :func:`explain`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`.
+:func:`archive_member`, :func:`mode`, :func:`explain`; :data:`ENV`, :data:`MEMBER`, :data:`MISMATCH`, :data:`UNUSABLE`,
+:data:`ANSWERS_ENDING`.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from pathlib import Path
 
 from . import code_env, store_file
 
-__all__ = ["ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "ask_ahead", "explain", "fatbin_archs", "key", "known",
+__all__ = ["ANSWERS_ENDING", "ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "ask_ahead", "explain", "fatbin_archs", "key", "known",
            "mode", "path", "provided"]
 
 ENV = code_env.HELPERS
@@ -225,6 +226,11 @@ _FINISH = re.compile(r"^ERROR \d+: \w+$")  # its last line: "finish" (CUDA 12), 
 #: Bump when the answers mean something else (part of their file's name and of the objects' key:
 #: :func:`key`); 2: written merged with the file's under its lock (1 lost other processes' answers).
 ANSWERS_VERSION = 2
+
+
+#: The ending of the answers' file beside the member ``X.o`` (``X.o.sm90.v2.json``: :func:`_answers_file`) and of its
+#: lock, of this version or an earlier one: what the cache's report and pruning take as the member's (:mod:`.cache`).
+ANSWERS_ENDING = re.compile(r"\.o\.sm\d+(?:\.v\d+)?\.(?:json|lock)$")
 
 
 def _answers_file(member: Path, sm: int) -> Path:
