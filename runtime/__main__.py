@@ -22,9 +22,10 @@ def _versions() -> list[tuple[str, str]]:
         rows.append(("NVSHMEM", f"not found: {str(exc).splitlines()[0]}"))
     for dist in ("numba-cuda", "llvmlite", "nvidia-cutlass-dsl", "triton", "cuda-core", "mpi4py"):
         rows.append((dist, metadata.version(dist) if _installed(dist) else "not installed"))
-    from .linker import abi, helper_archive
+    from .linker import abi, helper_archive, outline
 
-    for what, explain in (("collective objects", abi.explain), ("transport helpers", helper_archive.explain)):
+    for what, explain in (("collective objects", abi.explain), ("cold objects", outline.explain_tiers),
+                          ("transport helpers", helper_archive.explain)):
         try:
             rows.append((what, explain()))
         except Exception as exc:  # noqa: BLE001 - report, don't fail

@@ -772,6 +772,24 @@ def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypat
     assert not outline.opt_tiered()
 
 
+def test_info_says_what_a_cold_kernel_waits_for(monkeypatch):
+    from nvshmem_dsl.linker import abi, loop_split
+
+    monkeypatch.delenv(outline.OPT_ENV, raising=False)
+    monkeypatch.delenv(loop_split.ENV, raising=False)
+    monkeypatch.setattr(abi, "driver_major", lambda: 13)
+    assert outline.explain_tiers().startswith(
+        "a cold kernel links first forms (the largest with their loops split, those at O3 built light)")
+    monkeypatch.setenv(outline.OPT_ENV, "auto")
+    assert "first forms (the largest with their loops split);" in outline.explain_tiers()
+    monkeypatch.setenv(loop_split.ENV, "16000")
+    assert outline.explain_tiers().startswith("a cold kernel waits for its objects' final forms")
+    monkeypatch.delenv(outline.OPT_ENV)
+    monkeypatch.delenv(loop_split.ENV)
+    monkeypatch.setattr(abi, "driver_major", lambda: None)
+    assert "no CUDA driver here" in outline.explain_tiers()
+
+
 @pytest.mark.parametrize("provisional", [True, False])
 def test_numbas_disk_cache_keeps_no_cubin_linked_with_provisional_objects(objects_dir, monkeypatch, provisional):
     """A kernel linked with split objects whose whole form is still being built is pickled for

@@ -41,7 +41,7 @@ DSL can link the same objects.
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
 :func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`helper_declarations`, :func:`ask_archive_ahead`, :func:`specialised_name`,
-:func:`split_specialised`, :func:`provisional`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
+:func:`split_specialised`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
 :func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`, :func:`elf_sections`, :func:`elf_string`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
@@ -73,7 +73,7 @@ from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specia
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
            "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helper_declarations", "ask_archive_ahead", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
+           "objects_for", "opt_tiered", "explain_tiers", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
 
 ENV = code_env.OUTLINE
@@ -844,6 +844,19 @@ def opt_tiered() -> bool:
     C++ where O3 ran 1.00x (tests/gpu/records/2026-12-01/h200-cold-closure-early-probe.txt,
     tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt)."""
     return not os.environ.get(OPT_ENV, "").strip() and abi.driver_major() is not None
+
+
+def explain_tiers() -> str:
+    """What a cold kernel waits for here (``python -m nvshmem_dsl info``): its objects' first forms
+    (:func:`_first_form`: the largest with their loops split, those at O3 built light), their final
+    ones built in the background; or the final ones."""
+    forms = [what for what, on in (("the largest with their loops split", loop_split.tiered()),
+                                   ("those at O3 built light", opt_tiered())) if on]
+    if forms:
+        return (f"a cold kernel links first forms ({', '.join(forms)}); the final ones are built in the background "
+                f"for the kernels after it ({OPT_ENV} / {loop_split.ENV} set: waits for those)")
+    return ("a cold kernel waits for its objects' final forms (no CUDA driver here, or "
+            f"{OPT_ENV} and {loop_split.ENV} set)")
 
 
 def _first_form(name: str, arch, bc_path) -> tuple | None:
