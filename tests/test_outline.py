@@ -653,7 +653,8 @@ def test_a_kernels_helpers_are_asked_about_before_its_ptx_is_emitted(monkeypatch
     member = tmp_path / "member.o"
     monkeypatch.setattr(helper_archive, "path", lambda sm, bc_path=None: member)
     asked = []
-    monkeypatch.setattr(helper_archive, "ask_ahead", lambda sm, declarations, bc_path=None: asked.append(declarations))
+    monkeypatch.setattr(helper_archive, "ask_ahead",
+                        lambda sm, names, declarations, bc_path=None: asked.append(declarations()))
     monkeypatch.setattr(outline, "prefetch", lambda *a, **k: None)
     lib, _ = _compile_pyfunc_with_fixup(k_small, SMALL_SIG, device=False, abi="numba", cc=CC)
     monkeypatch.setattr(outline, "prepare_calls", lambda ptx, bc_path=None: ptx)  # the PTX as LLVM emitted it

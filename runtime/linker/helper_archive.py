@@ -308,19 +308,21 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
         return {n: answers[n] for n in declarations if n in answers}
 
 
-def ask_ahead(sm: int, declarations: dict, bc_path=None) -> threading.Thread | None:
-    """Start asking NVIDIA's compiled object about the helpers of ``declarations`` (as :func:`provided`
-    takes them) in a thread of its own, before the PTX that calls them is there (an object's while
-    LLVM emits it: :func:`nvshmem_dsl.linker.outline.objects`), so that its :func:`provided` finds the
-    answers, or waits for them, instead of probing then; None where there is nothing to ask."""
+def ask_ahead(sm: int, names, declarations, bc_path=None) -> threading.Thread | None:
+    """Start asking NVIDIA's compiled object about the helpers ``names`` in a thread of its own, before
+    the PTX that calls them is there (an object's or a kernel's while LLVM emits it:
+    :func:`nvshmem_dsl.linker.outline.objects`, :func:`nvshmem_dsl.linker.link.inline_nvshmem`), so
+    that its :func:`provided` finds the answers, or waits for them, instead of probing then.
+    ``declarations()``: their declarations (as :func:`provided` takes them), made only where one of
+    ``names`` has no answer yet; None where there is nothing to ask."""
     member = path(sm, bc_path)
-    if member is None or not declarations:
+    if member is None or not names:
         return None
     answers = _load(member, sm)
     with _lock:
-        if all(n in answers for n in declarations):
+        if UNUSABLE in answers or all(n in answers for n in names):
             return None
-    thread = threading.Thread(target=provided, args=(sm, declarations, bc_path), name="nvshmem-dsl-helper-probe",
+    thread = threading.Thread(target=provided, args=(sm, declarations(), bc_path), name="nvshmem-dsl-helper-probe",
                               daemon=True)
     thread.start()
     return thread

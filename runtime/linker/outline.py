@@ -457,10 +457,15 @@ def predicted_helper_calls(text: str) -> frozenset:
     LLVM runs on it, so that their objects can start building at once.  A call the PTX passes a
     mode in a register (not a constant: IPSCCP may fold one more) is named otherwise there; the
     PTX's names are what links."""
-    declared = {pieces._unquote(pieces._name_of(line)) for line in text.encode().splitlines()
-                if line.startswith(b"declare ")} - _optable.device_ops().keys()
+    declared = _declares(text).keys() - _optable.device_ops().keys()
     return frozenset(_callee(name, _ir_arguments(args))
                      for name, args in _IR_CALL.findall(text) if name in declared)
+
+
+def _declares(text: str) -> dict:
+    """``{function: its declare line}`` of the IR ``text``'s declarations."""
+    return {pieces._unquote(pieces._name_of(line.encode())): line for line in text.splitlines()
+            if line.startswith("declare ")}
 
 
 def helper_declarations(text: str, cpu: str, features: str) -> dict:
@@ -473,15 +478,10 @@ def helper_declarations(text: str, cpu: str, features: str) -> dict:
 
 
 def _helper_declares(text: str) -> dict:
-    """``{helper: its declare line, less its attribute group}`` of the IR ``text``'s declarations of
-    NVSHMEM's helpers (not specialised) whose prototypes name no type of the IR's own."""
-    lines = {}
-    for line in text.splitlines():
-        if line.startswith("declare ") and "%" not in line:
-            name = pieces._unquote(pieces._name_of(line.encode()))
-            if is_helper(name) and SPECIALISED not in name:
-                lines[name] = re.sub(r"\s+#\d+\s*$", "", line)
-    return lines
+    """:func:`_declares` of NVSHMEM's helpers (not specialised) whose prototypes name no type of the IR's
+    own, each less its attribute group."""
+    return {name: re.sub(r"\s+#\d+\s*$", "", line) for name, line in _declares(text).items()
+            if "%" not in line and is_helper(name) and SPECIALISED not in name}
 
 
 def _ptx_declarations(lines: dict, cpu: str, features: str) -> dict:
@@ -502,24 +502,17 @@ def _ptx_declarations(lines: dict, cpu: str, features: str) -> dict:
 
 def _ask_archive_ahead(text: str, cpu: str, features: str, bc_path=None) -> None:
     """Start asking NVIDIA's compiled helpers about the helpers the IR ``text`` declares
-    (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead` of their :func:`helper_declarations`), unless
-    all are answered already (the declarations are not made then); nothing where the helpers are built."""
-    sm = store_file._arch_number(cpu)
-    if helper_archive.path(sm, bc_path) is None:  # (as archived_helpers asks)
-        return
+    (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`, their :func:`helper_declarations` made only
+    where one has no answer yet); nothing where the helpers are built."""
     lines = _helper_declares(text)
-    if all(helper_archive.known(sm, n, bc_path) is not None for n in lines):
-        return
-    helper_archive.ask_ahead(sm, _ptx_declarations(lines, cpu, features), bc_path)
+    helper_archive.ask_ahead(store_file._arch_number(cpu), lines, lambda: _ptx_declarations(lines, cpu, features),
+                             bc_path)
 
 
 def ask_archive_ahead(module, cpu: str, features: str, bc_path=None) -> None:
-    """Start asking NVIDIA's compiled helpers (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`) about
-    the helpers that the llvmlite ``module`` (a kernel's NVSHMEM code, before it is linked in) declares,
-    as a kernel's PTX for ``cpu``/``features`` will declare them (:func:`helper_declarations`), while
-    the kernel is optimised and emitted; nothing where the helpers are built or all are answered."""
-    if helper_archive.path(store_file._arch_number(cpu), bc_path) is None:
-        return
+    """:func:`_ask_archive_ahead` of the helpers that the llvmlite ``module`` (a kernel's NVSHMEM code,
+    before it is linked in) declares, as a kernel's PTX for ``cpu``/``features`` will declare them,
+    while the kernel is optimised and emitted."""
     _ask_archive_ahead("\n".join(str(f).strip() for f in module.functions if f.is_declaration and is_helper(f.name)),
                        cpu, features, bc_path)
 
@@ -840,9 +833,9 @@ def opt_tiered() -> bool:
     kernel that waits for it, and at ``o3`` after it in the background (:func:`objects`):
     ``$NVSHMEM_DSL_OUTLINE_OPT`` unset (a value set decides alone) and a CUDA driver here (kernels run
     here; on a machine without one only compile time counts).  Light, the thread-scope broadcast's
-    object took 0.9 s of LLVM and 15% less ptxas where O3 took 2.5 s on an H200 host, and ran 1.05x of
-    C++ where O3 ran 1.00x (tests/gpu/records/2026-12-01/h200-cold-closure-early-probe.txt,
-    tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt)."""
+    object took 1.1 s of LLVM and 2.8 s of ptxas where O3 took 2.75 and 3.4 s on an H200 host
+    (tests/gpu/records/2026-12-01/h200-cold-o3-objects-light-first.txt), and ran 1.05x of C++ where O3
+    ran 1.00x (tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt)."""
     return not os.environ.get(OPT_ENV, "").strip() and abi.driver_major() is not None
 
 
