@@ -331,7 +331,7 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
         monkeypatch.setenv(outline.OPT_ENV, forced)
         assert {outline.opt_level(n) for n in ("nvshmem_float_broadcast", "nvshmemx_int_sum_reduce_block")} == {forced}
     monkeypatch.setenv(outline.OPT_ENV, "fast")
-    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, light, o3"):
+    with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, quick, light, o3"):
         outline.opt_level()
     if outline.ptxas() is None:
         pytest.skip("no ptxas")
@@ -342,7 +342,7 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
         monkeypatch.setenv(outline.OPT_ENV, how)
         return outline._object_path(name, bc, "sm_90a", "+ptx85", 64)
 
-    assert path("nvshmem_int_sum_reduce", "light") != path("nvshmem_int_sum_reduce", "o3")
+    assert len({path("nvshmem_int_sum_reduce", how) for how in outline.OPT_LEVELS}) == len(outline.OPT_LEVELS)
     assert path("nvshmem_float_broadcast", "auto") == path("nvshmem_float_broadcast", "o3")
     assert path("nvshmem_int_sum_reduce", "auto") == path("nvshmem_int_sum_reduce", "light")
 
@@ -359,6 +359,22 @@ def test_auto_builds_thread_scope_objects_at_o3(monkeypatch):
     thread, warp = "nvshmem_barrier_all", "nvshmemx_barrier_all_warp"
     assert ptx(thread, "auto") == ptx(thread, "o3") != ptx(thread, "light")
     assert ptx(warp, "auto") == ptx(warp, "light") != ptx(warp, "o3")
+
+
+def test_quick_objects_are_light_code_generated_at_level_0(monkeypatch):
+    """``quick`` (the split first forms' level): the light passes, then LLVM's code generation at level 0, which
+    emits the same functions (more PTX: no machine-level optimisation; ptxas optimises it)."""
+    from nvshmem_dsl.linker import object_llvm, outline
+
+    assert object_llvm.CODEGEN_LEVELS["quick"] == 0 < object_llvm.CODEGEN_LEVELS["light"]
+    monkeypatch.setenv(outline.OPT_ENV, "quick")
+    name = "nvshmemx_barrier_all_warp"
+    quick = outline.object_ptx([name], 90, "sm_90", "+ptx85")
+    light = outline.object_ptx([name], 90, "sm_90", "+ptx85", opt="light")
+    functions = re.compile(r"^\.(?:visible \.)?func\s+(?:\([^)]*\)\s*)?([\w$]+)", re.M)
+    assert quick != light and sorted(functions.findall(quick)) == sorted(functions.findall(light))
+    assert re.search(rf"^\.visible \.func\s+(?:\([^)]*\)\s*)?{name}\(", quick, re.M)
+    assert len(quick) > len(light)
 
 
 @pytest.mark.parametrize("directives, max_registers, cap", [
@@ -766,6 +782,12 @@ def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypat
     assert outline.object_calls(final) == outline.object_calls(light)
     # light anyway (a reduction; a value set): waited for as it is
     assert outline._first_form("nvshmem_int_sum_reduce", 90, None) is None
+    # split (the block reduction): split and quick first, whole and light later; a value set keeps its level
+    block_reduction = "nvshmemx_float_sum_reduce_block"
+    assert outline.opt_level(block_reduction) == "light" and outline._split([block_reduction], 90, None)
+    assert outline._first_form(block_reduction, 90, None) == (loop_split.WHOLE, "quick")
+    monkeypatch.setenv(outline.OPT_ENV, "light")
+    assert outline._first_form(block_reduction, 90, None) == (loop_split.WHOLE, "light")
     monkeypatch.setenv(outline.OPT_ENV, "auto")
     assert not outline.opt_tiered() and outline._first_form(name, 90, None) is None
     monkeypatch.delenv(outline.OPT_ENV)
@@ -780,7 +802,7 @@ def test_info_says_what_a_cold_kernel_waits_for(monkeypatch):
     monkeypatch.delenv(loop_split.ENV, raising=False)
     monkeypatch.setattr(abi, "driver_major", lambda: 13)
     assert outline.explain_tiers().startswith(
-        "a cold kernel links first forms (the largest with their loops split, those at O3 built light)")
+        "a cold kernel links first forms (the largest with their loops split, quick, those at O3 built light)")
     monkeypatch.setenv(outline.OPT_ENV, "auto")
     assert "first forms (the largest with their loops split);" in outline.explain_tiers()
     monkeypatch.setenv(loop_split.ENV, "16000")

@@ -21,13 +21,17 @@ from . import loop_split, pieces
 #: none, under a name of its own.
 SPECIALISED = "$p"
 
-#: How the objects' code may be optimised (:data:`nvshmem_dsl.linker.outline.OPT_ENV`).
-OPT_LEVELS = ("light", "o3")
+#: How the objects' code may be optimised (:data:`nvshmem_dsl.linker.outline.OPT_ENV`), least first.
+OPT_LEVELS = ("quick", "light", "o3")
 
 #: LLVM's code generation level for each (NVPTX's code generation is most of an object's LLVM
 #: time; ptxas optimises what it emits): a broadcast's object 0.41 s at 2, 0.62 s at 3, its PTX
-#: within 1 KiB and ptxas as fast (bench/results/object-codegen-cpu-2026-11-24.txt).
-CODEGEN_LEVELS = {"light": 2, "o3": 3}
+#: within 1 KiB and ptxas as fast (bench/results/object-codegen-cpu-2026-11-24.txt); ``quick``, the
+#: split first forms' (:func:`nvshmem_dsl.linker.outline._first_form`), at 0: the light passes, then
+#: the split block reduction's LLVM step 1.28 s instead of 2.33 s, ptxas up to 0.35 s longer (CPU:
+#: bench/results/object-codegen-quick-cpu-2026-12-02.txt), and its collectives 1.05-1.27x slower than
+#: light at 8 B (tests/gpu/records/2026-12-02/h200-quick-first-forms.txt).
+CODEGEN_LEVELS = {"quick": 0, "light": 2, "o3": 3}
 
 
 def specialised_name(helper: str, constants: dict) -> str:
@@ -53,6 +57,7 @@ def emit(text: str, names, cpu: str, features: str, opt: str = "light", split_lo
     :func:`specialised_name` is defined here from its helper) from the IR ``text`` that holds
     them and everything they call (internal in the PTX), optimised as ``opt`` says (``light``:
     interprocedural constant propagation, instcombine, unrolling of the rewritten copy loops;
+    ``quick``: the same, emitted at code generation level 0 (:data:`CODEGEN_LEVELS`);
     ``o3``: LLVM's O3 with non-trivial loop unswitching), their loops made functions of their own
     with ``split_loops`` (:mod:`.loop_split`).  ``types``: ``{name: type}`` each function must
     have (as :func:`._llvm.function_shape` spells it), else :class:`RuntimeError`."""

@@ -81,8 +81,10 @@ MODES = ("auto", "none", "all")
 
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
 #: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
-#: optimised it), ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching, as inlined
-#: code gets it) or ``auto`` (the default: :data:`O3_SCOPES`, :data:`LIGHT_FAMILIES`).  Part of each object's cache key.
+#: optimised it), ``quick`` (the same, LLVM's code generation at level 0: what cold kernels link
+#: first, :func:`_first_form`), ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching,
+#: as inlined code gets it) or ``auto`` (the default: :data:`O3_SCOPES`, :data:`LIGHT_FAMILIES`).
+#: Part of each object's cache key.
 OPT_ENV = code_env.OUTLINE_OPT
 
 #: Scopes whose API functions' objects ``auto`` builds at ``o3``, but for the families of
@@ -830,7 +832,8 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
 
 def opt_tiered() -> bool:
     """Whether an object that :func:`opt_level` builds at ``o3`` is first built ``light`` for the cold
-    kernel that waits for it, and at ``o3`` after it in the background (:func:`objects`):
+    kernel that waits for it, and at ``o3`` after it in the background (:func:`objects`), and a split
+    first form ``quick`` (:func:`_first_form`):
     ``$NVSHMEM_DSL_OUTLINE_OPT`` unset (a value set decides alone) and a CUDA driver here (kernels run
     here; on a machine without one only compile time counts).  Light, the thread-scope broadcast's
     object took 1.1 s of LLVM and 2.8 s of ptxas where O3 took 2.75 and 3.4 s on an H200 host
@@ -843,7 +846,7 @@ def explain_tiers() -> str:
     """What a cold kernel waits for here (``python -m nvshmem_dsl info``): its objects' first forms
     (:func:`_first_form`: the largest with their loops split, those at O3 built light), their final
     ones built in the background; or the final ones."""
-    forms = [what for what, on in (("the largest with their loops split", loop_split.tiered()),
+    forms = [what for what, on in (("the largest with their loops split" + (", quick" if opt_tiered() else ""), loop_split.tiered()),
                                    ("those at O3 built light", opt_tiered())) if on]
     if forms:
         return (f"a cold kernel links first forms ({', '.join(forms)}); the final ones are built in the background "
@@ -855,9 +858,12 @@ def explain_tiers() -> str:
 def _first_form(name: str, arch, bc_path) -> tuple | None:
     """Where a cold kernel waits for another object than API function ``name``'s final one (built later,
     in the background): ``(the split key of the final form, the optimisation level of the first)``;
-    None where it waits for the final one.  The first form is split where its loops are split
-    (:func:`nvshmem_dsl.linker.loop_split.tiered`: the final one whole) and light where the final one
-    is at O3 (:func:`opt_tiered`)."""
+    None where it waits for the final one.  The first form is split and ``quick`` where its loops are
+    split (:func:`nvshmem_dsl.linker.loop_split.tiered`: the final one whole and light), light where the
+    final one is at O3 (:func:`opt_tiered`); with ``$NVSHMEM_DSL_OUTLINE_OPT`` set, at its level.  Quick,
+    the objects' collectives ran 1.05-1.27x as long as light at 8 B (1 x H200, NVSHMEM 3.8): not for the
+    O3 tier (light: 1.05x), but the split block reduction stays 0.62x of C++ (light 0.54x), its cold kernel
+    4.8-6.2 s instead of 6.5-6.6 s (tests/gpu/records/2026-12-02/h200-quick-first-forms.txt)."""
     if not is_api_function(split_specialised(name)[0]):
         return None
     split_tier = loop_split.tiered() and _split([name], arch, bc_path)
@@ -865,7 +871,8 @@ def _first_form(name: str, arch, bc_path) -> tuple | None:
     opt_tier = opt == "o3" and opt_tiered()
     if not (split_tier or opt_tier):
         return None
-    return (loop_split.WHOLE if split_tier else loop_split.key()), ("light" if opt_tier else opt)
+    first = ("quick" if split_tier else "light") if opt_tiered() else opt
+    return (loop_split.WHOLE if split_tier else loop_split.key()), first
 
 
 #: Objects :func:`objects` gave in their first form while their final one was still to be built (str paths).
@@ -1004,7 +1011,7 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
         text = object_ir(names, arch, bc_path, helpers_out)
     if opt is None:
         opts = {opt_level(n) for n in names}
-        opt = "o3" if "o3" in opts else "light"  # one object of several functions: the most any asks
+        opt = max(opts, key=OPT_LEVELS.index)  # one object of several functions: the most any asks
     return object_workers.emit(
         text=text, names=list(names), cpu=cpu, features=features, opt=opt,
         split_loops=_split(names, arch, bc_path) if split is None else split,
