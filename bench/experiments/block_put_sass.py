@@ -130,15 +130,15 @@ def cute_ptx() -> str:
     return loop_sass.cute_ptx("put_block")
 
 
-def triton_cubin(d: str) -> str:
+def triton_cubin(d: str, kernel: str = "put_block") -> str:
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(d, "triton_cache"))
     import triton
     import triton_bench as tb
     from nvshmem_dsl.triton import _compile
 
     triton.knobs.runtime.add_stages_inspection_hook = _compile._stages_hook
-    ck = tb.compile_kernel("put_block")
-    path = os.path.join(d, "triton.cubin")
+    ck = tb.compile_kernel(kernel)
+    path = os.path.join(d, f"triton_{kernel}.cubin")
     with open(path, "wb") as f:
         f.write(ck.asm["cubin"])
     return path
@@ -306,6 +306,10 @@ def main() -> int:
         wptx = numba_ptx(kernel="put_warp")
         cub, regs = ptxas(wptx, "sm_90", d, "numba_warp")
         report("control: Numba put_warp", sass(cub, "_ZN11numba_bench8put_warp"), regs)
+        if not args.no_triton:  # one-warp programs (4224), at 0.93-0.94x of C++ at 1 and 16 MiB; get_warp 1.00-1.06x
+            for kernel in ("put_warp", "get_warp"):
+                cub = triton_cubin(d, kernel)
+                report(f"control: Triton {kernel} (its cubin)", sass(cub, "rma_bw:"), res_usage(cub, "rma_bw"))
 
         print("\n=== hot path of one call (P2P, TMA off, a thread moving two 16-byte vectors), instructions issued:")
         for name, s in (("C++", cpp), ("Numba", numba)):
