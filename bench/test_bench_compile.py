@@ -363,19 +363,6 @@ def test_triton_kernel_compiles(triton_bench, name):
     assert re.search(rf"^\.reqntid {32 * num_warps}\b", ptx, re.M), name
 
 
-@pytest.mark.parametrize("name, load, store", [("put_warp", "ld.global", "st.global"),
-                                               ("put_block", "ld.global", "st.global"),
-                                               ("get_warp", "ld", "st.global")])
-def test_triton_copies_load_global_memory_as_cpp_does(triton_bench, name, load, store):
-    """The 16-byte copy loop of Triton's put reads its source (a kernel argument) with ``ld.global``, as C++'s
-    and Numba's do (``LDG``), since the shims give NVSHMEM Triton's pointers as global ones
-    (``_compile.GLOBAL_ROLES``; from an int64 they stayed generic: 0.93x of C++'s put bandwidth); the get
-    reads through the peer's address that NVSHMEM computes, generic in C++ too."""
-    ptx = triton_bench.compile_kernel(name).asm["ptx"]
-    copies = re.findall(r"^\s*(ld(?:\.global)?)\.v4\.b32\s[^\n]*\n(?:[^\n]*\n){0,2}?\s*(st(?:\.global)?)\.v4\.b32", ptx, re.M)
-    assert copies and set(copies) == {(load, store)}, (name, copies)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["put_warp", "get_warp"])
 def test_triton_warp_programs_keep_the_cpp_blocks_registers(triton_bench, name, monkeypatch):

@@ -104,7 +104,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 4
+SHIM_VERSION = 3
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -118,18 +118,6 @@ _LLVM = {"int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": 
          "fp32": "float", "fp64": "double"}
 #: Threads of a program that make a call of each scope (block: all of them).
 _LEADERS = {"thread": 1, "warp": 32, "warpgroup": 128}
-
-#: Roles (the op table's) of the pointer parameters whose memory a Triton pointer always names in
-#: the global space (a kernel's tensors, NVSHMEM's symmetric heap and peers' mappings of it): the
-#: shim gives NVSHMEM such an address as a global pointer cast to a generic one, so that LLVM infers
-#: the space of the loads and stores through it (``ld.global``), as it does for C++ and Numba kernels'
-#: arguments.  From an int64 the loads stayed generic: a one-warp program's put copied its source
-#: with ``LD.E.128`` where C++'s has ``LDG.E.128``, 0.93-0.94x of C++'s bandwidth at 1 and 16 MiB,
-#: while the get, whose source is generic in C++ too, ran 1.00-1.06x
-#: (tests/gpu/records/2026-11-25/h200-triton-warp-whole-program.txt).  Not ``smem`` (shared memory),
-#: nor the nullable ``status``, nor NVSHMEM's own handles and attributes.
-GLOBAL_ROLES = frozenset({"sym_dest", "sym_src", "sym_target", "sym_any", "local_dest", "local_src", "signal",
-                          "ivar", "ivars", "indices", "cmp_values"})
 
 #: Counters for tests and diagnostics.
 stats = {"kernels": 0, "cubins_linked": 0, "modules_initialised": 0}
@@ -271,10 +259,6 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
             pre.append(f"  %v{k} = alloca {p['byval']}, align 2")
             pre.append(f"  store {tparams[k]} %a{k}, ptr %v{k}, align 2")
             args.append(f"ptr byval({p['byval']}) align 2 %v{k}")
-        elif p["llvm"] == "ptr" and p["role"] in GLOBAL_ROLES:
-            pre.append(f"  %g{k} = inttoptr i64 %a{k} to ptr addrspace(1)")
-            pre.append(f"  %v{k} = addrspacecast ptr addrspace(1) %g{k} to ptr")
-            args.append(f"ptr %v{k}")
         elif p["llvm"] == "ptr":
             pre.append(f"  %v{k} = inttoptr i64 %a{k} to ptr")
             args.append(f"ptr %v{k}")
