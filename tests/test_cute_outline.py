@@ -300,7 +300,7 @@ def test_kernel_bitcode_declares_the_helpers_it_names():
     import llvmlite.binding as llvm
 
     from nvshmem_dsl._libs import bitcode_path
-    from nvshmem_dsl.linker.nvvm import _calls_path, kernel_bitcode, kernel_bitcode_calls
+    from nvshmem_dsl.linker.nvvm import _calls_path, kernel_bitcode, kernel_bitcode_calls, kernel_bitcode_declares
 
     path = kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=True)
     helpers, predicted = kernel_bitcode_calls(path)
@@ -311,9 +311,37 @@ def test_kernel_bitcode_declares_the_helpers_it_names():
     inlined = kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=False)
     assert inlined != path and kernel_bitcode_calls(inlined) == (frozenset(), frozenset())
     assert helpers <= {f.name for f in llvm.parse_bitcode(inlined.read_bytes()).functions if not f.is_declaration}
+    # the declare lines of those helpers, from which NVIDIA's compiled helpers are asked about them early
+    declares = kernel_bitcode_declares(path)
+    assert declares and set(declares) <= helpers and all(line.startswith("declare ") for line in declares.values())
+    assert kernel_bitcode_declares(inlined) == {}
     _calls_path(path).unlink()
     assert kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=True) == path
     assert kernel_bitcode_calls(path) == (helpers, predicted)
+
+
+def test_a_kernels_helpers_are_asked_about_before_cute_compiles(monkeypatch, tmp_path):
+    """With NVIDIA's compiled helpers in use, the hook asks about the helpers of the kernel's bitcode
+    before CuTe compiles it, with the declarations its PTX then has (what the link's own question
+    asks), not after."""
+    from nvshmem_dsl.linker import helper_archive
+
+    member = tmp_path / "member.o"
+    monkeypatch.setattr(helper_archive, "path", lambda sm, bc_path=None: member)
+    events = []
+    monkeypatch.setattr(helper_archive, "ask_ahead",
+                        lambda sm, names, declarations, bc_path=None: events.append(("asked", declarations())))
+    monkeypatch.setattr(helper_archive, "provided", lambda sm, declared, bc_path=None: {n: False for n in declared})
+    real = _link.link_module
+    monkeypatch.setattr(_link, "link_module", lambda *a, **k: (events.append(("link", a[3])), real(*a, **k))[1])
+    with outline.override("auto"):
+        _compile()
+    [(_, early)], [(_, ptx)] = [e for e in events if e[0] == "asked"], [e for e in events if e[0] == "link"]
+    assert events.index(("asked", early)) < events.index(("link", ptx))
+    called = outline.helper_calls(ptx)
+    assert called and called <= set(early)
+    for n in called:
+        assert early[n] == outline._declaration(ptx, n).group(0).rstrip("\n"), n
 
 
 def test_objects_start_before_cute_compiles(monkeypatch):

@@ -229,7 +229,8 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
     """Make the bitcode of the NVSHMEM functions a traced module inlines
     (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`) and put its path in place of the placeholder
     its calls named (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`), in the module's
-    ``link-libraries`` and in ``pipeline`` (which CuTe made of them).  Returns the pipeline, the
+    ``link-libraries`` and in ``pipeline`` (which CuTe made of them), and start asking NVIDIA's compiled
+    helpers about the helpers it declares (:func:`_ask_archive_ahead`).  Returns the pipeline, the
     NVSHMEM helpers that bitcode declares (called in their objects) and the names their calls are
     predicted to have (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_calls`).  A module whose
     calls named no placeholder (mode ``none``) is left as it is."""
@@ -249,10 +250,24 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
     # NVSHMEM's functions (the op table's); another ``nvshmem*`` declaration is not ours to define
     names = inlined_declarations(module) & _optable.device_ops().keys()
     path = str(kernel_bitcode(names, _arch_number(arch), bitcode_path(arch)))
+    _ask_archive_ahead(path, arch)
     for op in modules:
         paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]})
         op.attributes["link-libraries"] = ir.ArrayAttr.get([ir.StringAttr.get(x) for x in paths])
     return (pipeline.replace(placeholder, path), *kernel_bitcode_calls(path))
+
+
+def _ask_archive_ahead(path: str, arch: str) -> None:
+    """Start asking NVIDIA's compiled helpers about the helpers the kernel bitcode ``path`` declares
+    (:func:`nvshmem_dsl.linker.outline.ask_archive_ahead_declares`), while libNVVM compiles the kernel:
+    :func:`link_module`'s :func:`~nvshmem_dsl.linker.outline.prepare_calls` then finds the answers, or
+    waits for that probe, instead of probing after the compile."""
+    from .._libs import bitcode_path
+    from ..linker.nvvm import kernel_bitcode_declares
+    from ..linker.store_file import _arch_number
+
+    outline.ask_archive_ahead_declares(kernel_bitcode_declares(path), arch, _features(_arch_number(arch)),
+                                       bitcode_path(arch))
 
 
 _INTS = re.compile(r"\d+")

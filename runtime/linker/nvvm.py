@@ -161,12 +161,13 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
                          f"[{', '.join(used)}], section \"llvm.metadata\"\n")
         mod = llvm.parse_assembly(text, context=llvm.create_context())
         mod.data_layout = NVVM_DATA_LAYOUT
-        calls = {"helpers": [], "predicted": []}
+        calls = {"helpers": [], "predicted": [], "declares": {}}
         if helpers_out:
             from . import outline
 
             calls = {"helpers": sorted(f.name for f in mod.functions if f.is_declaration and outline.is_helper(f.name)),
-                     "predicted": sorted(outline.predicted_helper_calls(text))}
+                     "predicted": sorted(outline.predicted_helper_calls(text)),
+                     "declares": outline.helper_declares(text)}
         write_atomically(_calls_path(path), json.dumps(calls).encode())  # before the bitcode: read once it is there
         write_atomically(path, mod.as_bitcode())
         return path
@@ -183,3 +184,10 @@ def kernel_bitcode_calls(path) -> tuple[frozenset, frozenset]:
     (:func:`nvshmem_dsl.linker.outline.predicted_helper_calls`: what to start building early)."""
     calls = json.loads(_calls_path(Path(path)).read_text())
     return frozenset(calls["helpers"]), frozenset(calls["predicted"])
+
+
+def kernel_bitcode_declares(path) -> dict:
+    """``{helper: its IR declare line}`` of the NVSHMEM helpers a :func:`kernel_bitcode` declares
+    (:func:`nvshmem_dsl.linker.outline.helper_declares`), from which NVIDIA's compiled helpers are
+    asked about them while libNVVM compiles the kernel; none from a file made before they were kept."""
+    return json.loads(_calls_path(Path(path)).read_text()).get("declares", {})

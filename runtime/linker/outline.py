@@ -72,7 +72,7 @@ from . import abi, code_env, helper_archive, loop_split, object_workers, pieces,
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
 __all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helper_declarations", "ask_archive_ahead", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
+           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helper_declarations", "helper_declares", "ask_archive_ahead", "ask_archive_ahead_declares", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
            "objects_for", "opt_tiered", "explain_tiers", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
            "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
 
@@ -476,10 +476,10 @@ def helper_declarations(text: str, cpu: str, features: str) -> dict:
     (:func:`archived_helpers` asks NVIDIA's compiled object about those), from a module of those
     declarations alone: known before the object's own PTX is.  Helpers whose prototype names a type
     of the IR's own are left to the PTX."""
-    return _ptx_declarations(_helper_declares(text), cpu, features)
+    return _ptx_declarations(helper_declares(text), cpu, features)
 
 
-def _helper_declares(text: str) -> dict:
+def helper_declares(text: str) -> dict:
     """:func:`_declares` of NVSHMEM's helpers (not specialised) whose prototypes name no type of the IR's
     own, each less its attribute group."""
     return {name: re.sub(r"\s+#\d+\s*$", "", line) for name, line in _declares(text).items()
@@ -487,7 +487,7 @@ def _helper_declares(text: str) -> dict:
 
 
 def _ptx_declarations(lines: dict, cpu: str, features: str) -> dict:
-    """:func:`helper_declarations` of the declare lines ``lines`` (:func:`_helper_declares`)."""
+    """:func:`helper_declarations` of the declare lines ``lines`` (:func:`helper_declares`)."""
     import llvmlite.binding as llvm
 
     from ._llvm import TRIPLE, target_machine
@@ -504,9 +504,15 @@ def _ptx_declarations(lines: dict, cpu: str, features: str) -> dict:
 
 def _ask_archive_ahead(text: str, cpu: str, features: str, bc_path=None) -> None:
     """Start asking NVIDIA's compiled helpers about the helpers the IR ``text`` declares
-    (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`, their :func:`helper_declarations` made only
-    where one has no answer yet); nothing where the helpers are built."""
-    lines = _helper_declares(text)
+    (:func:`ask_archive_ahead_declares` of their :func:`helper_declares`)."""
+    ask_archive_ahead_declares(helper_declares(text), cpu, features, bc_path)
+
+
+def ask_archive_ahead_declares(lines: dict, cpu: str, features: str, bc_path=None) -> None:
+    """Start asking NVIDIA's compiled helpers about the helpers of the IR declare lines ``lines``
+    (:func:`helper_declares`) (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`, their
+    :func:`helper_declarations` made only where one has no answer yet); nothing where the helpers are
+    built.  CuTe's compile asks with its kernel bitcode's (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_declares`)."""
     helper_archive.ask_ahead(store_file._arch_number(cpu), lines, lambda: _ptx_declarations(lines, cpu, features),
                              bc_path)
 
