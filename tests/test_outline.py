@@ -361,6 +361,20 @@ def test_auto_builds_thread_scope_objects_at_o3(monkeypatch):
     assert ptx(warp, "auto") == ptx(warp, "light") != ptx(warp, "o3")
 
 
+def test_an_object_of_several_functions_is_built_at_the_most_any_asks(monkeypatch):
+    from nvshmem_dsl.linker import object_workers
+
+    asked = []
+    monkeypatch.setattr(object_workers, "emit", lambda **request: asked.append(request["opt"]) or "")
+    monkeypatch.delenv(outline.OPT_ENV, raising=False)
+    levels = {"nvshmem_barrier_all": "o3", "nvshmemx_barrier_all_warp": "light"}
+    monkeypatch.setattr(outline, "opt_level", lambda name=None: levels.get(name, "quick"))
+    for names, want in ((["nvshmemx_barrier_all_warp"], "light"), (sorted(levels), "o3"),
+                        (["nvshmemx_barrier_all_block"], "quick"), (["nvshmemx_barrier_all_block", "nvshmemx_barrier_all_warp"], "light")):
+        outline.object_ptx(names, 90, "sm_90", "+ptx85", text="")
+        assert asked.pop() == want, names
+
+
 def test_quick_objects_are_light_code_generated_at_level_0(monkeypatch):
     """``quick`` (the split first forms' level): the light passes, then LLVM's code generation at level 0, which
     emits the same functions (more PTX: no machine-level optimisation; ptxas optimises it)."""

@@ -81,8 +81,8 @@ MODES = ("auto", "none", "all")
 
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
 #: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
-#: optimised it), ``quick`` (the same, LLVM's code generation at level 0: what cold kernels link
-#: first, :func:`_first_form`), ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching,
+#: optimised it), ``quick`` (the same, LLVM's code generation at level 0: the split objects' first
+#: form, :func:`_first_form`), ``o3`` (LLVM's whole O3 pipeline with non-trivial loop unswitching,
 #: as inlined code gets it) or ``auto`` (the default: :data:`O3_SCOPES`, :data:`LIGHT_FAMILIES`).
 #: Part of each object's cache key.
 OPT_ENV = code_env.OUTLINE_OPT
@@ -850,7 +850,7 @@ def opt_tiered() -> bool:
 
 def explain_tiers() -> str:
     """What a cold kernel waits for here (``python -m nvshmem_dsl info``): its objects' first forms
-    (:func:`_first_form`: the largest with their loops split, those at O3 built light), their final
+    (:func:`_first_form`: the largest with their loops split and quick, those at O3 built light), their final
     ones built in the background; or the final ones."""
     forms = [what for what, on in (("the largest with their loops split" + (", quick" if opt_tiered() else ""), loop_split.tiered()),
                                    ("those at O3 built light", opt_tiered())) if on]
