@@ -131,6 +131,14 @@ def role_text(param: dict) -> str:
     return table()["roles"].get(param["role"], param["role"])
 
 
+def integer_only(param: dict) -> bool:
+    """Whether every DSL takes only integers (booleans, IntEnum members) for the scalar op-table
+    parameter ``param``: one of a C integer type that is not a value of the element type (PE numbers,
+    counts, strides, roots, teams, comparison and signal operators, signal values).  A float there is
+    refused, naming the argument, instead of being truncated to the C type."""
+    return param["llvm"].startswith("i") and not param.get("elem") and not param.get("byval")
+
+
 @functools.lru_cache(maxsize=None)
 def _pointee_table() -> dict:
     out = {}

@@ -542,6 +542,8 @@ def _err_case(case, f32, i32):
         nv.signal_op(f32, 1, nv.SignalOp.SIGNAL_SET, pe)
     elif case == "c_arity":
         nv.c.nvshmem_int_p(i32, 1)
+    elif case == "float_pe":
+        nv.put(f32, f32, 1.5)
     elif case == "no_count_from_pointer":
         nv.put(f32.iterator, f32, pe)
     elif case == "maxloc":
@@ -573,6 +575,7 @@ ERRORS = {
     "maxloc": r"nvshmem_dsl\.cute\.maxloc_reduce_block: element type Float64 is not supported; "
               r"accepted element types: double2 \(double2 has no CuTe element type: call "
               r"nvshmem_dsl\.cute\.c\.nvshmemx_double2_maxloc_reduce_block",
+    "float_pe": r"nvshmem_dsl\.cute\.put: argument 'pe' must be an integer \(PE number\), got the Python float 1\.5",
     "no_count_from_pointer": r"nvshmem_dsl\.cute\.put: argument 'dst' is a pointer: pass the "
                              r"element count explicitly",
 }

@@ -63,8 +63,10 @@ def _call(api: str, symbol: str, array: str) -> str:
         role = p["role"]
         if p["llvm"] == "ptr" and not p.get("byval"):
             args.append(array if role in DATA_ROLES else AUX_ARRAYS[role])
-        elif role in ("value", "cmp_value", "compare"):
+        elif role in ("value", "cmp_value", "compare") and p.get("elem"):
             args.append(f"{array}[1]")
+        elif role == "cmp_value":  # a signal's: an integer whatever the array
+            args.append("1")
         else:
             args.append(SCALARS[role])
     return f"nv.{api}({', '.join(args)})"
@@ -239,6 +241,16 @@ def test_error_array_where_scalar_required():
     assert "nvshmem_dsl.numba.put: argument 'pe' must be a scalar" in msg
 
 
+def test_error_float_where_an_integer_is_required():
+    """A PE number, a count or a root is an integer: a float there is refused, naming the argument, not
+    truncated to the C type; a float element value is taken (converted to the element type, as C does)."""
+    msg = _typing_error(_kernel_source(["nv.put(a_float32, a_float32, 1.5)"], {"a_float32": "float32"}))
+    assert "nvshmem_dsl.numba.put: argument 'pe' must be an integer (PE number), got float64" in msg
+    msg = _typing_error(_kernel_source(["nv.put(a_float32, a_float32, 2.0, pe)"], {"a_float32": "float32"}))
+    assert "argument 'nelems' must be an integer" in msg
+    _compile(_kernel_source(["nv.p(a_int32, 1.0, pe)", "nv.p(a_int32, True, pe)"], {"a_int32": "int32"}))
+
+
 def test_constants_are_accepted_as_arguments():
     """IntEnum members (Team, Cmp, SignalOp) work wherever the C function takes an int."""
     import nvshmem_dsl.numba as nvm
@@ -273,3 +285,19 @@ def test_window_errors(call, needle):
         "def kernel(pe):", "def kernel(pe):\n    m = cuda.local.array((2, 2), types.float32)")
     msg = _typing_error(source)
     assert "nvshmem_dsl.numba.window" in msg and needle in msg
+
+
+def test_integer_only_parameters_are_the_non_element_integers():
+    """The rule every DSL checks (``_optable.integer_only``): integer C parameters that are not element
+    values (PE numbers, counts, strides, roots, teams, operators, signal values) take integers only;
+    element values (of any dtype) and pointers are not under it."""
+    roles_only, roles_not = set(), set()
+    for op in _optable.device_ops().values():
+        for p in op["params"]:
+            if p["llvm"] == "ptr" or p.get("byval"):
+                assert not _optable.integer_only(p)
+                continue
+            (roles_only if _optable.integer_only(p) else roles_not).add((p["role"], bool(p.get("elem"))))
+    assert {"pe", "count", "root", "team", "signal_op", "signal_value", "cmp", "dst_stride"} <= {r for r, _ in roles_only}
+    assert all(not elem for _, elem in roles_only) and all(elem for _, elem in roles_not)
+    assert ("cmp_value", False) in roles_only and ("cmp_value", True) in roles_not  # a signal's / an element's

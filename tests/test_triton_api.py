@@ -467,6 +467,16 @@ def _e_raw_count(x, y, h, pe, n):
 
 
 @triton.jit
+def _e_float_pe(x, y, h, pe, n):
+    nv.put(x, x, 4, 1.5)
+
+
+@triton.jit
+def _e_float_count(x, y, h, pe, n):
+    nv.put(x, x, n.to(tl.float32), pe)
+
+
+@triton.jit
 def _e_warpgroup(x, y, h, pe, n):
     nv.barrier_warpgroup(nv.TEAM_WORLD)
 
@@ -487,6 +497,8 @@ def _e_warpgroup(x, y, h, pe, n):
                       "must have a 64-bit integer element type, got a pointer to int32"]),
     (_e_raw_count, ["nvshmem_dsl.triton.c.nvshmem_putmem", "takes c.nvshmem_putmem(dst, src, nelems, pe); "
                     "got 3 arguments"]),
+    (_e_float_pe, ["nvshmem_dsl.triton.put", "argument 'pe' must be an integer (PE number), got the Python float 1.5"]),
+    (_e_float_count, ["nvshmem_dsl.triton.put", "argument 'nelems' must be an integer", "got a scalar fp32"]),
 ], ids=lambda x: getattr(x, "__name__", "")[3:] if callable(x) else "")
 def test_errors_name_the_function_and_the_argument(fn, needles):
     msg = _error(fn)

@@ -24,7 +24,9 @@ Argument conventions (the same as nvshmem_dsl.numba):
     otherwise;
   * a status array may be ``None`` (a null pointer);
   * scalars are converted to the C parameter's type (values of the element type
-    to the tensor's element type);
+    to the tensor's element type); integer parameters (PE numbers, counts, strides,
+    roots, teams, operators, signal values: ``_optable.integer_only``) take integers
+    only, a float there is an error naming the argument;
   * results come back as CuTe scalars (``Int32``, ``Uint64``, ``Float16`` ...);
     ``ptr`` / ``mc_ptr`` return a ``cute.Pointer`` with the element type of
     their argument (null when the peer is not reachable by load/store).
@@ -98,6 +100,18 @@ def _is_scalar(x: Any) -> bool:
         t = x.type
         return ir.IntegerType.isinstance(t) or ir.FloatType.isinstance(t)
     return False
+
+
+def _is_integer(x: Any) -> bool:
+    """An integer or boolean scalar: a Python int (IntEnum members, bools included), a CuTe integer
+    or boolean, or an MLIR integer value."""
+    if isinstance(x, (bool, int)):
+        return True
+    if isinstance(x, _cutlass().Integer):  # Boolean too
+        return True
+    from cutlass._mlir import ir
+
+    return isinstance(x, ir.Value) and ir.IntegerType.isinstance(x.type)
 
 
 def _is_index(x: Any) -> bool:
@@ -214,14 +228,16 @@ def _match(api: str, form: _Form, args: tuple, raw: bool) -> list[_Step]:
     The element count may be left out and single-element targets may be followed by
     an index (not for ``raw`` C-named calls); the first assignment whose argument
     kinds fit is taken (given count before default, no index before index). On
-    failure the error names the argument where the attempt that got furthest failed.
+    failure the error names the argument where the attempt that got furthest failed (of
+    attempts failing at the same argument, the last: ``put(dst, src, 1.5)`` is read as
+    ``pe`` = 1.5 with the count left out, not as a count with ``pe`` missing).
     """
     params = form.params
     best: list[_NoMatch] = []
 
     def fail(pos: int, msg: str):
         err = _NoMatch(pos, msg)
-        if not best or pos > best[0].pos:
+        if not best or pos >= best[0].pos:
             best[:] = [err]
         raise err
 
@@ -260,6 +276,9 @@ def _match(api: str, form: _Form, args: tuple, raw: bool) -> list[_Step]:
             return [_Step("arg", i)] + walk(k + 1, i + 1)
         if not _is_scalar(a):
             fail(i, f"argument '{p['name']}' must be a scalar ({_optable.role_text(p)}), "
+                    f"got {_type_name(a)}")
+        if _optable.integer_only(p) and not _is_integer(a):
+            fail(i, f"argument '{p['name']}' must be an integer ({_optable.role_text(p)}), "
                     f"got {_type_name(a)}")
         return [_Step("arg", i)] + walk(k + 1, i + 1)
 

@@ -13,7 +13,9 @@ Argument conventions (one for every DSL):
     pointer for); the element count defaults to min(dst.size, src.size) when omitted;
   * a single-element target (p/g dst/src, atomics, signal words, wait variables) is an
     array and an optional index right after it (element 0 otherwise);
-  * integers are converted to the C parameter's type.
+  * integers are converted to the C parameter's type; integer parameters (PE numbers, counts,
+    strides, roots, teams, operators, signal values: ``_optable.integer_only``) take integers
+    only, a float there is an error naming the argument (values of the element type are converted).
 """
 from __future__ import annotations
 
@@ -151,6 +153,8 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
             continue
         if not _is_scalar(t):
             _fail(api, f"argument '{p['name']}' must be a scalar ({_optable.role_text(p)}), got {t}")
+        if _optable.integer_only(p) and not _is_int(t):
+            _fail(api, f"argument '{p['name']}' must be an integer ({_optable.role_text(p)}), got {t}")
         plan.append(("arg", i, None))
         i += 1
     if i != len(argtys):

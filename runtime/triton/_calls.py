@@ -16,7 +16,9 @@ Argument conventions (those of nvshmem_dsl.numba and nvshmem_dsl.cute, for point
   * element counts are always given: a Triton pointer carries no size;
   * a status array may be ``None`` (a null pointer);
   * scalars (Triton scalars, constexprs, Python numbers) are converted to the C parameter's type
-    (values of the element type to the pointers' element type);
+    (values of the element type to the pointers' element type); integer parameters (PE numbers,
+    counts, strides, roots, teams, operators, signal values: ``_optable.integer_only``) take
+    integers only, a float there is an error naming the argument;
   * results come back as Triton scalars (``int32``, ``uint64``, ``fp16`` ...); ``ptr`` /
     ``mc_ptr`` (and :func:`peer` / :func:`multicast`) return a pointer with the element type of
     their argument (null when the peer is not reachable by load/store).
@@ -101,6 +103,14 @@ def _is_scalar(x: Any) -> bool:
     if isinstance(x, (bool, int, float)):
         return True
     return _is_tensor(x) and not x.type.is_block() and not x.type.scalar.is_ptr()
+
+
+def _is_integer(x: Any) -> bool:
+    """An integer or boolean scalar: a Python int (IntEnum members, bools included) or a Triton one."""
+    x = _unwrap(x)
+    if isinstance(x, (bool, int)):
+        return True
+    return _is_tensor(x) and not x.type.is_block() and (x.type.scalar.is_int() or x.type.scalar.is_bool())
 
 
 def _is_address(x: Any) -> bool:
@@ -242,6 +252,9 @@ def _check_kinds(api: str, f: _Form, args: tuple, raw: bool) -> None:
                 hint = ": NVSHMEM calls take scalars (reduce the block first, e.g. tl.sum)"
             _fail(api, f"argument '{p['name']}' must be a scalar ({_optable.role_text(p)}), "
                        f"got {_type_name(a)}{hint}; call as {sig}")
+        elif _optable.integer_only(p) and not _is_integer(a):
+            _fail(api, f"argument '{p['name']}' must be an integer ({_optable.role_text(p)}), "
+                       f"got {_type_name(a)}; call as {sig}")
 
 
 def _check_dtypes(api: str, f: _Form, args: tuple) -> None:
