@@ -24,9 +24,8 @@ Argument conventions (the same as nvshmem_dsl.numba):
     otherwise;
   * a status array may be ``None`` (a null pointer);
   * scalars are converted to the C parameter's type (values of the element type
-    to the tensor's element type); integer parameters (PE numbers, counts, strides,
-    roots, teams, operators, signal values: ``_optable.integer_only``) take integers
-    only, a float there is an error naming the argument;
+    to the tensor's element type), but a float is an error, naming the argument, where
+    the parameter takes integers only (:func:`nvshmem_dsl._optable.integer_only`);
   * results come back as CuTe scalars (``Int32``, ``Uint64``, ``Float16`` ...);
     ``ptr`` / ``mc_ptr`` return a ``cute.Pointer`` with the element type of
     their argument (null when the peer is not reachable by load/store).

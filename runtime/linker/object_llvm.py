@@ -29,8 +29,10 @@ OPT_LEVELS = ("quick", "light", "o3")
 #: within 1 KiB and ptxas as fast (bench/results/object-codegen-cpu-2026-11-24.txt); ``quick``, the
 #: split first forms' (:func:`nvshmem_dsl.linker.outline._first_form`), at 0: the light passes, then
 #: the split block reduction's LLVM step 1.28 s instead of 2.33 s, ptxas up to 0.35 s longer (CPU:
-#: bench/results/object-codegen-quick-cpu-2026-12-02.txt), and its collectives 1.05-1.27x slower than
-#: light at 8 B (tests/gpu/records/2026-12-02/h200-quick-first-forms.txt).
+#: bench/results/object-codegen-quick-cpu-2026-12-02.txt), its cold kernel 4.8-6.2 s instead of 6.5-6.6 s
+#: and the reduction 0.62x of C++ instead of 0.54x; every collective quick ran 1.05-1.27x as long as
+#: light at 8 B, so the O3 tier's first forms stay light (1 x H200, NVSHMEM 3.8,
+#: tests/gpu/records/2026-12-02/h200-quick-first-forms.txt).
 CODEGEN_LEVELS = {"quick": 0, "light": 2, "o3": 3}
 
 

@@ -866,10 +866,8 @@ def _first_form(name: str, arch, bc_path) -> tuple | None:
     in the background): ``(the split key of the final form, the optimisation level of the first)``;
     None where it waits for the final one.  The first form is split and ``quick`` where its loops are
     split (:func:`nvshmem_dsl.linker.loop_split.tiered`: the final one whole and light), light where the
-    final one is at O3 (:func:`opt_tiered`); with ``$NVSHMEM_DSL_OUTLINE_OPT`` set, at its level.  Quick,
-    the objects' collectives ran 1.05-1.27x as long as light at 8 B (1 x H200, NVSHMEM 3.8): not for the
-    O3 tier (light: 1.05x), but the split block reduction stays 0.62x of C++ (light 0.54x), its cold kernel
-    4.8-6.2 s instead of 6.5-6.6 s (tests/gpu/records/2026-12-02/h200-quick-first-forms.txt)."""
+    final one is at O3 (:func:`opt_tiered`); with ``$NVSHMEM_DSL_OUTLINE_OPT`` set, at its level.  Quick
+    only for the split form: what it costs and gains, :data:`~nvshmem_dsl.linker.object_llvm.CODEGEN_LEVELS`."""
     if not is_api_function(split_specialised(name)[0]):
         return None
     split_tier = loop_split.tiered() and _split([name], arch, bc_path)

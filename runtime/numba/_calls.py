@@ -13,9 +13,9 @@ Argument conventions (one for every DSL):
     pointer for); the element count defaults to min(dst.size, src.size) when omitted;
   * a single-element target (p/g dst/src, atomics, signal words, wait variables) is an
     array and an optional index right after it (element 0 otherwise);
-  * integers are converted to the C parameter's type; integer parameters (PE numbers, counts,
-    strides, roots, teams, operators, signal values: ``_optable.integer_only``) take integers
-    only, a float there is an error naming the argument (values of the element type are converted).
+  * integers are converted to the C parameter's type, values of the element type too; a float is
+    an error, naming the argument, where the parameter takes integers only
+    (:func:`nvshmem_dsl._optable.integer_only`).
 """
 from __future__ import annotations
 

@@ -16,9 +16,8 @@ Argument conventions (those of nvshmem_dsl.numba and nvshmem_dsl.cute, for point
   * element counts are always given: a Triton pointer carries no size;
   * a status array may be ``None`` (a null pointer);
   * scalars (Triton scalars, constexprs, Python numbers) are converted to the C parameter's type
-    (values of the element type to the pointers' element type); integer parameters (PE numbers,
-    counts, strides, roots, teams, operators, signal values: ``_optable.integer_only``) take
-    integers only, a float there is an error naming the argument;
+    (values of the element type to the pointers' element type), but a float is an error, naming
+    the argument, where the parameter takes integers only (:func:`nvshmem_dsl._optable.integer_only`);
   * results come back as Triton scalars (``int32``, ``uint64``, ``fp16`` ...); ``ptr`` /
     ``mc_ptr`` (and :func:`peer` / :func:`multicast`) return a pointer with the element type of
     their argument (null when the peer is not reachable by load/store).
