@@ -46,7 +46,7 @@ __all__ = [
 
 ENV_CHECK_SYMMETRY = "NVSHMEM_DSL_CHECK_SYMMETRY"
 LIBRARIES = ("cupy", "torch", "numba")
-_SCRATCH_BYTES = 256  # internal symmetric scratch: size check (0..31), team uid (64..71)
+_SCRATCH_BYTES = 256  # internal symmetric scratch: value_ranges (in 0..63, out 128..191), team uid (64..71)
 _SCRATCH_UID = 64
 
 
@@ -311,26 +311,38 @@ def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
         )
 
 
-def _same_size_everywhere(nbytes: int, function: str) -> None:
-    """Raise when the PEs asked for different sizes (collective over TEAM_WORLD)."""
+def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
+    """(smallest, largest) of each of ``values`` (at most 4 int64) over all PEs: one blocking
+    max-reduction over TEAM_WORLD (collective). None where it cannot be asked: one PE, or NVSHMEM's
+    limited MPG mode (no collectives there; warns once)."""
     s = _state.STATE
     if s.n_pes <= 1:
-        return
+        return None
     if s.limited_mpg:  # NVSHMEM has no collective there; the check would end the process
         _warn_symmetry_check_off(s.pes_per_gpu)
-        return
+        return None
     from . import _cuda
     from .._generated.constants import Team
 
+    k = len(values)
+    if not 1 <= k <= 4:
+        raise ValueError(f"value_ranges() takes 1 to 4 values, got {k}")
     scratch = _scratch_alloc()
     symbol = _table.resolve("max_reduce", "int64", 8, untyped=False).symbol
-    _cuda.memcpy_htod(scratch.ptr, struct.pack("<qq", nbytes, -nbytes))
-    _lib.call(symbol, int(Team.TEAM_WORLD), scratch.ptr + 16, scratch.ptr, 2)
-    largest, neg_smallest = struct.unpack("<qq", _cuda.memcpy_dtoh(scratch.ptr + 16, 16))
-    if largest != -neg_smallest:
+    _cuda.memcpy_htod(scratch.ptr, struct.pack(f"<{2 * k}q", *values, *(-v for v in values)))
+    _lib.call(symbol, int(Team.TEAM_WORLD), scratch.ptr + 128, scratch.ptr, 2 * k)
+    got = struct.unpack(f"<{2 * k}q", _cuda.memcpy_dtoh(scratch.ptr + 128, 16 * k))
+    return [(-got[k + i], got[i]) for i in range(k)]
+
+
+def _same_size_everywhere(nbytes: int, function: str) -> None:
+    """Raise when the PEs asked for different sizes (collective over TEAM_WORLD)."""
+    ranges = value_ranges([nbytes])
+    if ranges and ranges[0][0] != ranges[0][1]:
+        smallest, largest = ranges[0]
         raise NvshmemArgumentError(
             f"{function}(): the PEs asked for different sizes (this PE: {nbytes} bytes; smallest "
-            f"{-neg_smallest}, largest {largest}). Symmetric allocation is collective: every PE must ask "
+            f"{smallest}, largest {largest}). Symmetric allocation is collective: every PE must ask "
             "for the same size, in the same order."
         )
 
@@ -354,6 +366,25 @@ def buffer(nbytes: int, *, align: int | None = None, zero: bool = False, check: 
         if zero:
             raise NvshmemArgumentError("buffer(): align= and zero=True cannot be combined")
     return Buffer(_allocate(nbytes, align, zero, check, "buffer"))
+
+
+def internal_buffer(nbytes: int, what: str) -> Buffer:
+    """A zeroed symmetric buffer of the runtime's own (collective; e.g. a kernels' workspace): left out
+    of leak reports, freed by :func:`free_internal` or at finalize."""
+    _state.require(what)
+    alloc = _allocate(_arrays.check_positive_int(nbytes, f"{what}: nbytes"), None, True, None, what)
+    alloc.kind, alloc.where = "internal", what
+    return Buffer(alloc)
+
+
+def free_internal(buf: Buffer) -> None:
+    """Free a buffer of :func:`internal_buffer` (collective)."""
+    alloc = buf.allocation
+    if alloc.freed:
+        return
+    if not _state.STATE.fake:
+        _lib.call("nvshmem_free", alloc.ptr)
+    REGISTRY.remove(alloc, "freed by nvshmem_dsl")
 
 
 def _allocate(nbytes: int, align: int | None, zero: bool, check: bool | None, function: str) -> Allocation:
@@ -488,11 +519,13 @@ def _on_finalize(free_internal: bool) -> str | None:
     """Called by finalize(): report leaks, free the scratch, invalidate everything."""
     global _scratch
     report = leak_report()
-    if free_internal and _scratch is not None and not _scratch.freed:
-        try:
-            _lib.call("nvshmem_free", _scratch.ptr)
-        finally:
-            REGISTRY.remove(_scratch, "nvshmem_dsl was finalized")
+    if free_internal:  # the scratch and every other internal buffer (the kernels' workspaces)
+        for alloc in REGISTRY.live():
+            if alloc.kind == "internal":
+                try:
+                    _lib.call("nvshmem_free", alloc.ptr)
+                finally:
+                    REGISTRY.remove(alloc, "nvshmem_dsl was finalized")
     _scratch = None
     REGISTRY.clear("nvshmem_dsl was finalized (nvshmem_dsl.finalize())")
     return report

@@ -31,7 +31,10 @@ SUITES = {  # DSL -> test files
     "cute": ["tests/gpu/test_cute_gpu.py"],
     "triton": ["tests/gpu/test_triton_gpu.py"],
     "limited": ["tests/gpu/test_limited_mpg.py"],  # run with --no-mps and several PEs per GPU
+    "kernels": ["tests/gpu/test_kernels_gpu.py"],  # the communication kernels, every DSL that imports
 }
+#: Environment a suite needs beyond the others' (the kernels' staging at 64 MiB x 8 PEs).
+SUITE_ENV = {"kernels": {"NVSHMEM_SYMMETRIC_SIZE": "4G"}}
 LAUNCHERS = ("launcher", "mpirun", "torchrun")
 MPS_VARS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
 
@@ -61,6 +64,8 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
     xml = out / f"{launcher}-{dsl}-rank%r.xml"
     pytest_args = ["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files]
     env = dict(os.environ, NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1", **extra_env)
+    for key, value in SUITE_ENV.get(dsl, {}).items():
+        env.setdefault(key, value)
     if launcher == "launcher":
         cmd = [sys.executable, "-m", "nvshmem_dsl.run", "-n", str(nproc), "--timeout", "120",
                "-m", "pytest", *pytest_args[2:], f"--junitxml={xml}"]
@@ -79,7 +84,8 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
         if mpirun is None:
             return {"status": "skipped (no mpirun)", "tests": {}}
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        exports = [a for v in ("PYTHONPATH", "NVSHMEM_DISABLE_NVLS", "LD_LIBRARY_PATH", *MPS_VARS) if v in env
+        exports = [a for v in ("PYTHONPATH", "NVSHMEM_DISABLE_NVLS", "LD_LIBRARY_PATH", *MPS_VARS,
+                                                 *SUITE_ENV.get(dsl, {})) if v in env
                    for a in ("-x", v)]
         cmd = [mpirun, "-n", str(nproc), *exports, sys.executable, "-m", "pytest", *pytest_args[2:],
                f"--junitxml={xml}"]

@@ -1,0 +1,144 @@
+"""Time the communication kernels (nvshmem_dsl.kernels) of each DSL and NVSHMEM's own collectives on
+a stream, one PE of ``python -m nvshmem_dsl.run -n N bench/comm_bench.py ...`` (bench/comm_run.py
+starts it beside the C++ twins of bench/cpp/comm.cu).
+
+Timing, as bench/cpp/comm.cu does it: a spin kernel holds the stream while ``--iters`` calls are
+enqueued behind it, then events around the calls give the GPU time per call, without the host's
+launch cost (printed apart as host_us). Each (impl, kind, dtype, bytes) is checked against a torch
+reference once before it is timed. One JSON line per result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import comm_shapes as CS  # noqa: E402
+
+
+def _values(count, pe, dtype):
+    import torch
+    i = torch.arange(count, device="cuda", dtype=torch.int64)
+    return (((i * 7 + pe * 3) % 17) - 8).to(dtype)
+
+
+def _reference(kind, n, me, npes, dtype):
+    import torch
+    if kind in ("one_shot", "two_shot"):
+        return sum(_values(n, p, torch.float32) for p in range(npes)).to(dtype)
+    if kind == "all_gather":
+        return torch.cat([_values(n, p, dtype) for p in range(npes)])
+    return sum(_values(n * npes, p, torch.float32) for p in range(npes))[me * n:(me + 1) * n].to(dtype)
+
+
+def _caller(impl, kind, x, out, stream):
+    """A function making one call of ``kind`` by ``impl`` on ``stream``."""
+    import nvshmem_dsl as nvshmem
+    from nvshmem_dsl import kernels
+    if impl == "nvshmem":  # NVSHMEM's own collective, *_on_stream through the host API
+        team = nvshmem.Team.TEAM_WORLD
+        if kind in ("one_shot", "two_shot"):
+            return lambda: nvshmem.reduce(team, out, x, "sum", stream=stream)
+        if kind == "all_gather":
+            return lambda: nvshmem.fcollect(team, out, x, stream=stream)
+        return lambda: nvshmem.reducescatter(team, out, x, "sum", stream=stream)
+    if kind in ("one_shot", "two_shot"):
+        return lambda: kernels.all_reduce(x, out, algorithm=kind, dsl=impl, stream=stream)
+    return lambda: getattr(kernels, kind)(x, out, dsl=impl, stream=stream)
+
+
+def _spin_cycles_per_us():
+    import torch
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(10_000_000)
+    b.record()
+    b.synchronize()
+    return 10_000_000 / (a.elapsed_time(b) * 1000)
+
+
+def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
+    import torch
+    import nvshmem_dsl as nvshmem
+    tdtype = getattr(torch, dtype)
+    n = CS.elements(kind, nbytes, tdtype.itemsize, npes)
+    xn = n * npes if kind == "reduce_scatter" else n
+    x = nvshmem.array((xn,), dtype, like="torch")
+    x.copy_(_values(xn, me, tdtype))
+    # NVSHMEM's on-stream collectives want a symmetric destination
+    want = _reference(kind, n, me, npes, tdtype)
+    out = nvshmem.array(want.shape, dtype, like="torch") if impl == "nvshmem" else torch.empty_like(want)
+    out.fill_(float("nan"))
+    stream = torch.cuda.Stream()
+    call = _caller(impl, kind, x, out, stream)
+    torch.cuda.synchronize()
+    nvshmem.barrier_all()
+    call()
+    stream.synchronize()
+    ok = bool(torch.equal(out, want))
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        call()
+    host_us = (time.perf_counter() - t0) / max(args.warmup, 1) * 1e6
+    stream.synchronize()
+    spin_us = max(args.spin_us, 2 * host_us * args.iters)  # the calls are all enqueued before the spin ends
+    times = []
+    for _ in range(args.reps):
+        nvshmem.barrier_all()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(int(spin_us * cycles_per_us))
+            a.record(stream)
+            for _ in range(args.iters):
+                call()
+            b.record(stream)
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / args.iters)
+    nvshmem.barrier_all()
+    nvshmem.free(x)
+    if impl == "nvshmem":
+        nvshmem.free(out)
+    return {"impl": impl, "bench": "comm", "kind": kind, "dtype": dtype, "n": n, "bytes": nbytes,
+            "npes": npes, "pe": me, "us": statistics.median(times), "us_min": min(times),
+            "host_us": host_us, "iters": args.iters, "reps": args.reps, "ok": ok}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--impls", default="numba,triton,cute,nvshmem")
+    ap.add_argument("--kinds", default=",".join(CS.KINDS))
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--bytes", default=",".join(str(b) for b in CS.LAT_BYTES))
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--spin-us", type=float, default=2000.0)
+    args = ap.parse_args(argv)
+    import nvshmem_dsl as nvshmem
+
+    with nvshmem.init():
+        me, npes = nvshmem.my_pe(), nvshmem.n_pes()
+        cycles_per_us = _spin_cycles_per_us()
+        for impl in args.impls.split(","):
+            if impl != "nvshmem":
+                try:
+                    __import__(f"nvshmem_dsl.kernels.{impl}")
+                except Exception as exc:  # noqa: BLE001 - reported, the others go on
+                    print(json.dumps({"impl": impl, "bench": "comm", "skipped": str(exc)[:300], "pe": me}), flush=True)
+                    continue
+            for dtype in args.dtypes.split(","):
+                for kind in args.kinds.split(","):
+                    if impl == "nvshmem" and kind == "two_shot":
+                        continue  # one NVSHMEM reduce row serves both all-reduce kernels
+                    for nbytes in (int(b) for b in args.bytes.split(",")):
+                        row = measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us)
+                        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

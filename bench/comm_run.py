@@ -1,0 +1,143 @@
+"""The communication kernels beside their C++ twins and NVSHMEM's collectives, in one run:
+
+    python bench/comm_run.py [--nproc 2] [--impls cpp,numba,triton,cute,nvshmem] [--bw] [--out F]
+
+1. the C++ twins (bench/cpp/build/comm_cpp, built by bench/cpp/build.sh unless --no-build) on every
+   PE, with the plans of nvshmem_dsl.kernels._plan (the C++ has no launch arithmetic of its own);
+2. bench/comm_bench.py: the Numba, Triton and CuTe kernels through nvshmem_dsl.kernels, and
+   NVSHMEM's on-stream reduce / fcollect / reducescatter through nvshmem_dsl's host API.
+
+Latency rows at bench/comm_shapes.LAT_BYTES; ``--bw`` adds BW_BYTES (only meaningful with one PE
+per GPU). Results: microseconds per call averaged over the PEs, every DSL's time ratio to its C++
+twin and the one-shot's to NVSHMEM's reduce; the JSON file keeps every record.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import comm_shapes as CS  # noqa: E402
+import run as R  # noqa: E402
+
+COMM_BINARY = HERE / "cpp" / "build" / "comm_cpp"
+BASE = {"one_shot": "nvshmem:one_shot", "two_shot": "nvshmem:one_shot", "all_gather": "nvshmem:all_gather",
+        "reduce_scatter": "nvshmem:reduce_scatter"}
+
+
+def plans(kinds, dtypes, sizes, npes) -> str:
+    """The C++ driver's --plans: kind:dtype:n:span:chunk:grid of every row."""
+    from nvshmem_dsl.kernels import _plan
+    out = []
+    for dtype in dtypes:
+        for kind in kinds:
+            for nbytes in sizes:
+                p = _plan.plan(kind, dtype, CS.elements(kind, nbytes, _plan.ITEMSIZE[dtype], npes), npes)
+                out.append(f"{kind}:{dtype}:{p.n}:{p.span}:{p.chunk}:{p.grid}")
+    return ",".join(out)
+
+
+def aggregate(records):
+    """(impl, kind, dtype, bytes) -> mean over PEs of the median us, and whether every PE checked ok."""
+    groups = {}
+    for r in records:
+        if r.get("bench") != "comm" or "us" not in r:
+            continue
+        groups.setdefault((r["impl"], r["kind"], r["dtype"], r["bytes"]), []).append(r)
+    return {k: {"us": statistics.mean(r["us"] for r in rs), "ok": all(r.get("ok", False) for r in rs),
+                "pes": len(rs), "host_us": statistics.mean(r.get("host_us", 0.0) for r in rs)}
+            for k, rs in groups.items()}
+
+
+def table(agg, impls) -> str:
+    dsls = [i for i in impls if i not in ("cpp", "nvshmem")]
+    head = f"{'kind':<15}{'dtype':<10}{'bytes':>10}{'cpp us':>9}" + "".join(f"{d + ' us':>11}{'/cpp':>6}" for d in dsls) \
+        + f"{'nvshmem us':>11}{'best/nv':>8}"
+    lines = [head]
+    keys = sorted({k[1:] for k in agg}, key=lambda k: (CS.KINDS.index(k[0]), k[1], k[2]))
+    for kind, dtype, nbytes in keys:
+        cpp = agg.get(("cpp", kind, dtype, nbytes))
+        row = f"{kind:<15}{dtype:<10}{nbytes:>10}{(cpp['us'] if cpp else float('nan')):>9.2f}"
+        best = float("inf")
+        for d in dsls:
+            r = agg.get((d, kind, dtype, nbytes))
+            us = r["us"] if r else float("nan")
+            best = min(best, us) if r else best
+            ratio = us / cpp["us"] if (r and cpp) else float("nan")
+            row += f"{us:>10.2f}{'' if (not r or r['ok']) else '!'}{ratio:>6.2f}".replace("  nan", "    -")
+        nv = agg.get(("nvshmem", "one_shot" if kind == "two_shot" else kind, dtype, nbytes))
+        row += f"{(nv['us'] if nv else float('nan')):>11.2f}{(best / nv['us'] if nv and best < float('inf') else float('nan')):>8.2f}"
+        lines.append(row)
+    lines.append("us: GPU time per call (spin-held stream, mean over PEs of the median of reps); /cpp: time ratio "
+                 "to the C++ twin; best/nv: the fastest DSL's time over NVSHMEM's collective (reduce for both "
+                 "all-reduces); '!': a PE's result was wrong")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--impls", default="cpp,numba,triton,cute,nvshmem")
+    ap.add_argument("--kinds", default=",".join(CS.KINDS))
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--bytes", default=",".join(str(b) for b in CS.LAT_BYTES))
+    ap.add_argument("--bw", action="store_true", help="add the bandwidth sizes (one PE per GPU only)")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    impls = args.impls.split(",")
+    sizes = [int(b) for b in args.bytes.split(",")] + (list(CS.BW_BYTES) if args.bw else [])
+    kinds, dtypes = args.kinds.split(","), args.dtypes.split(",")
+    common = ["--iters", str(args.iters), "--reps", str(args.reps)]
+    records, steps = [], {}
+    env = R.bench_env(None, args.nproc)
+    env.setdefault("NVSHMEM_SYMMETRIC_SIZE", "4G")
+    with tempfile.TemporaryDirectory(prefix="comm-bench-") as work:
+        logs = Path(work) / "logs"
+        if "cpp" in impls:
+            if not args.no_build:
+                subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False)
+            cpp = [str(HERE / "cpp" / "exec.py"), str(COMM_BINARY), "--uid-file", str(Path(work) / "uid"),
+                   "--plans", plans(kinds, dtypes, sizes, args.nproc), *common]
+            status, lines, secs = R.run_step("comm_cpp", R.launcher_cmd(args.python, args.nproc, 120) + cpp, env,
+                                             args.timeout, logs)
+            steps["cpp"] = {"status": status, "seconds": round(secs, 1)}
+            records += R.parse_records(lines)
+        py = [i for i in impls if i != "cpp"]
+        if py:
+            argv_py = R.launcher_cmd(args.python, args.nproc, 120) + [
+                str(HERE / "comm_bench.py"), "--impls", ",".join(py), "--kinds", ",".join(kinds),
+                "--dtypes", ",".join(dtypes), "--bytes", ",".join(map(str, sizes)), *common]
+            status, lines, secs = R.run_step("comm_py", argv_py, env, args.timeout, logs)
+            steps["py"] = {"status": status, "seconds": round(secs, 1)}
+            records += R.parse_records(lines)
+    agg = aggregate(records)
+    text = table(agg, impls)
+    print(text)
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "nproc": args.nproc, "command": " ".join(["comm_run.py", *(argv or sys.argv[1:])]),
+            "steps": steps, "env": {k: env.get(k) for k in ("NVSHMEM_SYMMETRIC_SIZE", "NVSHMEM_DISABLE_NVLS",
+                                                              "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}}
+    out = Path(args.out) if args.out else HERE / "results" / "comm-latest.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
+    print(f"results: {out}")
+    return 0 if all(s["status"] == 0 for s in steps.values()) and all(v["ok"] for v in agg.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

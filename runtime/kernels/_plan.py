@@ -1,0 +1,113 @@
+"""The communication kernels' protocol: launch shape, buffer layout and signals, in one place.
+
+Every implementation (Numba, CuTe, Triton, and the CUDA C++ twins in bench/cpp/comm.cu) takes the same
+arguments, in this order, and follows the same protocol::
+
+    kernel(out, x, stage, sig, epoch, n, span, chunk, me, npes)
+
+* ``x`` the PE's input (symmetric), ``out`` its output (any device memory, not overlapping ``x``);
+* ``stage`` the workspace's symmetric staging array, of the element type; ``sig`` its symmetric
+  uint64 signal words; both belong to a :class:`~nvshmem_dsl.kernels.Workspace`;
+* ``epoch`` the call's number (1, 2, ...; the same on every PE: calls are collective and made in
+  the same order); ``par = epoch & 1`` picks one of the two staging halves;
+* ``n`` the elements of the all-reduce (all-gather and reduce-scatter: of one PE's shard); ``span``
+  the elements one PE's range holds (one-shot: n; two-shot: ceil(n / npes), the shard; all-gather,
+  reduce-scatter: n); block ``b`` of the grid works on ``[b * chunk, min((b + 1) * chunk, span))`` of
+  every range (:func:`plan`: every block has at least one element of every non-empty range).
+
+Staging slots: ``slot(k, src) = ((par * K + k) * npes + src) * span`` elements into ``stage``, with
+K = 2 for the two-shot all-reduce (k = 0: the reduce-scatter phase, k = 1: the all-gather phase),
+K = 1 for the others. Signal words: ``signal(b, phase, src) = (b * 2 + phase) * npes + src``. A
+sender puts its data into the receiver's slot and sets (``SIGNAL_SET``) the receiver's word to
+``epoch`` in the same ``put_signal_nbi_block``; the receiver waits until the word is >= epoch (the
+words only grow, so they are never reset). A word belongs to one sender and one block index,
+whatever the grid, so a peer's next call cannot satisfy a wait of this call with another block's
+signal.
+
+Why two staging halves are enough and no barrier is needed: every kernel waits for the data of
+every peer, so a PE finishes call e only after each peer has started call e; it then writes the
+half of call e + 1, and reaches the half of call e again (call e + 2) only after each peer has
+started call e + 1, that is, finished reading call e.
+
+Kernels (each block, ``threads`` threads; puts by the whole block, waits by one thread per peer):
+
+* one-shot all-reduce: put my block range of x to every peer's slot(0, me); wait for every peer;
+  out[i] = sum over p = 0..npes-1 in order of (x[i] if p == me else slot(0, p)[i]), in float32.
+* two-shot all-reduce: put x's shard q (``q * span + range``) to peer q's slot(0, me); wait (phase 0);
+  reduce my shard into slot(1, me) and out; put it to every peer's slot(1, me) (phase 1); wait;
+  copy every peer's slot(1, q) into out's shard q. An empty range (n < npes * span) still signals.
+* all-gather: put x's range to every peer's slot(0, me); out's shard me from x; wait; copy slot(0, q)
+  into out's shard q.
+* reduce-scatter: put x's shard p to peer p's slot(0, me); wait; out[i] = sum over p in order of
+  (x[me * n + i] if p == me else slot(0, p)[i]).
+
+Every kernel ends with ``quiet`` by one thread, so that x may be written once the kernel is done
+whatever the transport. Sums run in float32 in PE order: every PE gets the same bits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The largest grid; the signal array holds 2 * GRID_MAX * npes words.
+GRID_MAX = 32
+#: Threads per block (Triton: THREADS // 32 warps).
+THREADS = 512
+#: Bytes of one range that one block takes before the grid grows (up to GRID_MAX).
+BLOCK_BYTES = 64 * 1024
+#: Chunks are whole multiples of this many bytes (vector copies stay aligned).
+ALIGN_BYTES = 16
+
+KINDS = ("one_shot", "two_shot", "all_gather", "reduce_scatter")
+#: Staging slots per PE and half.
+SLOTS = {"one_shot": 1, "two_shot": 2, "all_gather": 1, "reduce_scatter": 1}
+#: Element types of the kernels (all-gather copies any of them; the reductions sum in float32).
+DTYPES = ("float32", "bfloat16")
+ITEMSIZE = {"float32": 4, "bfloat16": 2}
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The launch of one call: what every PE computes alike from the call's arguments."""
+
+    kind: str
+    dtype: str
+    n: int  #: elements of the all-reduce, or of one PE's shard
+    npes: int
+    span: int  #: elements of one PE's range
+    chunk: int  #: elements of one block's part of a range
+    grid: int
+
+    @property
+    def stage_elems(self) -> int:
+        """Elements of staging the call needs (two halves)."""
+        return 2 * SLOTS[self.kind] * self.npes * self.span
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.stage_elems * ITEMSIZE[self.dtype]
+
+    def args(self, epoch: int, me: int) -> tuple[int, int, int, int, int, int]:
+        """The kernel's scalar arguments after (out, x, stage, sig)."""
+        return (epoch, self.n, self.span, self.chunk, me, self.npes)
+
+
+def plan(kind: str, dtype: str, n: int, npes: int) -> Plan:
+    """The launch shape of ``kind`` over ``n`` elements of ``dtype`` on ``npes`` PEs (n >= 1)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kernel {kind!r}; expected one of {', '.join(KINDS)}")
+    size = ITEMSIZE[dtype]
+    span = _ceil(n, npes) if kind == "two_shot" else n
+    align = ALIGN_BYTES // size
+    grid = max(1, min(GRID_MAX, _ceil(span * size, BLOCK_BYTES)))
+    chunk = _ceil(_ceil(span, grid), align) * align
+    grid = _ceil(span, chunk)
+    return Plan(kind, dtype, n, npes, span, chunk, grid)
+
+
+def signal_words(npes: int) -> int:
+    """uint64 words of a workspace's signal array."""
+    return 2 * GRID_MAX * npes

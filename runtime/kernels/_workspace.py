@@ -1,0 +1,102 @@
+"""A workspace of the communication kernels: symmetric staging and signal words, the call count
+(epoch), and the shapes the PEs have agreed on.
+
+Calls through one workspace must be ordered (one stream, or streams ordered by events): the epoch
+numbers the calls. Use one workspace per concurrent stream.
+"""
+from __future__ import annotations
+
+import threading
+
+from ..errors import NvshmemArgumentError
+from ..host import _state, memory
+from . import _plan
+
+
+class Workspace:
+    """Symmetric staging (grown as calls need it) and signal words, made on first use (collective)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._generation = -1
+        self._stage: memory.Buffer | None = None
+        self._sig: memory.Buffer | None = None
+        self._views: dict = {}
+        self._agreed: set = set()
+        self.epoch = 0  #: calls made so far (the next call's epoch is epoch + 1)
+
+    def _reset_if_stale(self, s) -> None:
+        if self._generation != s.generation:  # a new init: the old buffers are gone
+            self._stage = self._sig = None
+            self._views, self._agreed, self.epoch = {}, set(), 0
+            self._generation = s.generation
+
+    def agree(self, plan: _plan.Plan, function: str) -> None:
+        """On the first call of a shape, check that every PE calls with it (one host collective)."""
+        key = (plan.kind, plan.dtype, plan.n)
+        if key in self._agreed:
+            return
+        codes = [_plan.KINDS.index(plan.kind), _plan.DTYPES.index(plan.dtype), plan.n]
+        ranges = memory.value_ranges(codes)
+        if ranges:
+            names = ("kernel", "dtype", "size")
+            for name, mine, (lo, hi) in zip(names, codes, ranges):
+                if lo != hi:
+                    raise NvshmemArgumentError(
+                        f"{function}(): the PEs called with different arguments: {name} differs (this PE: "
+                        f"{plan.kind}, {plan.dtype}, {plan.n} elements; over all PEs the {name} code ranges "
+                        f"from {lo} to {hi}). Every PE must make the same calls, in the same order."
+                    )
+        self._agreed.add(key)
+
+    def prepare(self, plan: _plan.Plan, function: str, sync) -> int:
+        """Make room for ``plan`` and return its epoch; ``sync()`` waits for the device before a
+        buffer is replaced."""
+        s = _state.require(f"{function}()")
+        with self._lock:
+            self._reset_if_stale(s)
+            self.agree(plan, function)
+            if self._sig is None:
+                self._sig = memory.internal_buffer(8 * _plan.signal_words(s.n_pes), "kernels workspace signals")
+            need = plan.stage_bytes
+            if self._stage is None or self._stage.nbytes < need:
+                if self._stage is not None:
+                    sync()  # kernels of earlier calls may still read the old staging
+                    memory.free_internal(self._stage)
+                    self._views = {}
+                size = max(need, 1 << 20, 2 * (self._stage.nbytes if self._stage is not None else 0))
+                self._stage = memory.internal_buffer(size, "kernels workspace staging")
+            self.epoch += 1
+            return self.epoch
+
+    def views(self, dtype: str, like: str):
+        """(staging, signals) as arrays of ``like`` ("numba", "torch", "cupy"); bfloat16 staging as
+        int16 for Numba."""
+        key = (dtype, like)
+        got = self._views.get(key)
+        if got is None:
+            elem = "int16" if (like == "numba" and dtype == "bfloat16") else dtype
+            stage = self._stage.as_array(self._stage.nbytes // _plan.ITEMSIZE[dtype], elem, like)
+            sig = self._sig.as_array(self._sig.nbytes // 8, "uint64", like)
+            got = self._views[key] = (stage, sig)
+        return got
+
+    def free(self) -> None:
+        """Free the buffers now (collective); the next call makes them again."""
+        with self._lock:
+            for buf in (self._stage, self._sig):
+                if buf is not None and not buf.freed and self._generation == _state.STATE.generation:
+                    memory.free_internal(buf)
+            self._stage = self._sig = None
+            self._views = {}
+
+
+_default: Workspace | None = None
+
+
+def default() -> Workspace:
+    """The process's workspace for calls that name none."""
+    global _default
+    if _default is None:
+        _default = Workspace()
+    return _default

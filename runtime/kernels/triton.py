@@ -1,0 +1,227 @@
+"""The communication kernels in Triton (protocol: :mod:`nvshmem_dsl.kernels._plan`).
+
+A port of :mod:`nvshmem_dsl.kernels.numba`: one program is one block of the protocol
+(``program_id(0)``), of ``_plan.THREADS`` threads (``num_warps=16``).  Puts are
+``put_signal_nbi_block`` (made by the whole program); a wait is one thread-scope
+``signal_wait_until`` per peer, then a program barrier; an empty range still signals
+(``signal_op`` alone).  Every kernel ends with a barrier and ``quiet``.  Elements are float32 or
+bfloat16 (Triton's own); sums run in float32 in PE order.  Index arithmetic is int64 (staging of
+8 PEs x 64 MiB passes 2**31 elements); within a vector step offsets are relative to int64 bases.
+"""
+from __future__ import annotations
+
+import functools
+
+import triton
+import triton.language as tl
+
+from .. import triton as nv
+from . import _plan
+
+#: Warps of a program: one block of the protocol.
+NUM_WARPS = _plan.THREADS // 32
+#: The arrays launch() takes: torch tensors (the host calls pass torch and cupy arrays as they are).
+ARRAYS = "torch"
+#: Elements of one vector step: 16 bytes a thread.
+BLOCK = {dtype: 16 * _plan.THREADS // size for dtype, size in _plan.ITEMSIZE.items()}
+#: Triton's name of each element type.
+TRITON_DTYPE = {"float32": "fp32", "bfloat16": "bf16"}
+#: Scalar arguments whose value changes from call to call, or from PE to PE (no specialisation).
+_VARYING = ("epoch", "me")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@triton.jit
+def _i64(v):
+    return tl.cast(v, tl.int64)
+
+
+@triton.jit
+def _send(dst, src, cnt, word, epoch, pe):
+    """put_signal_nbi_block of cnt elements (none: the signal alone) to dst on pe."""
+    if cnt > 0:
+        nv.put_signal_nbi_block(dst, src, cnt, word, epoch, nv.SIGNAL_SET, pe)
+    else:
+        nv.signal_op(word, epoch, nv.SIGNAL_SET, pe)
+
+
+@triton.jit
+def _wait_peers(sig, b, phase, epoch, me, npes):
+    """Wait (one thread, peer after peer) for every peer's word of block b and phase; then the
+    program syncs."""
+    words = sig + (b * 2 + phase) * npes
+    for p in range(0, npes):
+        if p != me:
+            nv.signal_wait_until(words + p, nv.CMP_GE, epoch)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _copy(dst, src, cnt, BLOCK: tl.constexpr):
+    """dst[j] = src[j] for j in [0, cnt)."""
+    for s in range(0, cnt, BLOCK):
+        offs = s + tl.arange(0, BLOCK)
+        m = offs < cnt
+        tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _sum(out, also, mine, slots, stride, cnt, me, npes, ALSO: tl.constexpr, BLOCK: tl.constexpr):
+    """out[j] (and also[j] when ALSO) = sum over p = 0..npes-1 in order of (mine[j] if p == me
+    else slots[p * stride + j]), in float32, for j in [0, cnt)."""
+    for s in range(0, cnt, BLOCK):
+        offs = s + tl.arange(0, BLOCK)
+        m = offs < cnt
+        acc = tl.zeros([BLOCK], tl.float32)
+        for p in range(0, npes):
+            if p == me:
+                src = mine
+            else:
+                src = slots + p * stride
+            acc += tl.load(src + offs, mask=m).to(tl.float32)
+        r = acc.to(out.dtype.element_ty)
+        tl.store(out + offs, r, mask=m)
+        if ALSO:
+            tl.store(also + offs, r, mask=m)
+
+
+@triton.jit
+def _finish():
+    tl.debug_barrier()
+    nv.quiet()
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def one_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.constexpr):
+    epoch, n, span, chunk, me, npes = _i64(epoch), _i64(n), _i64(span), _i64(chunk), _i64(me), _i64(npes)
+    b = _i64(tl.program_id(0))
+    lo = b * chunk
+    hi = tl.minimum(lo + chunk, span)
+    par = epoch & 1
+    d = (par * npes + me) * span
+    for k in range(1, npes):
+        p = (me + k) % npes
+        _send(stage + d + lo, x + lo, hi - lo, sig + (b * 2) * npes + me, epoch, p)
+    _wait_peers(sig, b, 0, epoch, me, npes)
+    _sum(out + lo, out, x + lo, stage + par * npes * span + lo, span, hi - lo, me, npes, False, BLOCK)
+    _finish()
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def two_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.constexpr):
+    epoch, n, span, chunk, me, npes = _i64(epoch), _i64(n), _i64(span), _i64(chunk), _i64(me), _i64(npes)
+    b = _i64(tl.program_id(0))
+    lo = b * chunk
+    hi = tl.minimum(lo + chunk, span)
+    par = epoch & 1
+    d = ((par * 2) * npes + me) * span
+    for k in range(1, npes):  # phase 0: shard p of x to PE p
+        p = (me + k) % npes
+        g0 = tl.minimum(p * span + lo, n)
+        g1 = tl.minimum(p * span + hi, n)
+        _send(stage + d + lo, x + g0, g1 - g0, sig + (b * 2) * npes + me, epoch, p)
+    _wait_peers(sig, b, 0, epoch, me, npes)
+    # reduce my shard into slot(1, me) and out
+    mine = ((par * 2 + 1) * npes + me) * span
+    g0 = tl.minimum(me * span + lo, n)
+    cnt = tl.minimum(me * span + hi, n) - g0
+    _sum(out + g0, stage + mine + lo, x + g0, stage + (par * 2) * npes * span + lo, span, cnt, me, npes,
+         True, BLOCK)
+    tl.debug_barrier()
+    for k in range(1, npes):  # phase 1: my reduced shard to every PE
+        p = (me + k) % npes
+        _send(stage + mine + lo, stage + mine + lo, cnt, sig + (b * 2 + 1) * npes + me, epoch, p)
+    _wait_peers(sig, b, 1, epoch, me, npes)
+    for q in range(0, npes):
+        if q != me:
+            g0 = tl.minimum(q * span + lo, n)
+            src = ((par * 2 + 1) * npes + q) * span
+            _copy(out + g0, stage + src + lo, tl.minimum(q * span + hi, n) - g0, BLOCK)
+    _finish()
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def all_gather(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.constexpr):
+    epoch, n, span, chunk, me, npes = _i64(epoch), _i64(n), _i64(span), _i64(chunk), _i64(me), _i64(npes)
+    b = _i64(tl.program_id(0))
+    lo = b * chunk
+    hi = tl.minimum(lo + chunk, span)
+    par = epoch & 1
+    d = (par * npes + me) * span
+    for k in range(1, npes):
+        p = (me + k) % npes
+        _send(stage + d + lo, x + lo, hi - lo, sig + (b * 2) * npes + me, epoch, p)
+    _copy(out + me * n + lo, x + lo, hi - lo, BLOCK)
+    _wait_peers(sig, b, 0, epoch, me, npes)
+    for q in range(0, npes):
+        if q != me:
+            _copy(out + q * n + lo, stage + (par * npes + q) * span + lo, hi - lo, BLOCK)
+    _finish()
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def reduce_scatter(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.constexpr):
+    epoch, n, span, chunk, me, npes = _i64(epoch), _i64(n), _i64(span), _i64(chunk), _i64(me), _i64(npes)
+    b = _i64(tl.program_id(0))
+    lo = b * chunk
+    hi = tl.minimum(lo + chunk, span)
+    par = epoch & 1
+    d = (par * npes + me) * span
+    for k in range(1, npes):
+        p = (me + k) % npes
+        _send(stage + d + lo, x + p * n + lo, hi - lo, sig + (b * 2) * npes + me, epoch, p)
+    _wait_peers(sig, b, 0, epoch, me, npes)
+    _sum(out + lo, out, x + me * n + lo, stage + par * npes * span + lo, span, hi - lo, me, npes, False, BLOCK)
+    _finish()
+
+
+KERNELS = {"one_shot": one_shot, "two_shot": two_shot, "all_gather": all_gather,
+           "reduce_scatter": reduce_scatter}
+
+
+# ----------------------------------------------------------------------------- host
+
+
+def signature(dtype: str) -> dict:
+    """The kernels' Triton signature for ``dtype`` (all four take the same; scalars as int64)."""
+    e = "*" + TRITON_DTYPE[dtype]
+    return {"out": e, "x": e, "stage": e, "sig": "*u64", "epoch": "i64", "n": "i64", "span": "i64",
+            "chunk": "i64", "me": "i64", "npes": "i64", "BLOCK": "constexpr"}
+
+
+def compile(kind: str, dtype: str, target=None, aligned: bool = False):
+    """``kind`` for ``dtype`` compiled for ``target`` (default: sm_90; no GPU needed).  ``aligned``:
+    as launched with 16-byte aligned arrays and n, span, chunk multiples of 16 (Triton's
+    specialisation; vector loads), else for any arguments."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(signature(dtype))
+    attrs = {(names.index(a),): [["tt.divisibility", 16]]
+             for a in ("out", "x", "stage", "sig", "n", "span", "chunk")} if aligned else None
+    src = ASTSource(fn=KERNELS[kind], signature=signature(dtype), constexprs={"BLOCK": BLOCK[dtype]},
+                    attrs=attrs)
+    return triton.compile(src, target=target or GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
+
+
+@functools.lru_cache(maxsize=None)
+def _external_stream(handle: int):
+    import torch
+
+    return torch.cuda.ExternalStream(handle)
+
+
+def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
+    """Launch ``kind`` on ``stream`` (an int handle, 0: the legacy default stream); arrays are 1-D
+    contiguous torch tensors (stage of x's dtype, sig torch.uint64)."""
+    import torch
+
+    s = _external_stream(stream) if stream else torch.cuda.default_stream()
+    with torch.cuda.stream(s):
+        KERNELS[kind][(plan.grid,)](out, x, stage, sig, *plan.args(epoch, me), BLOCK=BLOCK[plan.dtype],
+                                    num_warps=NUM_WARPS)

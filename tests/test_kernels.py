@@ -1,0 +1,147 @@
+"""nvshmem_dsl.kernels on a CPU: the protocol's launch plans, the host calls' argument checks and
+shape agreement (fake runtime, C calls intercepted), every Numba kernel compiled to PTX, and the
+C++ twins' plans handed over by bench/comm_run.py. The kernels run in tests/gpu/test_kernels_gpu.py."""
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvshmem_dsl import kernels
+from nvshmem_dsl.errors import NvshmemArgumentError, NvshmemTypeError
+from nvshmem_dsl.host import _lib, _state, memory, symmetric
+from nvshmem_dsl.host.memory import _CAIHolder
+from nvshmem_dsl.kernels import _plan, _workspace
+
+SYM, LOCAL, ALLOC = 0x7F0000000000, 0x7E0000000000, 1 << 20
+
+
+@pytest.mark.parametrize("kind", _plan.KINDS)
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+def test_plan_covers_every_element_once(kind, dtype):
+    size = _plan.ITEMSIZE[dtype]
+    for n, npes in itertools.product((1, 2, 7, 1000, 4099, 65537, 1 << 20, (16 << 20) + 5), (1, 2, 3, 8)):
+        p = _plan.plan(kind, dtype, n, npes)
+        assert 1 <= p.grid <= _plan.GRID_MAX
+        assert (p.chunk * size) % _plan.ALIGN_BYTES == 0
+        blocks = [(b * p.chunk, min((b + 1) * p.chunk, p.span)) for b in range(p.grid)]
+        assert all(lo < hi for lo, hi in blocks), (n, npes, p)  # every block has elements
+        assert blocks[0][0] == 0 and blocks[-1][1] == p.span
+        assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+        if kind == "two_shot":
+            assert p.span * npes >= n > p.span * (npes - 1) - npes
+        else:
+            assert p.span == n
+        assert p.stage_elems == 2 * _plan.SLOTS[kind] * npes * p.span
+        assert p.args(7, 1) == (7, n, p.span, p.chunk, 1, npes)
+
+
+def test_plan_rejects_unknown_kind():
+    with pytest.raises(ValueError, match="unknown kernel"):
+        _plan.plan("three_shot", "float32", 10, 2)
+
+
+def test_signal_words_cover_every_block_phase_and_sender():
+    npes = 8
+    last = (((_plan.GRID_MAX - 1) * 2 + 1) * npes) + npes - 1  # signal(b, phase, src) of the protocol
+    assert last == _plan.signal_words(npes) - 1
+
+
+# --------------------------------------------------------------------------- host calls (fake runtime)
+
+
+def _array(ptr, n, typestr="<f4", dtype=None):
+    return _CAIHolder(ptr, (n,), None, typestr, owner=None, dtype=dtype)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    calls = []
+    monkeypatch.setattr(_lib, "_interceptor", lambda symbol, args: calls.append(symbol) or 0)
+    with _state.fake(n_pes=4, my_pe=1):
+        symmetric._testing_register(SYM, ALLOC)
+        try:
+            yield calls
+        finally:
+            memory.REGISTRY.clear("test over")
+
+
+def test_host_calls_name_the_bad_argument(fake):
+    x = _array(SYM, 64)
+    with pytest.raises(NvshmemArgumentError, match="argument 'x' must be symmetric"):
+        kernels.all_reduce(_array(LOCAL, 64))
+    with pytest.raises(NvshmemTypeError, match="argument 'x' must be float32 or bfloat16, got int32"):
+        kernels.all_gather(_array(SYM, 64, "<i4"))
+    with pytest.raises(NvshmemArgumentError, match="argument 'algorithm'"):
+        kernels.all_reduce(x, algorithm="three_shot")
+    with pytest.raises(NvshmemArgumentError, match="argument 'dsl' must be one of numba, triton, cute"):
+        kernels.all_reduce(x, _array(LOCAL, 64), dsl="cuda")
+    with pytest.raises(NvshmemArgumentError, match="argument 'out' must not overlap 'x'"):
+        kernels.all_reduce(x, _array(SYM + 128, 64))
+    with pytest.raises(NvshmemArgumentError, match=r"argument 'out' must hold 256 elements \(256,\)"):
+        kernels.all_gather(x, _array(LOCAL, 64))
+    with pytest.raises(NvshmemTypeError, match="argument 'out' must be float32 like 'x'"):
+        kernels.all_reduce(x, _array(LOCAL, 64, "<f8"))
+    with pytest.raises(NvshmemArgumentError, match="first axis divisible by the 4 PEs"):
+        kernels.reduce_scatter(_array(SYM, 66))
+    assert fake == []  # nothing reached NVSHMEM
+
+
+def test_first_call_of_a_shape_is_agreed_once(fake, monkeypatch):
+    asked = []
+    monkeypatch.setattr(memory, "value_ranges", lambda values: asked.append(values) or [(v, v) for v in values])
+    ws = _workspace.Workspace()
+    p = _plan.plan("one_shot", "float32", 100, 4)
+    ws.agree(p, "all_reduce")
+    ws.agree(p, "all_reduce")
+    ws.agree(_plan.plan("two_shot", "float32", 100, 4), "all_reduce")
+    assert asked == [[0, 0, 100], [1, 0, 100]]
+
+
+def test_a_shape_that_differs_by_pe_raises_on_every_pe(fake, monkeypatch):
+    monkeypatch.setattr(memory, "value_ranges", lambda values: [(values[0], values[0]), (0, 0), (100, 103)])
+    ws = _workspace.Workspace()
+    with pytest.raises(NvshmemArgumentError, match="different arguments: size differs"):
+        ws.agree(_plan.plan("one_shot", "float32", 100, 4), "all_reduce")
+    assert not ws._agreed  # asked again at the next call
+
+
+def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
+    from nvshmem_dsl.host import _cuda
+    written = {}
+    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data: written.update({ptr: data}))
+    monkeypatch.setattr(memory, "_scratch_alloc", lambda: symmetric.Allocation(SYM, 256, "internal"))
+    import struct
+    # what the max-reduction leaves: max(a) = 5, max(-a) = -2 -> a in [2, 5]; b the same everywhere
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n: struct.pack("<4q", 5, 9, -2, -9))
+    assert memory.value_ranges([3, 9]) == [(2, 5), (9, 9)]
+    assert struct.unpack("<4q", written[SYM]) == (3, 9, -3, -9)
+    assert any("max_reduce" in c for c in fake)
+
+
+# --------------------------------------------------------------------------- kernels and the C++ plans
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+@pytest.mark.parametrize("kind", _plan.KINDS)
+def test_numba_kernel_compiles(kind, dtype):
+    from nvshmem_dsl.kernels import numba as K
+    ptx = K.compile_ptx(kind, dtype)
+    assert ".entry" in ptx and "st.global" in ptx
+    # NVSHMEM's signal wait is inlined: a loop on a volatile or acquire load of the signal word
+    assert ("ld.volatile" in ptx) or ("ld.acquire" in ptx) or ("ld.relaxed" in ptx), kind
+    if dtype == "bfloat16":
+        assert "ld.global.u16" in ptx or "ld.global.nc.u16" in ptx or "ld.u16" in ptx or "ld.global.b16" in ptx
+
+
+def test_cpp_plans_are_the_protocols():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import comm_run
+    import comm_shapes as CS
+    text = comm_run.plans(["two_shot", "all_gather"], ["bfloat16"], [8, 1 << 20], 4)
+    rows = [r.split(":") for r in text.split(",")]
+    assert len(rows) == 4
+    for kind, dtype, n, span, chunk, grid in rows:
+        p = _plan.plan(kind, dtype, CS.elements(kind, int(n) * (4 if kind == "all_gather" else 1) * 2, 2, 4), 4)
+        assert (int(n), int(span), int(chunk), int(grid)) == (p.n, p.span, p.chunk, p.grid)

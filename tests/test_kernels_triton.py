@@ -1,0 +1,164 @@
+"""The Triton communication kernels (nvshmem_dsl.kernels.triton), on CPU: every kind and element
+type compiles to PTX for sm_90 (Triton's ``cubin`` stage left out, as in tests/test_triton_api.py),
+with the protocol's arguments, NVSHMEM's calls inlined, 64-bit index arithmetic, vector copies
+when the arrays are aligned, and one kernel to a cubin."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+try:
+    from nvshmem_dsl._libs import bitcode_path
+
+    bitcode_path(90)
+except Exception as e:  # pragma: no cover
+    pytest.skip(f"no NVSHMEM device bitcode: {e}", allow_module_level=True)
+
+import nvshmem_dsl.triton as nv  # noqa: E402
+from nvshmem_dsl.kernels import _plan  # noqa: E402
+from nvshmem_dsl.kernels import triton as kt  # noqa: E402
+from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.triton import _compile  # noqa: E402
+
+CASES = [(kind, dtype) for kind in _plan.KINDS for dtype in _plan.DTYPES]
+PARAMS = ["out", "x", "stage", "sig", "epoch", "n", "span", "chunk", "me", "npes", "BLOCK"]
+_CALL = re.compile(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)")
+_VECTOR = re.compile(r"\b(ld|st)\.global\.v[24]\.b(?:32|64)\b")
+# TTIR arithmetic on 32-bit integers (the kernels compute indices in int64 only)
+_I32_ARITH = re.compile(r"arith\.(?:addi|subi|muli|remsi|divsi|andi|minsi|maxsi)\b[^\n]*:\s*i32\b")
+
+
+def _ptx_only_hook(ours):
+    def hook(*args, **kwargs):
+        if not args and not kwargs:
+            key, hsh = ours()
+            return key + "-ptx-only", hsh + "-ptx-only"
+        ours(*args, **kwargs)
+        args[1]["cubin"] = lambda src, metadata: b""
+
+    return hook
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """(kind, dtype, aligned) -> the compiled kernel (PTX only), compiled once in a fresh cache."""
+    cache = str(tmp_path_factory.mktemp("triton-cache"))
+    done = {}
+
+    def get(kind, dtype, aligned=False):
+        key = (kind, dtype, aligned)
+        if key not in done:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("TRITON_CACHE_DIR", cache)
+                mp.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+                mp.setattr(triton.knobs.runtime, "add_stages_inspection_hook",
+                           _ptx_only_hook(triton.knobs.runtime.add_stages_inspection_hook))
+                done[key] = kt.compile(kind, dtype, aligned=aligned)
+        return done[key]
+
+    return get
+
+
+def test_kernels_take_the_protocols_arguments():
+    assert set(kt.KERNELS) == set(_plan.KINDS)
+    for kind, k in kt.KERNELS.items():
+        assert k.arg_names == PARAMS, kind
+        # epoch and me change from call to call and PE to PE: one kernel for all of them
+        dns = {p.name for p in k.params if p.do_not_specialize}
+        assert dns == {"epoch", "me"}, kind
+    assert kt.NUM_WARPS * 32 == _plan.THREADS
+    for dtype, size in _plan.ITEMSIZE.items():
+        assert kt.BLOCK[dtype] * size == 16 * _plan.THREADS  # 16 bytes a thread a step
+
+
+@pytest.mark.parametrize("kind,dtype", CASES)
+def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind, dtype):
+    ck = compiled(kind, dtype)
+    ptx, llir, ttir = ck.asm["ptx"], ck.asm["llir"], ck.asm["ttir"]
+    assert ck.metadata.name == kind and ck.metadata.num_warps == _plan.THREADS // 32
+    assert re.search(rf"^\.visible \.entry {kind}\(", ptx, re.M)
+    assert re.search(rf"^\.reqntid {_plan.THREADS}\b", ptx, re.M) or f".maxntid {_plan.THREADS}" in ptx
+    # the calls the protocol makes, and no other
+    put = nv.DISPATCH["put_signal_nbi_block"][kt.TRITON_DTYPE[dtype]]
+    assert set(_compile.nvshmem_externs(llir)) == {
+        put, nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]}
+    # NVSHMEM's API inlined: no call of an API function, only its out-of-line transport helpers
+    assert not _CALL.findall(ptx)
+    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert "nvshmemi_device_state_d" in ptx
+    assert "ld.volatile" in ptx  # the signal wait polls its word
+    assert "bar.sync" in ptx
+    assert re.search(r"\bld\.global\.", ptx) and re.search(r"\bst\.global\.", ptx)
+    # a reduction rounds its float32 sum to bfloat16 (to nearest even); a copy converts nothing
+    sums = kind != "all_gather"
+    if dtype == "bfloat16":
+        assert ("cvt.rn.bf16" in ptx) is sums and ("cvt.f32.bf16" in ptx) is sums
+    else:
+        assert "bf16" not in ptx
+    # index arithmetic in int64 only (staging passes 2**31 elements)
+    assert not _I32_ARITH.findall(ttir), _I32_ARITH.findall(ttir)
+
+
+@pytest.mark.parametrize("kind,dtype", CASES)
+def test_aligned_arrays_get_vector_copies(compiled, kind, dtype):
+    ptx = compiled(kind, dtype, aligned=True).asm["ptx"]
+    assert {m.group(1) for m in _VECTOR.finditer(ptx)} == {"ld", "st"}
+
+
+def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
+    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+        pytest.skip("needs ptxas and nvJitLink")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    ck = kt.compile("two_shot", "bfloat16")
+    assert ck.asm["cubin"][:4] == b"\x7fELF"
+    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    assert defined["nvshmemi_device_state_d"] == 1
+
+
+def test_launch_passes_the_plan_on_the_stream(monkeypatch):
+    """launch: grid, arguments and stream (a stand-in torch and kernel: no GPU here)."""
+    import contextlib
+    import sys
+    import types
+
+    current = ["legacy"]
+
+    @contextlib.contextmanager
+    def stream(s):
+        before, current[0] = current[0], s
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    class ExternalStream:
+        def __init__(self, handle):
+            self.handle = handle
+
+    cuda = types.SimpleNamespace(ExternalStream=ExternalStream, default_stream=lambda: "default", stream=stream)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    calls = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: calls.append((grid, args, kw, current[0]))
+
+    monkeypatch.setitem(kt.KERNELS, "two_shot", Kernel())
+    kt._external_stream.cache_clear()
+    try:
+        plan = _plan.plan("two_shot", "bfloat16", 3 << 20, 4)
+        kt.launch("two_shot", plan, "out", "x", "stage", "sig", 7, 2, 0)
+        kt.launch("two_shot", plan, "out", "x", "stage", "sig", 8, 2, 0xABC)
+        kt.launch("two_shot", plan, "out", "x", "stage", "sig", 9, 2, 0xABC)
+    finally:
+        kt._external_stream.cache_clear()
+    opts = {"BLOCK": kt.BLOCK["bfloat16"], "num_warps": kt.NUM_WARPS}
+    assert [c[:3] for c in calls] == [((plan.grid,), ("out", "x", "stage", "sig", *plan.args(e, 2)), opts)
+                                      for e in (7, 8, 9)]
+    assert calls[0][3] == "default"
+    assert calls[1][3].handle == 0xABC and calls[2][3] is calls[1][3]  # one ExternalStream per handle
