@@ -64,6 +64,7 @@ def _spin_cycles_per_us():
 def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
     import torch
     import nvshmem_dsl as nvshmem
+    from nvshmem_dsl.host import memory
     tdtype = getattr(torch, dtype)
     n = CS.elements(kind, nbytes, tdtype.itemsize, npes)
     xn = n * npes if kind == "reduce_scatter" else n
@@ -85,7 +86,10 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
         call()
     host_us = (time.perf_counter() - t0) / max(args.warmup, 1) * 1e6
     stream.synchronize()
-    spin_us = max(args.spin_us, 2 * host_us * args.iters)  # the calls are all enqueued before the spin ends
+    # the calls are all enqueued before the spin ends, on every PE alike (the slowest host's spin)
+    spin_us = max(args.spin_us, 2 * host_us * args.iters)
+    ranges = memory.value_ranges([int(spin_us)])
+    spin_us = ranges[0][1] if ranges else spin_us
     times = []
     for _ in range(args.reps):
         nvshmem.barrier_all()

@@ -110,7 +110,8 @@ def main(argv=None) -> int:
         logs = Path(work) / "logs"
         if "cpp" in impls:
             if not args.no_build:
-                subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False)
+                subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False,
+                               env=dict(env, BENCH_CPP_TARGETS="comm"))
             cpp = [str(HERE / "cpp" / "exec.py"), str(COMM_BINARY), "--uid-file", str(Path(work) / "uid"),
                    "--plans", plans(kinds, dtypes, sizes, args.nproc), *common]
             status, lines, secs = R.run_step("comm_cpp", R.launcher_cmd(args.python, args.nproc, 120) + cpp, env,

@@ -3,7 +3,9 @@
     python -m pytest -q bench/test_bench_compile.py          # all (~2 min: nvcc and CuTe are slow)
     python -m pytest -q bench/test_bench_compile.py -m "not slow"
 
-* the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc);
+* the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc):
+  bench_cpp and comm_cpp, whose kernels (bench/cpp/comm.cu) put with signal, wait and quiet, and
+  whose constants and kernel arguments are those of nvshmem_dsl.kernels._plan;
 * every Python file of bench/ byte-compiles;
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
   or called in their objects, nvshmem_dsl.linker.outline);
@@ -81,8 +83,73 @@ def test_cpp_builds(tmp_path):
     proc = subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert out.is_file() and os.access(out, os.X_OK)
-    assert out.read_bytes()[:4] == b"\x7fELF"
+    comm = tmp_path / "comm_cpp"  # beside bench_cpp (COMM_CPP_OUT)
+    for binary in (out, comm):
+        assert binary.is_file() and os.access(binary, os.X_OK), binary
+        assert binary.read_bytes()[:4] == b"\x7fELF", binary
+    # a malformed plan is refused before NVSHMEM starts (no GPU needed)
+    bad = subprocess.run([str(comm), "--plans", "one_shot:float32:10:10:16"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "bad plan" in bad.stderr, bad.stderr[-2000:]
+
+
+COMM_KINDS = ("one_shot", "two_shot", "all_gather", "reduce_scatter")
+
+
+def test_comm_cpp_matches_plan():
+    """bench/cpp/comm.cu's constants, kinds, slots and kernel arguments are those of _plan."""
+    try:
+        from nvshmem_dsl.kernels import _plan
+    except ImportError as exc:  # pragma: no cover
+        pytest.skip(f"no nvshmem_dsl.kernels: {exc}")
+    src = (HERE / "cpp" / "comm.cu").read_text()
+    assert int(re.search(r"static const int THREADS = (\d+);", src).group(1)) == _plan.THREADS
+    assert int(re.search(r"static const int GRID_MAX = (\d+);", src).group(1)) == _plan.GRID_MAX
+    assert tuple(re.findall(r'"(\w+)"', re.search(r"KIND_NAMES\[N_KINDS\] = \{([^}]*)\}", src).group(1))) == \
+        _plan.KINDS == COMM_KINDS
+    slots = re.search(r"SLOTS\[N_KINDS\] = \{([^}]*)\}", src).group(1)
+    assert [int(v) for v in slots.split(",")] == [_plan.SLOTS[k] for k in _plan.KINDS]
+    params = re.search(r"#define COMM_KERNEL\(NAME\).*?NAME\(([^)]*)\)", src, re.S).group(1)
+    names = [re.findall(r"\w+", a.replace("\\", ""))[-1] for a in params.split(",")]
+    assert names == ["out", "x", "stage", "sig", "epoch", "n", "span", "chunk", "me", "npes"]
+    for kind in _plan.KINDS:
+        assert f"COMM_KERNEL({kind})" in src, kind
+
+
+@pytest.mark.slow
+def test_comm_cpp_kernels_put_signal_and_wait(tmp_path):
+    """Every kernel of bench/cpp/comm.cu (4 kinds x float, bfloat16), compiled to PTX with build.sh's flags,
+    puts with signal at block scope, waits for signals, sets a lone signal and quiets, once per phase
+    (two-shot: two): NVSHMEM's device functions are inlined, so the markers are the calls of their
+    remote-transport paths (put_signal_dispatch<block>, signal_wait_until's syncapi_update_mem,
+    signal_op's amo_nonfetch, quiet<thread>)."""
+    if _nvcc() is None:
+        pytest.skip("no nvcc")
+    env = dict(os.environ, NVCC=_nvcc(), PYTHON=sys.executable, BENCH_CPP_PRINT_FLAGS="1")
+    flags = subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], env=env, capture_output=True, text=True,
+                           timeout=120)
+    if flags.returncode != 0:
+        pytest.skip(f"build.sh found no nvcc / NVSHMEM: {flags.stderr[-1000:]}")
+    cmd = [c for c in flags.stdout.split("\n") if c]
+    ptx_path = tmp_path / "comm.ptx"
+    proc = subprocess.run([*cmd, "-ptx", str(HERE / "cpp" / "comm.cu"), "-o", str(ptx_path)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ptx = ptx_path.read_text()
+    bodies = {m.group(1): m.group(2) for m in
+              re.finditer(r"^\.(?:visible|weak) \.entry (\w+)\((.*?)(?=^\.(?:visible|weak|extern) |\Z)", ptx,
+                          re.M | re.S)}
+    for kind in COMM_KINDS:
+        for dtype in ("f", "13__nv_bfloat16"):
+            name = next((k for k in bodies if re.match(rf"_Z\d+{kind}I{dtype}E", k)), None)
+            assert name, (kind, dtype, sorted(bodies))
+            calls = CALL.findall(bodies[name])
+            phases = 2 if kind == "two_shot" else 1
+            for marker, least in (("nvshmemi_transfer_put_signal_dispatchIL13threadgroup_t3E", phases),
+                                  ("nvshmemi_transfer_syncapi_update_mem", phases),
+                                  ("nvshmemi_transfer_amo_nonfetch", phases),
+                                  ("nvshmemi_transfer_quietIL13threadgroup_t0E", 1)):
+                assert sum(marker in c for c in calls) >= least, (name, marker, calls)
 
 
 # ------------------------------------------------------------------ Numba

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the CUDA C++ NVSHMEM baseline: bench/cpp/build/bench_cpp.
+# Build the CUDA C++ NVSHMEM baseline: bench/cpp/build/bench_cpp (bench.cu, coll.cu) and
+# bench/cpp/build/comm_cpp (comm.cu: the communication kernels' twins), two binaries.
 #
 #   bash bench/cpp/build.sh            # NVSHMEM found by nvshmem_dsl._libs (wheel, NVSHMEM_HOME, ...)
 #   PYTHON=.venv/bin/python NVCC=/usr/local/cuda/bin/nvcc ARCH=sm_90 bash bench/cpp/build.sh
@@ -7,14 +8,16 @@
 # Variables: PYTHON (the interpreter with nvshmem_dsl installed; default: .venv/bin/python if
 # present, else python3), NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc),
 # ARCH (default sm_90), NVSHMEM_INC / NVSHMEM_LIB (override the discovered directories),
-# BENCH_CPP_OUT (default bench/cpp/build/bench_cpp), NVCC_FLAGS (extra flags),
+# BENCH_CPP_OUT (default bench/cpp/build/bench_cpp), COMM_CPP_OUT (default comm_cpp beside it),
+# BENCH_CPP_TARGETS (default "bench comm": the binaries to build; "comm" alone skips the collectives),
+# NVCC_FLAGS (extra flags),
 # BENCH_CPP_JOBS (nvcc processes at once; default: the CPUs).
 # BENCH_CPP_PRINT_FLAGS=1: print nvcc and its compile flags, one a line, and build nothing
 # (bench/compile_families.py compiles its single-collective objects with them).
 #
 # Separate compilation (-rdc): bench.cu and the collectives' coll.cu (once per family with 4 or more
-# jobs: each family costs nvcc 10-30 s of one CPU), compiled in parallel, then linked with
-# libnvshmem_device.
+# jobs: each family costs nvcc 10-30 s of one CPU), and comm.cu, compiled in parallel, then linked with
+# libnvshmem_device: bench_cpp from bench.cu and coll.cu, comm_cpp from comm.cu alone (same flags).
 #
 # NVSHMEM's headers include <infiniband/mlx5dv.h> (IBGDA / GPUNetIO support) without a guard
 # in some releases (3.4.x); when the system has no rdma-core headers, bench/stub_include
@@ -33,6 +36,16 @@ if [[ -z "${NVCC:-}" ]]; then
 fi
 ARCH="${ARCH:-sm_90}"
 OUT="${BENCH_CPP_OUT:-$here/build/bench_cpp}"
+COMM_OUT="${COMM_CPP_OUT:-$(dirname "$OUT")/comm_cpp}"
+TARGETS="${BENCH_CPP_TARGETS:-bench comm}"
+want_bench=0; want_comm=0
+for t in $TARGETS; do
+  case "$t" in
+    bench) want_bench=1 ;;
+    comm) want_comm=1 ;;
+    *) echo "build.sh: unknown target $t in BENCH_CPP_TARGETS (bench, comm)" >&2; exit 1 ;;
+  esac
+done
 
 if [[ -z "${NVSHMEM_INC:-}" || -z "${NVSHMEM_LIB:-}" ]]; then
   # nvshmem_dsl's own discovery (NVSHMEM_HOME, the nvidia-nvshmem wheels, cuda.pathfinder);
@@ -88,20 +101,25 @@ mkdir -p "$objdir"
 njobs="${BENCH_CPP_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 # name|source|extra flags: the collectives in one object per family with 4 or more jobs at a time
 # (each object parses NVSHMEM's headers again: more CPU in all, less time with the CPUs for it)
-units=("bench|$here/bench.cu|")
-if (( njobs >= 4 )); then
-  for family in BROADCAST FCOLLECT ALLTOALL REDUCE REDUCESCATTER BARRIER; do
-    units+=("coll_${family,,}|$here/coll.cu|-DCOLL_FAMILY=COLL_$family")
-  done
-else
-  units+=("coll|$here/coll.cu|")
+# comm.cu first: the longest single object, it starts at once
+units=()
+if (( want_comm )); then units+=("comm|$here/comm.cu|"); fi
+if (( want_bench )); then
+  units+=("bench|$here/bench.cu|")
+  if (( njobs >= 4 )); then
+    for family in BROADCAST FCOLLECT ALLTOALL REDUCE REDUCESCATTER BARRIER; do
+      units+=("coll_${family,,}|$here/coll.cu|-DCOLL_FAMILY=COLL_$family")
+    done
+  else
+    units+=("coll|$here/coll.cu|")
+  fi
 fi
 echo "build.sh: ${#units[@]} objects, $njobs at a time: $NVCC ${cflags[*]} -c ..." >&2
 start=$(date +%s.%N)
 objs=()
 for unit in "${units[@]}"; do
   IFS='|' read -r name src extra <<<"$unit"
-  objs+=("$objdir/$name.o")
+  [[ "$name" == comm ]] || objs+=("$objdir/$name.o")  # bench_cpp's objects
   while (( $(jobs -rp | wc -l) >= njobs )); do wait -n || true; done
   # shellcheck disable=SC2086
   ( if "$NVCC" "${cflags[@]}" $extra -c "$src" -o "$objdir/$name.o" >"$objdir/$name.log" 2>&1; then
@@ -121,11 +139,25 @@ for unit in "${units[@]}"; do
   fi
 done
 (( failed == 0 )) || exit 1
-cmd=("$NVCC" -rdc=true "-arch=$ARCH" "${objs[@]}" -o "$OUT"
-     -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
-     -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
-     ${NVCC_FLAGS:-})
-echo "${cmd[*]}" >&2
-"${cmd[@]}"
+built=()
+if (( want_bench )); then
+  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "${objs[@]}" -o "$OUT"
+       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
+       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
+       ${NVCC_FLAGS:-})
+  echo "${cmd[*]}" >&2
+  "${cmd[@]}"
+  built+=("$OUT")
+fi
+if (( want_comm )); then
+  mkdir -p "$(dirname "$COMM_OUT")"
+  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "$objdir/comm.o" -o "$COMM_OUT"
+       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
+       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
+       ${NVCC_FLAGS:-})
+  echo "${cmd[*]}" >&2
+  "${cmd[@]}"
+  built+=("$COMM_OUT")
+fi
 end=$(date +%s.%N)
-echo "build.sh: built $OUT in $(awk "BEGIN{printf \"%.1f\", $end - $start}") s" >&2
+echo "build.sh: built ${built[*]} in $(awk "BEGIN{printf \"%.1f\", $end - $start}") s" >&2

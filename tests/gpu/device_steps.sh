@@ -39,6 +39,8 @@
 #   one-pe       bench/run.py at one PE for IMPLS and ONLY (default coll_bw): code against C++'s, not NVLink bandwidth
 #   experiment   bench/experiments/<first argument> with the other arguments at 2 PEs (python -m nvshmem_dsl.run),
 #                on the carried 3.8 when .dw/nv38 is (IMAGE_NVSHMEM=1: 3.4.5); one GPU: under MPS
+#   comm         bench/comm_run.py (the communication kernels beside their C++ twins and NVSHMEM's collectives),
+#                NPROC PEs (default 2; under MPS where they share a GPU); args go to comm_run.py
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -279,6 +281,13 @@ case "$step" in
     timeout ${AB_TIMEOUT:-280} python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 -m nvshmem_dsl.run -n 2 \
       "bench/experiments/$script" "$@" > "$work/${script%.py}.txt" 2>&1 || rc=$?
     tail -40 "$work/${script%.py}.txt"
+    ;;
+  comm)  # bench/comm_run.py: the communication kernels of every DSL beside their C++ twins and NVSHMEM's
+         # collectives (args go to comm_run.py, e.g. --nproc 2 --impls cpp,numba); one GPU: under MPS
+    ngpu=$(nvidia-smi -L | wc -l); np=${NPROC:-2}; per=$(( (np + ngpu - 1) / ngpu ))
+    timeout 560 python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/comm_run.py --nproc $np \
+      --out "$work/comm.json" "$@" > "$work/comm.log" 2>&1 || rc=$?
+    grep -v "^  comm_" "$work/comm.log" | tail -80
     ;;
   limited-mpg)
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \

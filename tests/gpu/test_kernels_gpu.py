@@ -124,7 +124,7 @@ def test_bad_input(dsl):
     with pytest.raises(nvshmem.NvshmemArgumentError, match="'out' must not overlap"):
         kernels.all_reduce(x, x, dsl=dsl)
     with pytest.raises(nvshmem.NvshmemArgumentError, match="'out' must hold"):
-        kernels.all_gather(x, torch.zeros(64, device="cuda"), dsl=dsl)
+        kernels.all_gather(x, torch.zeros(npes * 64 + 1, device="cuda"), dsl=dsl)
     with pytest.raises(nvshmem.NvshmemArgumentError, match="'algorithm'"):
         kernels.all_reduce(x, algorithm="three_shot", dsl=dsl)
     if npes > 1:
