@@ -97,6 +97,11 @@ def is_symmetric(x: Any) -> bool:
         info = _arrays.describe(x)
     except NvshmemError:  # not an array, or a freed Buffer behind __cuda_array_interface__
         return False
+    return span_is_symmetric(info)
+
+
+def span_is_symmetric(info: _arrays.ArrayInfo) -> bool:
+    """Whether the memory an already described array touches lies in one live symmetric allocation."""
     lo, hi = info.span
     alloc = REGISTRY.containing(lo)
     return alloc is not None and hi <= alloc.end

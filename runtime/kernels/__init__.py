@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import NvshmemArgumentError, NvshmemTypeError
 from ..host import _arrays, _state, memory
 from ..host._cuda import stream_handle, synchronize
-from ..host.views import is_symmetric
+from ..host.views import span_is_symmetric
 from . import _plan
 from ._workspace import Workspace, default as default_workspace
 
@@ -50,17 +50,18 @@ def _input(x: Any, function: str) -> _arrays.ArrayInfo:
         raise NvshmemTypeError(f"{function}(): argument 'x' must be {' or '.join(_plan.DTYPES)}, got {info.dtype}")
     if not info.contiguous:
         raise NvshmemArgumentError(f"{function}(): argument 'x' must be contiguous")
-    if not is_symmetric(x):
+    if not span_is_symmetric(info):
         raise NvshmemArgumentError(
             f"{function}(): argument 'x' must be symmetric memory (nvshmem_dsl.array, zeros, full, ... or "
             "register_external), so that the kernels can put from it over every transport")
     return info
 
 
-def _output(out: Any, x: Any, xi: _arrays.ArrayInfo, shape: tuple, function: str) -> Any:
-    """``out`` checked, or a new array of x's library and dtype of ``shape``."""
+def _output(out: Any, x: Any, xi: _arrays.ArrayInfo, shape: tuple, function: str) -> tuple[Any, _arrays.ArrayInfo]:
+    """(``out`` checked, or a new array of x's library and dtype of ``shape``; its description)."""
     if out is None:
-        return _empty_like(x, xi, shape, function)
+        out = _empty_like(x, xi, shape, function)
+        return out, _arrays.describe(out)
     oi = _arrays.describe(out, function=function, argument="out")
     if oi.dtype != xi.dtype:
         raise NvshmemTypeError(f"{function}(): argument 'out' must be {xi.dtype} like 'x', got {oi.dtype}")
@@ -74,7 +75,7 @@ def _output(out: Any, x: Any, xi: _arrays.ArrayInfo, shape: tuple, function: str
     (lo, hi), (xlo, xhi) = oi.span, xi.span
     if lo < xhi and xlo < hi:
         raise NvshmemArgumentError(f"{function}(): argument 'out' must not overlap 'x'")
-    return out
+    return out, oi
 
 
 def _empty_like(x: Any, xi: _arrays.ArrayInfo, shape: tuple, function: str) -> Any:
@@ -102,11 +103,22 @@ def _default_stream(info: _arrays.ArrayInfo) -> int:
     return 0
 
 
-def _kernel_array(a: Any, info: _arrays.ArrayInfo, like: str | None) -> Any:
+#: Numba views of the arrays of recent calls, by (address, elements, element type): they own nothing
+#: (the caller's array is alive during the call), so a view serves any array of that memory and shape.
+_numba_views: dict = {}
+
+
+def _kernel_array(a: Any, info: _arrays.ArrayInfo, like: str) -> Any:
     """``a`` as the DSL's arrays (``like``), 1-D, no copy; Numba's hold bfloat16 as int16."""
     if like == "numba":
         elem = "int16" if info.dtype == "bfloat16" else info.dtype
-        return memory._wrap(info.ptr, (info.size,), None, elem, "numba", owner=a)
+        key = (info.ptr, info.size, elem)
+        view = _numba_views.get(key)
+        if view is None:
+            if len(_numba_views) >= 64:
+                _numba_views.clear()
+            view = _numba_views[key] = memory._wrap(info.ptr, (info.size,), None, elem, "numba", owner=None)
+        return view
     if info.library == like:
         return a.reshape(-1)
     return memory._wrap(info.ptr, (info.size,), None, info.dtype, like, owner=a)
@@ -116,10 +128,9 @@ def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: 
          dsl: str, stream: Any, workspace: Workspace | None, function: str) -> Any:
     s = _state.require(f"{function}()")
     mod = _module(dsl, function)
-    out = _output(out, x, xi, out_shape, function)
+    out, oi = _output(out, x, xi, out_shape, function)
     if n == 0:
         return out
-    oi = _arrays.describe(out, function=function, argument="out")
     handle = _default_stream(xi) if stream is None else stream_handle(stream)
     plan = _plan.plan(kind, xi.dtype, n, s.n_pes)
     ws = workspace if workspace is not None else default_workspace()
