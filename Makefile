@@ -39,6 +39,7 @@ gpu-test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/run.py
+	$(PY) bench/comm_run.py $(COMM_BENCH_ARGS)
 
 bench-check: $(VENV)/.installed
 	$(PY) bench/check.py

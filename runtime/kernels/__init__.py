@@ -28,6 +28,7 @@ from ..host import _arrays, _state, memory
 from ..host._cuda import stream_handle, synchronize
 from ..host.views import span_is_symmetric
 from . import _plan
+from ._views import kernel_array
 from ._workspace import Workspace, default as default_workspace
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "Workspace", "default_workspace", "DSLS", "ALGORITHMS"]
@@ -103,27 +104,6 @@ def _default_stream(info: _arrays.ArrayInfo) -> int:
     return 0
 
 
-#: Numba views of the arrays of recent calls, by (address, elements, element type): they own nothing
-#: (the caller's array is alive during the call), so a view serves any array of that memory and shape.
-_numba_views: dict = {}
-
-
-def _kernel_array(a: Any, info: _arrays.ArrayInfo, like: str) -> Any:
-    """``a`` as the DSL's arrays (``like``), 1-D, no copy; Numba's hold bfloat16 as int16."""
-    if like == "numba":
-        elem = "int16" if info.dtype == "bfloat16" else info.dtype
-        key = (info.ptr, info.size, elem)
-        view = _numba_views.get(key)
-        if view is None:
-            if len(_numba_views) >= 64:
-                _numba_views.clear()
-            view = _numba_views[key] = memory._wrap(info.ptr, (info.size,), None, elem, "numba", owner=None)
-        return view
-    if info.library == like:
-        return a.reshape(-1)
-    return memory._wrap(info.ptr, (info.size,), None, info.dtype, like, owner=a)
-
-
 def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: tuple, *,
          dsl: str, stream: Any, workspace: Workspace | None, function: str) -> Any:
     s = _state.require(f"{function}()")
@@ -137,7 +117,7 @@ def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: 
     epoch = ws.prepare(plan, function, synchronize)
     like = mod.ARRAYS
     stage, sig = ws.views(xi.dtype, like)
-    mod.launch(kind, plan, _kernel_array(out, oi, like), _kernel_array(x, xi, like), stage, sig, epoch,
+    mod.launch(kind, plan, kernel_array(out, oi, like), kernel_array(x, xi, like), stage, sig, epoch,
                s.my_pe, handle)
     return out
 
