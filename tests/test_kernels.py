@@ -145,3 +145,39 @@ def test_cpp_plans_are_the_protocols():
     for kind, dtype, n, span, chunk, grid in rows:
         p = _plan.plan(kind, dtype, CS.elements(kind, int(n) * (4 if kind == "all_gather" else 1) * 2, 2, 4), 4)
         assert (int(n), int(span), int(chunk), int(grid)) == (p.n, p.span, p.chunk, p.grid)
+
+
+# --------------------------------------------------------------------------- MoE
+
+
+def test_moe_layout():
+    from nvshmem_dsl.kernels.moe import _layout
+    lay = _layout.Layout(npes=4, local_experts=4, hidden=7168, topk=8, max_tokens=128)
+    assert lay.experts == 16 and lay.grid == 16 and lay.recv_rows == 4 * 4 * 128
+    assert lay.signal_words == 16 + 16
+    assert _layout.Layout(8, 32, 7168, 8, 128).grid == _layout.GRID_MAX
+
+
+def test_moe_buffer_checks_its_sizes(fake):
+    from nvshmem_dsl.kernels.moe import MoEBuffer
+    with pytest.raises(NvshmemArgumentError, match="'num_experts' \\(18\\) must be a multiple of the 4 PEs"):
+        MoEBuffer(128, 7168, 18, 8)
+    with pytest.raises(NvshmemArgumentError, match="'max_tokens' must be at most 4096"):
+        MoEBuffer(5000, 7168, 16, 8)
+    with pytest.raises(NvshmemArgumentError, match="'topk' \\(32\\) exceeds num_experts"):
+        MoEBuffer(128, 7168, 16, 32)
+    with pytest.raises(NvshmemArgumentError, match="'hidden' must be a positive integer"):
+        MoEBuffer(128, 0, 16, 8)
+    assert fake == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ("dispatch", "combine"))
+def test_moe_numba_kernel_compiles(kind):
+    from nvshmem_dsl.kernels.moe import numba as M
+    ptx = M.compile_ptx(kind)
+    assert ".entry" in ptx and "bar.sync" in ptx and "membar.sys" in ptx  # fence before each signal
+    if kind == "dispatch":
+        assert "vote.sync" in ptx and "popc" in ptx and ".shared" in ptx  # the block scan
+    else:
+        assert "fma.rn.f32" in ptx or "mul.f32" in ptx or "mul.rn.f32" in ptx  # the weighted sum

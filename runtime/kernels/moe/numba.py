@@ -63,7 +63,7 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
     if tid == 0:
         for word in range(b, E, cuda.gridDim.x):
             nv.signal_wait_until(sig[word:word + 1], nv.Cmp.CMP_GE, int64(epoch) << 32)
-            recv_count[word] = int32(nv.signal_fetch(sig[word:word + 1]) & 0xFFFFFFFF)
+            recv_count[word] = int32(nv.signal_fetch(sig[word:word + 1]) & np.uint64(0xFFFFFFFF))
     _finish()
 
 
