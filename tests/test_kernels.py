@@ -128,7 +128,7 @@ def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
 def test_numba_kernel_compiles(kind, dtype):
     from nvshmem_dsl.kernels import numba as K
     ptx = K.compile_ptx(kind, dtype)
-    assert ".entry" in ptx and "st.global" in ptx
+    assert ".entry" in ptx and "st.global" in ptx and "llvm." not in ptx
     # NVSHMEM's signal wait is inlined: a loop on a volatile or acquire load of the signal word
     assert ("ld.volatile" in ptx) or ("ld.acquire" in ptx) or ("ld.relaxed" in ptx), kind
     if dtype == "bfloat16":
@@ -177,7 +177,8 @@ def test_moe_numba_kernel_compiles(kind):
     from nvshmem_dsl.kernels.moe import numba as M
     ptx = M.compile_ptx(kind)
     assert ".entry" in ptx and "bar.sync" in ptx and "membar.sys" in ptx  # fence before each signal
+    assert "llvm." not in ptx  # an intrinsic LLVM does not know stays a call ptxas cannot parse
     if kind == "dispatch":
-        assert "vote.sync" in ptx and "popc" in ptx and ".shared" in ptx  # the block scan
+        assert ".shared" in ptx  # the block scan
     else:
         assert "fma.rn.f32" in ptx or "mul.f32" in ptx or "mul.rn.f32" in ptx  # the weighted sum

@@ -3,7 +3,7 @@ bfloat16 travels as its bits (int16 arrays), as in :mod:`nvshmem_dsl.kernels.num
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, int32, int64, uint32
+from numba import cuda, float32, int32, int64
 
 from ... import numba as nv
 from ..numba import _bf16_load, _bf16_store, _finish, _stream
@@ -12,7 +12,6 @@ from . import _layout
 THREADS = _layout.THREADS
 MAX_TOKENS = _layout.MAX_TOKENS  # a global constant: Numba's shared arrays need a literal size
 ARRAYS = "numba"
-_FULL = 0xFFFFFFFF
 
 
 @cuda.jit
@@ -25,26 +24,26 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
     E = L * npes
     par = epoch & 1
     order = cuda.shared.array(MAX_TOKENS, int32)  # the (t * K + j) routed to this expert
-    per_warp = cuda.shared.array(32, int32)
+    scan = cuda.shared.array(THREADS, int32)
+    nt = cuda.blockDim.x
     for e in range(b, E, cuda.gridDim.x):
         dst = e // L
         count = 0
-        for base in range(0, T * K, cuda.blockDim.x):  # block scan of topk == e, in order
+        for base in range(0, T * K, nt):  # block scan (Hillis-Steele) of topk == e, in order
             idx = base + tid
             hit = idx < T * K and topk[idx] == e
-            mask = cuda.ballot_sync(_FULL, hit)
-            if lane == 0:
-                per_warp[w] = cuda.popc(mask)
+            scan[tid] = 1 if hit else 0
             cuda.syncthreads()
-            before = 0
-            total = 0
-            for v in range(nw):
-                if v < w:
-                    before += per_warp[v]
-                total += per_warp[v]
+            off = 1
+            while off < nt:
+                v = scan[tid - off] if tid >= off else 0
+                cuda.syncthreads()
+                scan[tid] += v
+                cuda.syncthreads()
+                off *= 2
             if hit:
-                order[count + before + cuda.popc(mask & ((uint32(1) << uint32(lane)) - uint32(1)))] = idx
-            count += total
+                order[count + scan[tid] - 1] = idx
+            count += scan[nt - 1]
             cuda.syncthreads()
         row0 = ((par * L + e % L) * npes + me) * T_max
         for s in range(w, count, nw):  # a warp a row
