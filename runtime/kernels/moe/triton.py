@@ -1,0 +1,222 @@
+"""MoE dispatch and combine in Triton (protocol: :mod:`nvshmem_dsl.kernels.moe._layout`).
+
+A port of :mod:`nvshmem_dsl.kernels.moe.numba` on the same buffers (PEs may even mix the two):
+one program is one block of the protocol (``program_id(0)``), of ``_layout.THREADS`` threads
+(``num_warps = THREADS // 32``).  Index arithmetic is int64, as in
+:mod:`nvshmem_dsl.kernels.triton`.
+
+Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) routed to expert
+``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order),
+counts the vector's matches (``tl.sum``) and takes them one after the other, each the smallest
+entry past the previous one (``tl.min``, a program-wide reduction), which gives every match its
+slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending).  Each match's row
+goes out right away, by the whole program (``put_nbi_block``: Triton makes block-scope calls
+with every thread), and its ``t * K + j`` by ``p`` (thread 0, not waited for).  Then ``fence`` and
+the word set to ``epoch << 32 | count``.  Cost beside the puts: ``T * K / SCAN`` vector loads and
+reductions an expert, and one reduction (with its barriers) a match.
+
+Combine: the rows of each word go back by ``put_nbi_block`` (a row a call), then ``fence`` and
+the combine word; the ``E`` combine words are waited for by thread 0 one after the other (a
+barrier after each); then ``out[t]`` is summed over j in order in float32, product and sum each
+rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as the Numba kernel's
+``acc += w * v`` compiles), and rounded to bfloat16 to nearest even: the Numba combine's bits.
+"""
+from __future__ import annotations
+
+import threading
+
+import triton
+import triton.language as tl
+
+from ... import triton as nv
+from ..triton import _external_stream, _finish, _i64
+from . import _layout
+
+THREADS = _layout.THREADS
+#: Warps of a program: one block of the protocol.
+NUM_WARPS = THREADS // 32
+#: The arrays the launches take: flat 1-D contiguous torch tensors.
+ARRAYS = "torch"
+#: Entries of ``topk`` the dispatch reads a vector step (4 int64 a thread).
+SCAN = 4 * THREADS
+#: Elements of one vector step of the combine's sum (16 bytes of bfloat16 a thread).
+BLOCK_H = 8 * THREADS
+#: Scalar arguments whose value changes from call to call or from PE to PE (no specialisation).
+_VARYING = ("epoch", "T", "me")
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _add_product(acc, w, v):
+    """acc + w * v, the product and the sum each rounded (never an fma, whatever the compiler's
+    contraction; no flush of subnormals): as the Numba kernels' float32 arithmetic."""
+    return tl.inline_asm_elementwise("{ .reg .f32 p; mul.rn.f32 p, $2, $3; add.rn.f32 $0, $1, p; }", "=f,f,f,f",
+                                     [acc, w, v], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, npes, T_max,
+             SCAN: tl.constexpr):
+    epoch, T, K, H, L, me, npes, T_max = (_i64(epoch), _i64(T), _i64(K), _i64(H), _i64(L), _i64(me), _i64(npes),
+                                          _i64(T_max))
+    b = _i64(tl.program_id(0))
+    grid = _i64(tl.num_programs(0))
+    E = L * npes
+    TK = T * K
+    par = epoch & 1
+    for e in range(b, E, grid):
+        dst = e // L
+        row0 = ((par * L + e % L) * npes + me) * T_max  # row s of [par][e % L][me]
+        count = b * 0  # rows sent (int64)
+        for base in range(0, TK, SCAN):  # topk == e, in token order
+            offs = base + tl.arange(0, SCAN)
+            inside = offs < TK
+            hit = (tl.load(topk + offs, mask=inside, other=-1) == e) & inside
+            n = tl.sum(hit.to(tl.int64), axis=0)
+            last = base - 1
+            for i in range(0, n):
+                idx = tl.min(tl.where(hit & (offs > last), offs, TK), axis=0)  # the next match
+                r = row0 + count + i
+                nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
+                nv.p(recv_src + r, idx.to(tl.int32), dst)
+                last = idx
+            count += n
+        nv.fence()
+        nv.signal_op(sig + (e % L) * npes + me, (epoch << 32) | count, nv.SIGNAL_SET, dst)
+    for word in range(b, E, grid):  # the counts of this PE's words of block b
+        got = nv.signal_wait_until(sig + word, nv.CMP_GE, epoch << 32)
+        tl.store(recv_count + word, (got & 0xFFFFFFFF).to(tl.int32))
+    _finish()
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, K, H, L, me, npes, T_max,
+            BLOCK_H: tl.constexpr):
+    epoch, T, K, H, L, me, npes, T_max = (_i64(epoch), _i64(T), _i64(K), _i64(H), _i64(L), _i64(me), _i64(npes),
+                                          _i64(T_max))
+    b = _i64(tl.program_id(0))
+    grid = _i64(tl.num_programs(0))
+    E = L * npes
+    par = epoch & 1
+    for word in range(b, E, grid):  # word = l * npes + src: results back to src
+        l = word // npes
+        src = word % npes
+        count = _i64(tl.load(recv_count + word))
+        for s in range(0, count):
+            r = word * T_max + s
+            idx = _i64(tl.load(recv_src + par * E * T_max + r))
+            nv.put_nbi_block(comb_x + idx * H, y + r * H, H, src)
+        nv.fence()
+        nv.signal_op(sig + E + me * L + l, epoch, nv.SIGNAL_SET, src)
+    for e in range(0, E):
+        nv.signal_wait_until(sig + E + e, nv.CMP_GE, epoch)
+    tl.debug_barrier()
+    for t in range(b, T, grid):
+        for h in range(0, H, BLOCK_H):
+            offs = h + tl.arange(0, BLOCK_H)
+            m = offs < H
+            acc = tl.zeros([BLOCK_H], tl.float32)
+            for j in range(0, K):
+                k = t * K + j
+                if tl.load(topk + k) >= 0:
+                    v = tl.load(comb_x + k * H + offs, mask=m, other=0.0).to(tl.float32)
+                    acc = _add_product(acc, tl.load(weights + k), v)
+            tl.store(out + t * H + offs, acc.to(tl.bfloat16), mask=m)
+    _finish()
+
+
+KERNELS = {"dispatch": dispatch, "combine": combine}
+
+
+# ----------------------------------------------------------------------------- host
+
+
+def signature(kind: str) -> dict:
+    """The Triton signature of ``kind`` (scalars as int64)."""
+    ints = {name: "i64" for name in ("epoch", "T", "K", "H", "L", "me", "npes", "T_max")}
+    if kind == "dispatch":
+        return {"x": "*bf16", "topk": "*i64", "recv_x": "*bf16", "recv_src": "*i32", "sig": "*u64",
+                "recv_count": "*i32", **ints, "SCAN": "constexpr"}
+    if kind == "combine":
+        return {"y": "*bf16", "topk": "*i64", "weights": "*fp32", "recv_src": "*i32", "comb_x": "*bf16",
+                "sig": "*u64", "recv_count": "*i32", "out": "*bf16", **ints, "BLOCK_H": "constexpr"}
+    raise ValueError(f"no MoE kernel {kind!r} (dispatch, combine)")
+
+
+CONSTEXPRS = {"dispatch": {"SCAN": SCAN}, "combine": {"BLOCK_H": BLOCK_H}}
+
+_ptx_only_lock = threading.Lock()
+
+
+def _ptx_only_hook(ours):
+    """Our stages inspection hook, with Triton's cubin stage left out (and said so in the key)."""
+
+    def hook(*args, **kwargs):
+        if not args and not kwargs:
+            key, hsh = ours()
+            return key + "-ptx-only", hsh + "-ptx-only"
+        ours(*args, **kwargs)
+        args[1]["cubin"] = lambda src, metadata: b""
+
+    return hook
+
+
+def compile(kind: str, target=None, aligned: bool = False, ptx_only: bool = False):
+    """``kind`` compiled for ``target`` (default: sm_90; no GPU needed).  ``aligned``: as launched
+    with 16-byte aligned arrays and ``H`` a multiple of 16 (Triton's specialisation; vector loads
+    and stores of rows), else for any arguments.  ``ptx_only``: Triton's cubin stage left out
+    (ptxas of the inlined NVSHMEM code takes minutes), the cubin empty."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = signature(kind)
+    names = list(sig)
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
+             if sig[a].startswith("*") or a == "H"} if aligned else None
+    src = ASTSource(fn=KERNELS[kind], signature=sig, constexprs=CONSTEXPRS[kind], attrs=attrs)
+    args = dict(target=target or GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
+    if not ptx_only:
+        return triton.compile(src, **args)
+    runtime = triton.knobs.runtime
+    with _ptx_only_lock:
+        hook = runtime.add_stages_inspection_hook
+        runtime.add_stages_inspection_hook = _ptx_only_hook(hook)
+        try:
+            return triton.compile(src, **args)
+        finally:
+            runtime.add_stages_inspection_hook = hook
+
+
+def compile_ptx(kind: str, target=None, aligned: bool = False) -> str:
+    """The PTX of ``kind`` ("dispatch" or "combine") for ``target`` (default: sm_90), through
+    Triton's stages up to PTX (no cubin)."""
+    return compile(kind, target, aligned=aligned, ptx_only=True).asm["ptx"]
+
+
+def _stream(stream: int):
+    import torch
+
+    return _external_stream(stream) if stream else torch.cuda.default_stream()
+
+
+def launch_dispatch(layout, x, topk, recv_x, recv_src, sig, recv_count, epoch, T, me, stream):
+    """Dispatch on ``stream`` (an int handle, 0: the legacy default stream); arrays: flat 1-D
+    contiguous torch tensors (x, recv_x bfloat16; topk int64; recv_src, recv_count int32; sig uint64)."""
+    import torch
+
+    with torch.cuda.stream(_stream(stream)):
+        dispatch[(layout.grid,)](x, topk, recv_x, recv_src, sig, recv_count, epoch, T, layout.topk, layout.hidden,
+                                 layout.local_experts, me, layout.npes, layout.max_tokens, SCAN=SCAN,
+                                 num_warps=NUM_WARPS)
+
+
+def launch_combine(layout, y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, me, stream):
+    """Combine on ``stream``; arrays as :func:`launch_dispatch`'s (y, comb_x, out bfloat16; weights float32)."""
+    import torch
+
+    with torch.cuda.stream(_stream(stream)):
+        combine[(layout.grid,)](y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, layout.topk,
+                                layout.hidden, layout.local_experts, me, layout.npes, layout.max_tokens,
+                                BLOCK_H=BLOCK_H, num_warps=NUM_WARPS)
