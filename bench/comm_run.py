@@ -1,11 +1,15 @@
 """The communication kernels beside their C++ twins and NVSHMEM's collectives, in one run:
 
     python bench/comm_run.py [--nproc 2] [--impls cpp,numba,triton,cute,nvshmem] [--bw] [--out F]
+    python bench/comm_run.py --moe [--tokens 128] [--experts 64]     # MoE dispatch / combine instead
 
 1. the C++ twins (bench/cpp/build/comm_cpp, built by bench/cpp/build.sh unless --no-build) on every
    PE, with the plans of nvshmem_dsl.kernels._plan (the C++ has no launch arithmetic of its own);
 2. bench/comm_bench.py: the Numba, Triton and CuTe kernels through nvshmem_dsl.kernels, and
    NVSHMEM's on-stream reduce / fcollect / reducescatter through nvshmem_dsl's host API.
+
+3. with ``--moe``, instead: MoE dispatch and combine (nvshmem_dsl.kernels.moe) of the C++ twin
+   (bench/cpp/build/moe_cpp) and of bench/moe_bench.py's DSLs, at ``--tokens`` per PE.
 
 Latency rows at bench/comm_shapes.LAT_BYTES; ``--bw`` adds BW_BYTES (only meaningful with one PE
 per GPU). Results: microseconds per call averaged over the PEs, every DSL's time ratio to its C++
@@ -31,6 +35,7 @@ import comm_shapes as CS  # noqa: E402
 import run as R  # noqa: E402
 
 COMM_BINARY = HERE / "cpp" / "build" / "comm_cpp"
+MOE_BINARY = HERE / "cpp" / "build" / "moe_cpp"
 BASE = {"one_shot": "nvshmem:one_shot", "two_shot": "nvshmem:one_shot", "all_gather": "nvshmem:all_gather",
         "reduce_scatter": "nvshmem:reduce_scatter"}
 
@@ -84,6 +89,25 @@ def table(agg, impls) -> str:
     return "\n".join(lines)
 
 
+def moe_table(records) -> str:
+    """MoE rows: (impl, op) -> mean over PEs of the median us, with ratios to C++."""
+    groups = {}
+    for r in records:
+        if r.get("bench") == "moe" and "us" in r:
+            groups.setdefault((r["impl"], r["op"]), []).append(r["us"])
+    agg = {k: statistics.mean(v) for k, v in groups.items()}
+    impls = sorted({k[0] for k in agg}, key=lambda i: (i != "cpp", i))
+    lines = [f"{'op':<10}" + "".join(f"{i + ' us':>12}{'/cpp':>6}" for i in impls)]
+    for op in ("dispatch", "combine", "round"):
+        row = f"{op:<10}"
+        for i in impls:
+            us, cpp = agg.get((i, op)), agg.get(("cpp", op))
+            row += f"{us if us is not None else float('nan'):>12.2f}" + \
+                f"{(us / cpp) if (us is not None and cpp) else float('nan'):>6.2f}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nproc", type=int, default=2)
@@ -98,7 +122,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--moe", action="store_true", help="MoE dispatch / combine instead of the collectives")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=7168)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--topk", type=int, default=8)
     args = ap.parse_args(argv)
+    if args.moe:
+        return main_moe(args)
     impls = args.impls.split(",")
     sizes = [int(b) for b in args.bytes.split(",")] + (list(CS.BW_BYTES) if args.bw else [])
     kinds, dtypes = args.kinds.split(","), args.dtypes.split(",")
@@ -138,6 +169,45 @@ def main(argv=None) -> int:
     out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
     print(f"results: {out}")
     return 0 if all(s["status"] == 0 for s in steps.values()) and all(v["ok"] for v in agg.values()) else 1
+
+
+
+def main_moe(args) -> int:
+    impls = [i for i in args.impls.split(",") if i in ("cpp", "numba", "triton")]
+    shape = ["--tokens", str(args.tokens), "--hidden", str(args.hidden), "--experts", str(args.experts),
+             "--topk", str(args.topk), "--reps", str(args.reps)]
+    env = R.bench_env(None, args.nproc)
+    env.setdefault("NVSHMEM_SYMMETRIC_SIZE", "16G")
+    records, steps = [], {}
+    with tempfile.TemporaryDirectory(prefix="moe-bench-") as work:
+        logs = Path(work) / "logs"
+        if "cpp" in impls:
+            if not args.no_build:
+                subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False,
+                               env=dict(env, BENCH_CPP_TARGETS="moe"))
+            cpp = [str(HERE / "cpp" / "exec.py"), str(MOE_BINARY), "--uid-file", str(Path(work) / "uid"), *shape]
+            status, lines, secs = R.run_step("moe_cpp", R.launcher_cmd(args.python, args.nproc, 120) + cpp, env,
+                                             args.timeout, logs)
+            steps["cpp"] = {"status": status, "seconds": round(secs, 1)}
+            records += R.parse_records(lines)
+        py = [i for i in impls if i != "cpp"]
+        if py:
+            argv_py = R.launcher_cmd(args.python, args.nproc, 120) + [
+                str(HERE / "moe_bench.py"), "--impls", ",".join(py), *shape]
+            status, lines, secs = R.run_step("moe_py", argv_py, env, args.timeout, logs)
+            steps["py"] = {"status": status, "seconds": round(secs, 1)}
+            records += R.parse_records(lines)
+    text = moe_table(records)
+    print(text)
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "nproc": args.nproc, "tokens": args.tokens, "hidden": args.hidden,
+            "experts": args.experts, "topk": args.topk, "steps": steps}
+    out = Path(args.out) if args.out else HERE / "results" / "moe-latest.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
+    print(f"results: {out}")
+    checks = [r for r in records if r.get("bench") in ("moe", "moe_check")]
+    return 0 if all(s["status"] == 0 for s in steps.values()) and all(r.get("ok", True) for r in checks) else 1
 
 
 if __name__ == "__main__":

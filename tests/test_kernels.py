@@ -182,3 +182,14 @@ def test_moe_numba_kernel_compiles(kind):
         assert ".shared" in ptx  # the block scan
     else:
         assert "fma.rn.f32" in ptx or "mul.f32" in ptx or "mul.rn.f32" in ptx  # the weighted sum
+
+
+def test_moe_bench_table_averages_pes_and_divides_by_cpp():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import comm_run
+    rows = [{"bench": "moe", "impl": "cpp", "op": "dispatch", "us": 10.0, "pe": 0},
+            {"bench": "moe", "impl": "cpp", "op": "dispatch", "us": 12.0, "pe": 1},
+            {"bench": "moe", "impl": "numba", "op": "dispatch", "us": 22.0, "pe": 0},
+            {"bench": "moe", "impl": "numba", "op": "dispatch", "us": 22.0, "pe": 1}]
+    line = next(l for l in comm_run.moe_table(rows).splitlines() if l.startswith("dispatch"))
+    assert line.split()[1:] == ["11.00", "1.00", "22.00", "2.00"]

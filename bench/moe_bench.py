@@ -1,0 +1,117 @@
+"""Time MoE dispatch and combine (nvshmem_dsl.kernels.moe) of each DSL, one PE of
+``python -m nvshmem_dsl.run -n N bench/moe_bench.py ...`` (bench/comm_run.py --moe starts it beside
+the C++ twin bench/cpp/moe.cu).
+
+Rounds of dispatch then combine (the experts' results are last round's: combine only moves and sums
+rows) on one stream held by a spin kernel while ``--iters`` rounds are enqueued; events around each
+dispatch and each combine give their GPU times per call, without the host's launch cost. Routing:
+``topk`` distinct experts per token, uniformly at random (seeded by PE), weights 1/topk. One JSON
+line per (impl, op): op "dispatch", "combine" or "round".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from comm_bench import _spin_cycles_per_us  # noqa: E402
+
+
+def measure(impl, args, me, npes, cycles_per_us):
+    import torch
+    import nvshmem_dsl as nvshmem
+    from nvshmem_dsl.host import memory
+    from nvshmem_dsl.kernels.moe import MoEBuffer
+    T, H, E, K = args.tokens, args.hidden, args.experts, args.topk
+    buf = MoEBuffer(T, H, E, K)
+    x = nvshmem.array((T, H), "bfloat16", like="torch")
+    x.copy_(torch.randn(T, H, device="cuda").to(torch.bfloat16))
+    g = torch.Generator(device="cuda").manual_seed(1234 + me)
+    topk = torch.rand(T, E, generator=g, device="cuda").argsort(dim=1)[:, :K].contiguous()
+    w = torch.full((T, K), 1.0 / K, device="cuda")
+    y = buf.expert_output()
+    out = torch.empty_like(x)
+    stream = torch.cuda.Stream()
+
+    def one_round(ev=None):
+        buf.dispatch(x, topk, dsl=impl, stream=stream)
+        if ev is not None:
+            ev.record(stream)
+        buf.combine(y, topk, w, out, dsl=impl, stream=stream)
+
+    torch.cuda.synchronize()
+    nvshmem.barrier_all()
+    for _ in range(args.warmup):
+        one_round()
+    stream.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        one_round()
+    host_us = (time.perf_counter() - t0) / max(args.warmup, 1) * 1e6
+    stream.synchronize()
+    spin_us = max(args.spin_us, 2 * host_us * args.iters)
+    ranges = memory.value_ranges([int(spin_us)])
+    spin_us = ranges[0][1] if ranges else spin_us
+    rounds, dispatches, combines, short = [], [], [], 0
+    for _ in range(args.reps):
+        nvshmem.barrier_all()
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * args.iters + 1)]
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(int(spin_us * cycles_per_us))
+            marks[0].record(stream)
+            for i in range(args.iters):
+                buf.dispatch(x, topk, dsl=impl, stream=stream)
+                marks[2 * i + 1].record(stream)
+                buf.combine(y, topk, w, out, dsl=impl, stream=stream)
+                marks[2 * i + 2].record(stream)
+            short += marks[0].query()
+        marks[-1].synchronize()
+        d = sum(marks[2 * i].elapsed_time(marks[2 * i + 1]) for i in range(args.iters)) * 1000 / args.iters
+        c = sum(marks[2 * i + 1].elapsed_time(marks[2 * i + 2]) for i in range(args.iters)) * 1000 / args.iters
+        dispatches.append(d), combines.append(c), rounds.append(marks[0].elapsed_time(marks[-1]) * 1000 / args.iters)
+    nvshmem.barrier_all()
+    sent = int((topk >= 0).sum()) * H * 2
+    base = {"impl": impl, "bench": "moe", "tokens": T, "hidden": H, "experts": E, "topk": K, "npes": npes,
+            "pe": me, "bytes": sent, "iters": args.iters, "reps": args.reps, "host_us": host_us,
+            "host_paced_reps": short, "ok": True}
+    rows = [dict(base, op=op, us=statistics.median(v), us_min=min(v))
+            for op, v in (("dispatch", dispatches), ("combine", combines), ("round", rounds))]
+    buf.free()
+    nvshmem.free(x)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--impls", default="numba,triton")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=7168)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--spin-us", type=float, default=2000.0)
+    args = ap.parse_args(argv)
+    import nvshmem_dsl as nvshmem
+
+    with nvshmem.init():
+        me, npes = nvshmem.my_pe(), nvshmem.n_pes()
+        cycles_per_us = _spin_cycles_per_us()
+        for impl in args.impls.split(","):
+            try:
+                __import__(f"nvshmem_dsl.kernels.moe.{impl}")
+            except Exception as exc:  # noqa: BLE001
+                print(json.dumps({"impl": impl, "bench": "moe", "skipped": str(exc)[:300], "pe": me}), flush=True)
+                continue
+            for row in measure(impl, args, me, npes, cycles_per_us):
+                print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
