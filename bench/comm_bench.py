@@ -1,5 +1,5 @@
-"""Time the communication kernels (nvshmem_dsl.kernels) of each DSL and NVSHMEM's own collectives on
-a stream, one PE of ``python -m nvshmem_dsl.run -n N bench/comm_bench.py ...`` (bench/comm_run.py
+"""Time the communication kernels (nvshmem_dsl.kernels) of each DSL, NVSHMEM's own collectives on
+a stream, and (one PE a GPU) NCCL through torch.distributed and torch symmetric memory's all-reduces, one PE of ``python -m nvshmem_dsl.run -n N bench/comm_bench.py ...`` (bench/comm_run.py
 starts it beside the C++ twins of bench/cpp/comm.cu).
 
 Timing, as bench/cpp/comm.cu does it: a spin kernel holds the stream while ``--iters`` calls are
@@ -33,6 +33,64 @@ def _reference(kind, n, me, npes, dtype):
     if kind == "all_gather":
         return torch.cat([_values(n, p, dtype) for p in range(npes)])
     return sum(_values(n * npes, p, torch.float32) for p in range(npes))[me * n:(me + 1) * n].to(dtype)
+
+
+#: What the PEs would use instead of NVSHMEM: NCCL through torch.distributed, torch symmetric memory.
+TORCH_IMPLS = ("nccl", "torch_symm")
+
+
+def _torch_group(me, npes):
+    """torch.distributed's NCCL group over the launcher's PEs (made once), or why there is none."""
+    import os
+    import torch.distributed as dist
+    import nvshmem_dsl as nvshmem
+    if nvshmem.info().get("pes_per_gpu", 1) > 1:
+        return None, "PEs share a GPU (NCCL takes one rank a GPU)"
+    if not dist.is_initialized():
+        host = os.environ.get("MASTER_ADDR") or os.environ.get("NVSHMEM_DSL_STORE_HOST", "127.0.0.1")
+        port = int(os.environ.get("MASTER_PORT") or int(os.environ.get("NVSHMEM_DSL_STORE_PORT", "29400")) + 7)
+        dist.init_process_group("nccl", init_method=f"tcp://{host}:{port}", rank=me, world_size=npes)
+    return dist.group.WORLD, None
+
+
+def _torch_caller(impl, kind, x, out, stream, me, npes):
+    """One call of ``kind`` by NCCL or torch symmetric memory on ``stream``, or (None, why not)."""
+    import torch
+    import torch.distributed as dist
+    group, why = _torch_group(me, npes)
+    if group is None:
+        return None, why
+    if impl == "nccl":
+        def call():
+            with torch.cuda.stream(stream):
+                if kind in ("one_shot", "two_shot"):
+                    out.copy_(x)
+                    dist.all_reduce(out, group=group)
+                elif kind == "all_gather":
+                    dist.all_gather_into_tensor(out, x, group=group)
+                else:
+                    dist.reduce_scatter_tensor(out, x, group=group)
+        return call, None
+    if kind not in ("one_shot", "two_shot"):
+        return None, "torch symmetric memory has no all-gather / reduce-scatter op to compare"
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+        buf = symm_mem.empty(x.shape, dtype=x.dtype, device=x.device)
+        symm_mem.rendezvous(buf, group.group_name)
+        op = torch.ops.symm_mem
+    except Exception as exc:  # noqa: BLE001 - reported as the row's reason
+        return None, f"torch symmetric memory unavailable: {exc}"[:200]
+    buf.copy_(x)
+
+    def call():
+        with torch.cuda.stream(stream):
+            if kind == "one_shot":
+                out.copy_(op.one_shot_all_reduce(buf, "sum", group.group_name))
+            else:
+                buf.copy_(x)
+                op.two_shot_all_reduce_(buf, "sum", group.group_name)
+                out.copy_(buf)
+    return call, None
 
 
 def _caller(impl, kind, x, out, stream):
@@ -81,7 +139,14 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
     out = nvshmem.array(want.shape, dtype, like="torch") if impl == "nvshmem" else torch.empty_like(want)
     out.fill_(float("nan"))
     stream = torch.cuda.Stream()
-    call = _caller(impl, kind, x, out, stream)
+    if impl in TORCH_IMPLS:
+        call, why = _torch_caller(impl, kind, x, out, stream, me, npes)
+        if call is None:
+            nvshmem.free(x)
+            return {"impl": impl, "bench": "comm", "kind": kind, "dtype": dtype, "bytes": nbytes, "pe": me,
+                    "skipped": why}
+    else:
+        call = _caller(impl, kind, x, out, stream)
     torch.cuda.synchronize()
     nvshmem.barrier_all()
     call()
@@ -121,7 +186,7 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impls", default="numba,triton,cute,nvshmem")
+    ap.add_argument("--impls", default="numba,triton,cute,nvshmem,nccl,torch_symm")
     ap.add_argument("--kinds", default=",".join(CS.KINDS))
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--bytes", default=",".join(str(b) for b in CS.LAT_BYTES))
@@ -136,7 +201,7 @@ def main(argv=None) -> int:
         me, npes = nvshmem.my_pe(), nvshmem.n_pes()
         cycles_per_us = _spin_cycles_per_us()
         for impl in args.impls.split(","):
-            if impl != "nvshmem":
+            if impl not in ("nvshmem", *TORCH_IMPLS):
                 try:
                     __import__(f"nvshmem_dsl.kernels.{impl}")
                 except Exception as exc:  # noqa: BLE001 - reported, the others go on
@@ -144,8 +209,8 @@ def main(argv=None) -> int:
                     continue
             for dtype in args.dtypes.split(","):
                 for kind in args.kinds.split(","):
-                    if impl == "nvshmem" and kind == "two_shot":
-                        continue  # one NVSHMEM reduce row serves both all-reduce kernels
+                    if impl in ("nvshmem", "nccl") and kind == "two_shot":
+                        continue  # one reduce / all_reduce row serves both all-reduce kernels
                     for nbytes in (int(b) for b in args.bytes.split(",")):
                         row = measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us)
                         print(json.dumps(row), flush=True)

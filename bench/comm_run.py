@@ -65,9 +65,10 @@ def aggregate(records):
 
 
 def table(agg, impls) -> str:
-    dsls = [i for i in impls if i not in ("cpp", "nvshmem")]
+    dsls = [i for i in impls if i in ("numba", "triton", "cute")]
+    others = [i for i in impls if i in ("nccl", "torch_symm")]
     head = f"{'kind':<15}{'dtype':<10}{'bytes':>10}{'cpp us':>9}" + "".join(f"{d + ' us':>11}{'/cpp':>6}" for d in dsls) \
-        + f"{'nvshmem us':>11}{'best/nv':>8}"
+        + f"{'nvshmem us':>11}{'best/nv':>8}" + "".join(f"{o + ' us':>14}{'best/it':>8}" for o in others)
     lines = [head]
     keys = sorted({k[1:] for k in agg}, key=lambda k: (CS.KINDS.index(k[0]), k[1], k[2]))
     for kind, dtype, nbytes in keys:
@@ -82,10 +83,15 @@ def table(agg, impls) -> str:
             row += f"{us:>10.2f}{'' if (not r or r['ok']) else '!'}{ratio:>6.2f}".replace("  nan", "    -")
         nv = agg.get(("nvshmem", "one_shot" if kind == "two_shot" else kind, dtype, nbytes))
         row += f"{(nv['us'] if nv else float('nan')):>11.2f}{(best / nv['us'] if nv and best < float('inf') else float('nan')):>8.2f}"
+        for o in others:
+            r = agg.get((o, "one_shot" if (kind == "two_shot" and o == "nccl") else kind, dtype, nbytes))
+            row += f"{(r['us'] if r else float('nan')):>14.2f}" + \
+                f"{(best / r['us'] if r and best < float('inf') else float('nan')):>8.2f}"
         lines.append(row)
     lines.append("us: GPU time per call (spin-held stream, mean over PEs of the median of reps); /cpp: time ratio "
                  "to the C++ twin; best/nv: the fastest DSL's time over NVSHMEM's collective (reduce for both "
-                 "all-reduces); '!': a PE's result was wrong")
+                 "all-reduces); best/it: over NCCL's or torch symmetric memory's (one PE a GPU only); '!': a PE's result "
+                 "was wrong")
     return "\n".join(lines)
 
 
@@ -111,7 +117,7 @@ def moe_table(records) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--impls", default="cpp,numba,triton,cute,nvshmem")
+    ap.add_argument("--impls", default="cpp,numba,triton,cute,nvshmem,nccl,torch_symm")
     ap.add_argument("--kinds", default=",".join(CS.KINDS))
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--bytes", default=",".join(str(b) for b in CS.LAT_BYTES))
