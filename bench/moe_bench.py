@@ -3,8 +3,9 @@
 the C++ twin bench/cpp/moe.cu).
 
 Rounds of dispatch then combine (the experts' results are last round's: combine only moves and sums
-rows) on one stream held by a spin kernel while ``--iters`` rounds are enqueued; events around each
-dispatch and each combine give their GPU times per call, without the host's launch cost. Routing:
+rows) on one stream held by a spin kernel while ``--iters`` rounds are enqueued: reps of rounds alone
+give "round", reps with events after each call give "dispatch" and "combine" (GPU time per call,
+without the host's launch cost), as bench/cpp/moe.cu measures them. Routing:
 ``topk`` distinct experts per token, uniformly at random (seeded by PE), weights 1/topk. One JSON
 line per (impl, op): op "dispatch", "combine" or "round".
 """
@@ -21,6 +22,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from comm_bench import _spin_cycles_per_us  # noqa: E402
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix64(z):
+    """splitmix64's finalizer, as bench/cpp/moe.cu's mix64."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def route(pe, t, E, K):
+    """PE pe's routing of token t, as bench/cpp/moe.cu's route(): K distinct experts by a hash of
+    (pe, t, n), repeats rejected; a slot -1 where a hash of (pe, t, j) is 7 mod 8."""
+    seed = _mix64(((pe << 40) ^ t) & _M64)
+    out, n = [], 0
+    while len(out) < K:
+        e = _mix64((seed + n) & _M64) % E
+        n += 1
+        if e not in out:
+            out.append(e)
+    return [-1 if _mix64(seed ^ ((0xD1B54A32D192ED03 * (j + 1)) & _M64)) % 8 == 7 else e for j, e in enumerate(out)]
+
+
+def inputs(me, T, H, E, K):
+    """x, topk, weights as bench/cpp/moe.cu makes them (the same rows move in both)."""
+    import torch
+    t = torch.arange(T, device="cuda").view(-1, 1)
+    h = torch.arange(H, device="cuda").view(1, -1)
+    x = (((t * 5 + h * 3 + me * 7) % 17) - 8).to(torch.bfloat16)
+    topk = torch.tensor([route(me, i, E, K) for i in range(T)], dtype=torch.int64, device="cuda")
+    w = (1.0 / 2 ** (torch.arange(K, device="cuda") % 4)).to(torch.float32).expand(T, K).contiguous()
+    return x, topk, w
+
+
 def measure(impl, args, me, npes, cycles_per_us):
     import torch
     import nvshmem_dsl as nvshmem
@@ -29,10 +65,8 @@ def measure(impl, args, me, npes, cycles_per_us):
     T, H, E, K = args.tokens, args.hidden, args.experts, args.topk
     buf = MoEBuffer(T, H, E, K)
     x = nvshmem.array((T, H), "bfloat16", like="torch")
-    x.copy_(torch.randn(T, H, device="cuda").to(torch.bfloat16))
-    g = torch.Generator(device="cuda").manual_seed(1234 + me)
-    topk = torch.rand(T, E, generator=g, device="cuda").argsort(dim=1)[:, :K].contiguous()
-    w = torch.full((T, K), 1.0 / K, device="cuda")
+    x0, topk, w = inputs(me, T, H, E, K)
+    x.copy_(x0)
     y = buf.expert_output()
     out = torch.empty_like(x)
     stream = torch.cuda.Stream()
@@ -57,22 +91,31 @@ def measure(impl, args, me, npes, cycles_per_us):
     ranges = memory.value_ranges([int(spin_us)])
     spin_us = ranges[0][1] if ranges else spin_us
     rounds, dispatches, combines, short = [], [], [], 0
-    for _ in range(args.reps):
-        nvshmem.barrier_all()
-        marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * args.iters + 1)]
-        with torch.cuda.stream(stream):
-            torch.cuda._sleep(int(spin_us * cycles_per_us))
-            marks[0].record(stream)
-            for i in range(args.iters):
-                buf.dispatch(x, topk, dsl=impl, stream=stream)
-                marks[2 * i + 1].record(stream)
-                buf.combine(y, topk, w, out, dsl=impl, stream=stream)
-                marks[2 * i + 2].record(stream)
-            short += marks[0].query()
-        marks[-1].synchronize()
-        d = sum(marks[2 * i].elapsed_time(marks[2 * i + 1]) for i in range(args.iters)) * 1000 / args.iters
-        c = sum(marks[2 * i + 1].elapsed_time(marks[2 * i + 2]) for i in range(args.iters)) * 1000 / args.iters
-        dispatches.append(d), combines.append(c), rounds.append(marks[0].elapsed_time(marks[-1]) * 1000 / args.iters)
+    for split in (False, True):  # as bench/cpp/moe.cu: rounds alone, then events after each call
+        for _ in range(args.reps):
+            nvshmem.barrier_all()
+            marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * args.iters + 1)]
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(int(spin_us * cycles_per_us))
+                marks[0].record(stream)
+                for i in range(args.iters):
+                    buf.dispatch(x, topk, dsl=impl, stream=stream)
+                    if split:
+                        marks[2 * i + 1].record(stream)
+                    buf.combine(y, topk, w, out, dsl=impl, stream=stream)
+                    if split:
+                        marks[2 * i + 2].record(stream)
+                if not split:
+                    marks[-1].record(stream)
+                short += marks[0].query()
+            marks[-1].synchronize()
+            if split:
+                dispatches.append(sum(marks[2 * i].elapsed_time(marks[2 * i + 1])
+                                      for i in range(args.iters)) * 1000 / args.iters)
+                combines.append(sum(marks[2 * i + 1].elapsed_time(marks[2 * i + 2])
+                                    for i in range(args.iters)) * 1000 / args.iters)
+            else:
+                rounds.append(marks[0].elapsed_time(marks[-1]) * 1000 / args.iters)
     nvshmem.barrier_all()
     sent = int((topk >= 0).sum()) * H * 2
     base = {"impl": impl, "bench": "moe", "tokens": T, "hidden": H, "experts": E, "topk": K, "npes": npes,

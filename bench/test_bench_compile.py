@@ -5,7 +5,9 @@
 
 * the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc):
   bench_cpp and comm_cpp, whose kernels (bench/cpp/comm.cu) put with signal, wait and quiet, and
-  whose constants and kernel arguments are those of nvshmem_dsl.kernels._plan;
+  whose constants and kernel arguments are those of nvshmem_dsl.kernels._plan; moe_cpp, whose MoE
+  dispatch / combine (bench/cpp/moe.cu) put a warp a row, fence, signal, wait and quiet, with the
+  constants and kernel arguments of nvshmem_dsl.kernels.moe (_layout, numba.py);
 * every Python file of bench/ byte-compiles;
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
   or called in their objects, nvshmem_dsl.linker.outline);
@@ -34,6 +36,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import _common as C  # noqa: E402
@@ -91,6 +94,26 @@ def test_cpp_builds(tmp_path):
     bad = subprocess.run([str(comm), "--plans", "one_shot:float32:10:10:16"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "bad plan" in bad.stderr, bad.stderr[-2000:]
+    moe = tmp_path / "moe_cpp"  # beside bench_cpp (MOE_CPP_OUT)
+    assert moe.is_file() and os.access(moe, os.X_OK) and moe.read_bytes()[:4] == b"\x7fELF", moe
+    _moe_cpp_rejects_bad_arguments(moe)
+
+
+def _moe_cpp_rejects_bad_arguments(moe: Path) -> None:
+    """moe_cpp refuses bad arguments with exit status 2 before NVSHMEM starts (no GPU needed)."""
+    sizes = ["--tokens", "8", "--hidden", "16", "--experts", "4", "--topk", "2"]
+    for argv, why in ([[], "bad sizes"],  # no sizes at all
+                      [sizes[:6], "bad sizes"],  # no --topk
+                      [sizes[:7] + ["5"], "bad sizes"],  # topk > experts
+                      [["--tokens", "4097"] + sizes[2:], "bad sizes"],  # over MAX_TOKENS
+                      [["--tokens", "0"] + sizes[2:], "bad sizes"],
+                      [sizes + ["--iters", "0"], "usage"],
+                      [sizes + ["--spin-us", "x"], "usage"],
+                      [sizes + ["--hidden"], "usage"],  # a flag without its value
+                      [sizes + ["--bogus", "1"], "usage"]):
+        bad = subprocess.run([str(moe), *argv], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and why in bad.stderr, (argv, bad.returncode, bad.stderr[-2000:])
+        assert "failed" not in bad.stderr, (argv, bad.stderr[-2000:])  # no CUDA / NVSHMEM call was made
 
 
 COMM_KINDS = ("one_shot", "two_shot", "all_gather", "reduce_scatter")
@@ -150,6 +173,85 @@ def test_comm_cpp_kernels_put_signal_and_wait(tmp_path):
                                   ("nvshmemi_transfer_amo_nonfetch", phases),
                                   ("nvshmemi_transfer_quietIL13threadgroup_t0E", 1)):
                 assert sum(marker in c for c in calls) >= least, (name, marker, calls)
+
+
+def _cpp_ptx_bodies(tmp_path: Path, source: str) -> dict:
+    """The kernels' PTX of bench/cpp/<source>, compiled with build.sh's flags: {mangled name: body}."""
+    if _nvcc() is None:
+        pytest.skip("no nvcc")
+    env = dict(os.environ, NVCC=_nvcc(), PYTHON=sys.executable, BENCH_CPP_PRINT_FLAGS="1")
+    flags = subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], env=env, capture_output=True, text=True,
+                           timeout=120)
+    if flags.returncode != 0:
+        pytest.skip(f"build.sh found no nvcc / NVSHMEM: {flags.stderr[-1000:]}")
+    cmd = [c for c in flags.stdout.split("\n") if c]
+    ptx_path = tmp_path / (Path(source).stem + ".ptx")
+    proc = subprocess.run([*cmd, "-ptx", str(HERE / "cpp" / source), "-o", str(ptx_path)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ptx = ptx_path.read_text()
+    return {m.group(1): m.group(2) for m in
+            re.finditer(r"^\.(?:visible|weak) \.entry (\w+)\((.*?)(?=^\.(?:visible|weak|extern) |\Z)", ptx,
+                        re.M | re.S)}
+
+
+# ------------------------------------------------------------------ MoE (bench/cpp/moe.cu)
+
+MOE_PARAMS = {
+    "dispatch": ["x", "topk", "recv_x", "recv_src", "sig", "recv_count", "epoch", "T", "K", "H", "L", "me", "npes",
+                 "T_max"],
+    "combine": ["y", "topk", "weights", "recv_src", "comb_x", "sig", "recv_count", "out", "epoch", "T", "K", "H", "L",
+                "me", "npes", "T_max"],
+}
+
+
+def test_moe_cpp_matches_layout():
+    """bench/cpp/moe.cu's constants are _layout's (THREADS, GRID_MAX, MAX_TOKENS), its kernels take the
+    Numba kernels' arguments in their order, and it launches grid = min(GRID_MAX, E) blocks of THREADS."""
+    try:
+        from nvshmem_dsl.kernels.moe import _layout
+    except ImportError as exc:  # pragma: no cover
+        pytest.skip(f"no nvshmem_dsl.kernels.moe: {exc}")
+    src = (HERE / "cpp" / "moe.cu").read_text()
+    for name in ("THREADS", "GRID_MAX", "MAX_TOKENS"):
+        got = re.search(rf"static const int {name} = (\d+);", src)
+        assert got and int(got.group(1)) == getattr(_layout, name), name
+    assert "__shared__ int order[MAX_TOKENS];" in src and "__shared__ int scan[THREADS];" in src
+    assert "m.grid = (int)std::min<int64_t>(GRID_MAX, E);" in src
+    numba_src = (ROOT / "runtime" / "kernels" / "moe" / "numba.py").read_text()
+    for kernel, want in MOE_PARAMS.items():
+        py = re.search(rf"^def {kernel}\(([^)]*)\):", numba_src, re.M)
+        assert py, kernel
+        assert [a.strip() for a in py.group(1).split(",")] == want, kernel
+        cpp = re.search(rf"__launch_bounds__\(THREADS\)\s+{kernel}\(([^)]*)\)", src)
+        assert cpp, kernel
+        assert [re.findall(r"\w+", a)[-1] for a in cpp.group(1).split(",")] == want, kernel
+        assert re.search(rf"{kernel}<<<m\.grid, THREADS, 0, s>>>", src), kernel
+
+
+@pytest.mark.slow
+def test_moe_cpp_kernels_put_signal_and_wait(tmp_path):
+    """bench/cpp/moe.cu's dispatch and combine, compiled to PTX with build.sh's flags: NVSHMEM inlined, each
+    puts at warp scope (rma_nbi<warp>), fences, sets a signal (amo_nonfetch), waits for signals
+    (syncapi_update_mem) and quiets (quiet<thread>); dispatch also puts its t * K + j with p (rma_p<int>)."""
+    bodies = _cpp_ptx_bodies(tmp_path, "moe.cu")
+    markers = {"nvshmemi_transfer_rma_nbiIL13threadgroup_t1EL13nvshmemi_op_t1E": 1,  # put_nbi_warp
+               "nvshmemi_transfer_fenceIL13threadgroup_t0E": 1,
+               "nvshmemi_transfer_amo_nonfetch": 1,  # signal_op
+               "nvshmemi_transfer_syncapi_update_mem": 1,  # signal_wait_until
+               "nvshmemi_transfer_quietIL13threadgroup_t0E": 1}
+    for kernel in ("dispatch", "combine"):
+        name = next((k for k in bodies if re.match(rf"_Z\d+{kernel}P", k)), None)
+        assert name, (kernel, sorted(bodies))
+        _check_inlined(bodies[name], name)
+        calls = CALL.findall(bodies[name])
+        want = dict(markers, **({"nvshmemi_transfer_rma_pIiE": 1} if kernel == "dispatch" else {}))
+        for marker, least in want.items():
+            assert sum(marker in c for c in calls) >= least, (name, marker, calls)
+        if kernel == "combine":
+            assert not any("rma_p" in c for c in calls), calls
+    experts = next((k for k in bodies if re.match(r"_Z\d+expertsP", k)), None)
+    assert experts and not CALL.findall(bodies[experts]), "the experts kernel calls nothing"
 
 
 # ------------------------------------------------------------------ Numba

@@ -193,3 +193,14 @@ def test_moe_bench_table_averages_pes_and_divides_by_cpp():
             {"bench": "moe", "impl": "numba", "op": "dispatch", "us": 22.0, "pe": 1}]
     line = next(l for l in comm_run.moe_table(rows).splitlines() if l.startswith("dispatch"))
     assert line.split()[1:] == ["11.00", "1.00", "22.00", "2.00"]
+
+
+def test_moe_bench_routes_as_the_cpp_twin():
+    """bench/moe_bench.py's routing is bench/cpp/moe.cu's (both move the same rows): the hash and
+    rejection loop, checked against values printed by the C++ (route(pe, t, 64, 8))."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import moe_bench
+    assert moe_bench.route(0, 0, 64, 8) == [47, 63, -1, 58, 54, -1, 3, 62]
+    assert moe_bench.route(0, 1, 64, 8) == [30, 3, 43, 23, 35, 50, 12, 25]
+    rows = [moe_bench.route(pe, t, 16, 8) for pe in range(4) for t in range(64)]
+    assert all(len({e for e in r if e >= 0}) == sum(e >= 0 for e in r) for r in rows)  # distinct experts

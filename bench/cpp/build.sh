@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the CUDA C++ NVSHMEM baseline: bench/cpp/build/bench_cpp (bench.cu, coll.cu) and
-# bench/cpp/build/comm_cpp (comm.cu: the communication kernels' twins), two binaries.
+# Build the CUDA C++ NVSHMEM baseline: bench/cpp/build/bench_cpp (bench.cu, coll.cu),
+# bench/cpp/build/comm_cpp (comm.cu: the communication kernels' twins) and bench/cpp/build/moe_cpp
+# (moe.cu: the MoE dispatch / combine twins), three binaries.
 #
 #   bash bench/cpp/build.sh            # NVSHMEM found by nvshmem_dsl._libs (wheel, NVSHMEM_HOME, ...)
 #   PYTHON=.venv/bin/python NVCC=/usr/local/cuda/bin/nvcc ARCH=sm_90 bash bench/cpp/build.sh
@@ -8,16 +9,18 @@
 # Variables: PYTHON (the interpreter with nvshmem_dsl installed; default: .venv/bin/python if
 # present, else python3), NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc),
 # ARCH (default sm_90), NVSHMEM_INC / NVSHMEM_LIB (override the discovered directories),
-# BENCH_CPP_OUT (default bench/cpp/build/bench_cpp), COMM_CPP_OUT (default comm_cpp beside it),
-# BENCH_CPP_TARGETS (default "bench comm": the binaries to build; "comm" alone skips the collectives),
+# BENCH_CPP_OUT (default bench/cpp/build/bench_cpp), COMM_CPP_OUT and MOE_CPP_OUT (default comm_cpp and
+# moe_cpp beside it), BENCH_CPP_TARGETS (default "bench comm moe": the binaries to build; "comm" alone
+# skips the collectives),
 # NVCC_FLAGS (extra flags),
 # BENCH_CPP_JOBS (nvcc processes at once; default: the CPUs).
 # BENCH_CPP_PRINT_FLAGS=1: print nvcc and its compile flags, one a line, and build nothing
 # (bench/compile_families.py compiles its single-collective objects with them).
 #
 # Separate compilation (-rdc): bench.cu and the collectives' coll.cu (once per family with 4 or more
-# jobs: each family costs nvcc 10-30 s of one CPU), and comm.cu, compiled in parallel, then linked with
-# libnvshmem_device: bench_cpp from bench.cu and coll.cu, comm_cpp from comm.cu alone (same flags).
+# jobs: each family costs nvcc 10-30 s of one CPU), comm.cu and moe.cu, compiled in parallel, then linked
+# with libnvshmem_device: bench_cpp from bench.cu and coll.cu, comm_cpp from comm.cu alone, moe_cpp from
+# moe.cu alone (same flags).
 #
 # NVSHMEM's headers include <infiniband/mlx5dv.h> (IBGDA / GPUNetIO support) without a guard
 # in some releases (3.4.x); when the system has no rdma-core headers, bench/stub_include
@@ -37,13 +40,15 @@ fi
 ARCH="${ARCH:-sm_90}"
 OUT="${BENCH_CPP_OUT:-$here/build/bench_cpp}"
 COMM_OUT="${COMM_CPP_OUT:-$(dirname "$OUT")/comm_cpp}"
-TARGETS="${BENCH_CPP_TARGETS:-bench comm}"
-want_bench=0; want_comm=0
+MOE_OUT="${MOE_CPP_OUT:-$(dirname "$OUT")/moe_cpp}"
+TARGETS="${BENCH_CPP_TARGETS:-bench comm moe}"
+want_bench=0; want_comm=0; want_moe=0
 for t in $TARGETS; do
   case "$t" in
     bench) want_bench=1 ;;
     comm) want_comm=1 ;;
-    *) echo "build.sh: unknown target $t in BENCH_CPP_TARGETS (bench, comm)" >&2; exit 1 ;;
+    moe) want_moe=1 ;;
+    *) echo "build.sh: unknown target $t in BENCH_CPP_TARGETS (bench, comm, moe)" >&2; exit 1 ;;
   esac
 done
 
@@ -104,6 +109,7 @@ njobs="${BENCH_CPP_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 # comm.cu first: the longest single object, it starts at once
 units=()
 if (( want_comm )); then units+=("comm|$here/comm.cu|"); fi
+if (( want_moe )); then units+=("moe|$here/moe.cu|"); fi
 if (( want_bench )); then
   units+=("bench|$here/bench.cu|")
   if (( njobs >= 4 )); then
@@ -119,7 +125,7 @@ start=$(date +%s.%N)
 objs=()
 for unit in "${units[@]}"; do
   IFS='|' read -r name src extra <<<"$unit"
-  [[ "$name" == comm ]] || objs+=("$objdir/$name.o")  # bench_cpp's objects
+  [[ "$name" == comm || "$name" == moe ]] || objs+=("$objdir/$name.o")  # bench_cpp's objects
   while (( $(jobs -rp | wc -l) >= njobs )); do wait -n || true; done
   # shellcheck disable=SC2086
   ( if "$NVCC" "${cflags[@]}" $extra -c "$src" -o "$objdir/$name.o" >"$objdir/$name.log" 2>&1; then
@@ -158,6 +164,16 @@ if (( want_comm )); then
   echo "${cmd[*]}" >&2
   "${cmd[@]}"
   built+=("$COMM_OUT")
+fi
+if (( want_moe )); then
+  mkdir -p "$(dirname "$MOE_OUT")"
+  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "$objdir/moe.o" -o "$MOE_OUT"
+       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
+       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
+       ${NVCC_FLAGS:-})
+  echo "${cmd[*]}" >&2
+  "${cmd[@]}"
+  built+=("$MOE_OUT")
 fi
 end=$(date +%s.%N)
 echo "build.sh: built ${built[*]} in $(awk "BEGIN{printf \"%.1f\", $end - $start}") s" >&2

@@ -1,0 +1,633 @@
+// The CUDA C++ twin of nvshmem_dsl's MoE dispatch and combine (low-latency mode), the baseline the
+// Numba / Triton versions are measured against, and its driver: bench/cpp/build/moe_cpp
+// (bench/cpp/build.sh, target moe).
+//
+// The protocol and buffer layout are those of runtime/kernels/moe/_layout.py; the kernels are those of
+// runtime/kernels/moe/numba.py, statement for statement: grid = min(GRID_MAX, E) blocks of THREADS
+// threads, block b taking experts e = b, b + grid, ...; dispatch lists the (t, j) with topk[t][j] == e in
+// token order (a shared-memory Hillis-Steele block scan), puts each row to PE e / L (a warp a row,
+// put_nbi_warp) with its t * K + j (p), then fence and signal_op(word, epoch << 32 | count, SET); then
+// waits for its own words and writes their counts; combine puts the experts' rows back (a warp a row),
+// fence and signal_op(epoch), waits for all E combine words and sums weight * row in float32 (j in
+// order, topk < 0 skipped) to bfloat16.  Both end with __syncthreads and thread 0's nvshmem_quiet.
+//
+// Usage (one process per PE, NVSHMEM's unique-id bootstrap as comm_cpp: init.cuh):
+//   python -m nvshmem_dsl.run -n 2 bench/cpp/exec.py bench/cpp/build/moe_cpp --uid-file F \
+//       --tokens T --hidden H --experts E --topk K [--iters N] [--reps R] [--spin-us U]
+// T tokens on every PE (max_tokens = T, at most MAX_TOKENS), E a multiple of the PEs, K <= E.
+//
+// Inputs (every PE can recompute every PE's): x[t][h] = ((t * 5 + h * 3 + pe * 7) % 17) - 8 (bfloat16);
+// topk[t][j]: K distinct experts a token, drawn by a hash of (pe, t) (splitmix64, rejection of repeats),
+// a slot set to -1 where another hash of (pe, t, j) is 7 mod 8; weights[t][j] = 1 / 2^(j % 4).
+// The "experts" (a kernel between dispatch and combine, in the check only): y[l][src][s] =
+// recv_x[par][l][src][s] * (global expert + 1), rounded to bfloat16.
+//
+// Output, one JSON line each on stdout: {"bench":"meta",...} (device, NVSHMEM version), then
+//   {"impl":"cpp","bench":"moe_check","tokens","hidden","experts","topk","npes","pe","grid","epoch","ok",
+//    "routed","received","count_mismatches","src_mismatches","out_mismatches","first":{...} or null}:
+//    one dispatch + experts + combine (epoch 1); counts per (local expert, source PE) and recv_src (the
+//    t * K + j in token order) against every PE's routing, out against the host's weighted sums (the
+//    host rounds y and out as the kernels do: exact, compared element by element); routed / received:
+//    the rows this PE sends (topk >= 0) / receives by the routing; first: the first wrong out element;
+//   {"impl":"cpp","bench":"moe","op":"round"|"dispatch"|"combine","tokens","hidden","experts","topk",
+//    "npes","pe","grid","us","us_min","bytes","routed","iters","reps","ok","host_us","spin_us"}:
+//    after 10 warm-up rounds, `reps` runs (default 5) of `iters` (default 100) back-to-back rounds
+//    (dispatch then combine, no experts kernel: y keeps the check's results, which every round's
+//    routing and x reproduce), each run behind a one-thread kernel that spins `spin-us` microseconds
+//    (default 2000) so that the events time the GPU, not the host's launches;
+//      op "round": runs with events around the whole run only: us = time per round (dispatch + combine);
+//      ops "dispatch" / "combine": other runs with an event after every kernel: us = the summed time of
+//      that kernel over the run / iters (each includes its waits for the peers);
+//    us = the median over runs, us_min the best run; bytes = the bytes this PE sends in dispatch (its
+//    routed rows, topk >= 0, this PE's own included, x H x 2), routed = those rows; ok = the check and a
+//    second check of the counts, recv_src and out after the timed runs; host_us: the host's time to enqueue one
+//    round (round) or one kernel and its event (dispatch / combine, the same figure).
+// The epoch starts at 1 and grows by one every round (dispatch and its combine share it); the signal
+// words are zeroed once.  Exit status 1 when a check failed, 2 on bad arguments or a failed allocation.
+
+#define INIT_PROG "moe_cpp"
+#include "init.cuh"  // CUDA_CHECK, g_pe / g_npes, now_s, init_nvshmem (shared with bench.cu, comm.cu)
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// ------------------------------------------------------------------ protocol (= runtime/kernels/moe/_layout.py)
+
+static const int THREADS = 512;        // _layout.THREADS
+static const int GRID_MAX = 32;        // _layout.GRID_MAX
+static const int MAX_TOKENS = 4096;    // _layout.MAX_TOKENS: dispatch's shared list of one expert's rows
+static const int WARMUP = 10;
+
+typedef __nv_bfloat16 bf16;
+
+// ------------------------------------------------------------------ kernels
+
+__device__ __forceinline__ void finish() {
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
+
+__global__ void __launch_bounds__(THREADS)
+    dispatch(const bf16* x, const int64_t* topk, bf16* recv_x, int* recv_src, uint64_t* sig, int* recv_count,
+             int64_t epoch, int64_t T, int64_t K, int64_t H, int64_t L, int64_t me, int64_t npes, int64_t T_max) {
+    __shared__ int order[MAX_TOKENS];  // the (t * K + j) routed to this expert
+    __shared__ int scan[THREADS];
+    const int64_t b = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int w = tid >> 5;
+    const int nw = blockDim.x >> 5;
+    const int nt = blockDim.x;
+    const int64_t E = L * npes;
+    const int64_t par = epoch & 1;
+    for (int64_t e = b; e < E; e += gridDim.x) {
+        const int dst = (int)(e / L);
+        int count = 0;
+        for (int64_t base = 0; base < T * K; base += nt) {  // block scan (Hillis-Steele) of topk == e, in order
+            const int64_t idx = base + tid;
+            const bool hit = idx < T * K && topk[idx] == e;
+            scan[tid] = hit ? 1 : 0;
+            __syncthreads();
+            for (int off = 1; off < nt; off *= 2) {
+                const int v = tid >= off ? scan[tid - off] : 0;
+                __syncthreads();
+                scan[tid] += v;
+                __syncthreads();
+            }
+            if (hit) order[count + scan[tid] - 1] = (int)idx;
+            count += scan[nt - 1];
+            __syncthreads();
+        }
+        const int64_t row0 = ((par * L + e % L) * npes + me) * T_max;
+        for (int64_t s = w; s < count; s += nw) {  // a warp a row
+            const int idx = order[s];
+            const int64_t t = idx / K;
+            const int64_t r = row0 + s;
+            nvshmemx_bfloat16_put_nbi_warp(recv_x + r * H, x + t * H, (size_t)H, dst);
+            if (lane == 0) nvshmem_int_p(recv_src + r, idx, dst);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            nvshmem_fence();
+            const int64_t word = (e % L) * npes + me;
+            nvshmemx_signal_op(sig + word, ((uint64_t)epoch << 32) | (uint64_t)(uint32_t)count, NVSHMEM_SIGNAL_SET,
+                               dst);
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        for (int64_t word = b; word < E; word += gridDim.x) {
+            nvshmem_signal_wait_until(sig + word, NVSHMEM_CMP_GE, (uint64_t)epoch << 32);
+            recv_count[word] = (int)(nvshmem_signal_fetch(sig + word) & 0xFFFFFFFFull);
+        }
+    }
+    finish();
+}
+
+__global__ void __launch_bounds__(THREADS)
+    combine(const bf16* y, const int64_t* topk, const float* weights, const int* recv_src, bf16* comb_x,
+            uint64_t* sig, const int* recv_count, bf16* out, int64_t epoch, int64_t T, int64_t K, int64_t H,
+            int64_t L, int64_t me, int64_t npes, int64_t T_max) {
+    const int64_t b = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int w = tid >> 5;
+    const int nw = blockDim.x >> 5;
+    const int64_t E = L * npes;
+    const int64_t par = epoch & 1;
+    for (int64_t word = b; word < E; word += gridDim.x) {  // word = l * npes + src: results back to src
+        const int64_t l = word / npes;
+        const int src = (int)(word % npes);
+        const int64_t count = recv_count[word];
+        for (int64_t s = w; s < count; s += nw) {
+            const int64_t r = (l * npes + src) * T_max + s;
+            const int64_t idx = recv_src[par * L * npes * T_max + r];
+            nvshmemx_bfloat16_put_nbi_warp(comb_x + idx * H, y + r * H, (size_t)H, src);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            nvshmem_fence();
+            const int64_t c = L * npes + me * L + l;
+            nvshmemx_signal_op(sig + c, (uint64_t)epoch, NVSHMEM_SIGNAL_SET, src);
+        }
+        __syncthreads();
+    }
+    for (int64_t e = tid; e < E; e += blockDim.x) nvshmem_signal_wait_until(sig + L * npes + e, NVSHMEM_CMP_GE,
+                                                                            (uint64_t)epoch);
+    __syncthreads();
+    for (int64_t t = b; t < T; t += gridDim.x) {
+        for (int64_t h = tid; h < H; h += blockDim.x) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                if (topk[t * K + j] >= 0) acc += weights[t * K + j] * __bfloat162float(comb_x[(t * K + j) * H + h]);
+            }
+            out[t * H + h] = __float2bfloat16_rn(acc);
+        }
+    }
+    finish();
+}
+
+// The experts of this benchmark: y[l][src][s] = recv_x[par][l][src][s] * (me * L + l + 1), rows below the
+// counts; one block a word l * npes + src.
+__global__ void __launch_bounds__(THREADS)
+    experts(const bf16* recv_x, bf16* y, const int* recv_count, int64_t epoch, int64_t H, int64_t L, int64_t me,
+            int64_t npes, int64_t T_max) {
+    const int64_t word = blockIdx.x;
+    const int64_t l = word / npes;
+    const float mult = (float)(me * L + l + 1);
+    const int64_t half = (epoch & 1) * L * npes * T_max * H;
+    const int64_t n = (int64_t)recv_count[word] * H;
+    const int64_t base = word * T_max * H;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        y[base + i] = __float2bfloat16_rn(__bfloat162float(recv_x[half + base + i]) * mult);
+}
+
+// Keeps the stream busy for about `ns` nanoseconds (%globaltimer), so that the host's launches of
+// the timed calls are enqueued before the first of them can start.
+__global__ void __launch_bounds__(1) spin_ns(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(500);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while ((long long)(t - t0) < ns);
+}
+
+// ------------------------------------------------------------------ inputs (every PE's, on any host)
+
+static uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// PE pe's routing of token t: K distinct experts of E (draws of a hash of (pe, t, n), repeats rejected),
+// a slot -1 where a hash of (pe, t, j) is 7 mod 8.
+static void route(int64_t pe, int64_t t, int64_t E, int64_t K, int64_t* out) {
+    const uint64_t seed = mix64(((uint64_t)pe << 40) ^ (uint64_t)t);
+    uint64_t n = 0;
+    for (int64_t j = 0; j < K; j++) {
+        int64_t e;
+        bool repeat;
+        do {
+            e = (int64_t)(mix64(seed + n++) % (uint64_t)E);
+            repeat = false;
+            for (int64_t i = 0; i < j; i++) repeat = repeat || out[i] == e;
+        } while (repeat);
+        out[j] = e;
+    }
+    for (int64_t j = 0; j < K; j++)
+        if (mix64(seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(j + 1))) % 8 == 7) out[j] = -1;
+}
+
+static float xval(int64_t pe, int64_t t, int64_t h) { return (float)(((t * 5 + h * 3 + pe * 7) % 17) - 8); }
+
+static float weight(int64_t j) { return 1.0f / (float)(1 << (j % 4)); }
+
+// ------------------------------------------------------------------ host side
+
+static bool parse_i64(const std::string& s, int64_t* v) {
+    if (s.empty()) return false;
+    char* end = nullptr;
+    errno = 0;
+    long long x = strtoll(s.c_str(), &end, 10);
+    if (errno || *end) return false;
+    *v = x;
+    return true;
+}
+
+static bool parse_f64(const std::string& s, double* v) {
+    if (s.empty()) return false;
+    char* end = nullptr;
+    errno = 0;
+    double x = strtod(s.c_str(), &end);
+    if (errno || *end || !std::isfinite(x)) return false;
+    *v = x;
+    return true;
+}
+
+static void json_num(char* buf, size_t len, double v) {
+    if (std::isfinite(v))
+        snprintf(buf, len, "%.9g", v);
+    else
+        snprintf(buf, len, "null");
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Moe {
+    int64_t T, H, E, K, L, me, npes, T_max;
+    int grid;
+    // symmetric
+    bf16* x;          // [T][H]
+    bf16* recv_x;     // [2][L][npes][T_max][H]
+    int* recv_src;    // [2][L][npes][T_max]
+    bf16* comb_x;     // [T_max * K][H]
+    uint64_t* sig;    // [L * npes + E] words, then recv_count
+    int* recv_count;  // [L * npes] (after the words, as MoEBuffer keeps it)
+    bf16* y;          // [L][npes][T_max][H]
+    // local
+    int64_t* topk;    // [T][K]
+    float* weights;   // [T][K]
+    bf16* out;        // [T][H]
+    int64_t rows() const { return L * npes * T_max; }
+    int64_t words() const { return L * npes + E; }
+};
+
+static int64_t g_epoch = 1;  // the next round's epoch: the same on every PE, never reset
+
+static void launch_dispatch(const Moe& m, int64_t epoch, cudaStream_t s) {
+    dispatch<<<m.grid, THREADS, 0, s>>>(m.x, m.topk, m.recv_x, m.recv_src, m.sig, m.recv_count, epoch, m.T, m.K,
+                                        m.H, m.L, m.me, m.npes, m.T_max);
+}
+
+static void launch_combine(const Moe& m, int64_t epoch, cudaStream_t s) {
+    combine<<<m.grid, THREADS, 0, s>>>(m.y, m.topk, m.weights, m.recv_src, m.comb_x, m.sig, m.recv_count, m.out,
+                                       epoch, m.T, m.K, m.H, m.L, m.me, m.npes, m.T_max);
+}
+
+struct Check {
+    int64_t counts = 0, srcs = 0, outs = 0;
+    int64_t first_t = -1, first_h = -1;
+    float first_got = 0, first_want = 0;
+    bool ok() const { return counts == 0 && srcs == 0 && outs == 0; }
+};
+
+// The host's view of every PE's routing and of this PE's expected results.
+struct Expect {
+    std::vector<int64_t> topk_all;   // [npes][T][K]
+    std::vector<int> counts;         // [L][npes]: rows this PE receives
+    std::vector<std::vector<int>> srcs;  // [L * npes]: their t * K + j in token order
+    std::vector<float> out;          // [T][H]
+    int64_t routed = 0;              // rows this PE sends (topk >= 0)
+};
+
+static Expect expect(const Moe& m) {
+    Expect x;
+    const int64_t T = m.T, K = m.K, E = m.E, L = m.L, npes = m.npes, me = m.me, H = m.H;
+    x.topk_all.resize((size_t)(npes * T * K));
+    for (int64_t pe = 0; pe < npes; pe++)
+        for (int64_t t = 0; t < T; t++) route(pe, t, E, K, &x.topk_all[(size_t)((pe * T + t) * K)]);
+    x.counts.assign((size_t)(L * npes), 0);
+    x.srcs.assign((size_t)(L * npes), {});
+    for (int64_t src = 0; src < npes; src++)
+        for (int64_t idx = 0; idx < T * K; idx++) {
+            const int64_t e = x.topk_all[(size_t)(src * T * K + idx)];
+            if (e >= 0 && e / L == me) {
+                const int64_t wd = (e % L) * npes + src;
+                x.counts[(size_t)wd]++;
+                x.srcs[(size_t)wd].push_back((int)idx);
+            }
+        }
+    const int64_t* mine = &x.topk_all[(size_t)(me * T * K)];
+    for (int64_t i = 0; i < T * K; i++) x.routed += mine[i] >= 0;
+    x.out.resize((size_t)(T * H));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t e = mine[t * K + j];
+                if (e < 0) continue;
+                // the expert's bfloat16 result, as the experts kernel rounds it
+                const float yv = __bfloat162float(__float2bfloat16_rn(
+                    __bfloat162float(__float2bfloat16_rn(xval(me, t, h))) * (float)(e + 1)));
+                acc += weight(j) * yv;
+            }
+            x.out[(size_t)(t * H + h)] = __bfloat162float(__float2bfloat16_rn(acc));
+        }
+    return x;
+}
+
+// Counts, (optionally) recv_src of epoch's half, and out against the host's.
+static Check check(const Moe& m, const Expect& want, int64_t epoch, bool with_src) {
+    Check c;
+    const int64_t W = m.L * m.npes;
+    std::vector<int> counts((size_t)W);
+    CUDA_CHECK(cudaMemcpy(counts.data(), m.recv_count, counts.size() * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int64_t wd = 0; wd < W; wd++) c.counts += counts[(size_t)wd] != want.counts[(size_t)wd];
+    if (with_src) {
+        std::vector<int> src((size_t)m.rows());
+        CUDA_CHECK(cudaMemcpy(src.data(), m.recv_src + (epoch & 1) * m.rows(), src.size() * sizeof(int),
+                              cudaMemcpyDeviceToHost));
+        for (int64_t wd = 0; wd < W; wd++) {
+            const std::vector<int>& ws = want.srcs[(size_t)wd];
+            for (size_t s = 0; s < ws.size() && (int64_t)s < m.T_max; s++)
+                c.srcs += src[(size_t)(wd * m.T_max) + s] != ws[s];
+        }
+    }
+    std::vector<bf16> out((size_t)(m.T * m.H));
+    CUDA_CHECK(cudaMemcpy(out.data(), m.out, out.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < m.T * m.H; i++) {
+        const float g = __bfloat162float(out[(size_t)i]), w = want.out[(size_t)i];
+        if (!(g == w)) {
+            if (c.first_t < 0) {
+                c.first_t = i / m.H;
+                c.first_h = i % m.H;
+                c.first_got = g;
+                c.first_want = w;
+            }
+            c.outs++;
+        }
+    }
+    return c;
+}
+
+static void usage(const char* prog) {
+    fprintf(stderr,
+            "usage: %s --uid-file PATH --tokens T --hidden H --experts E --topk K [--iters N] [--reps R] "
+            "[--spin-us U]\n"
+            "  T tokens on every PE (1..%d), E a multiple of the PEs, 1 <= K <= E\n",
+            prog, MAX_TOKENS);
+}
+
+int main(int argc, char** argv) {
+    std::string uid_file;
+    int64_t T = 0, H = 0, E = 0, K = 0, iters = 100, reps = 5;
+    double spin_us = 2000;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        bool has = i + 1 < argc;
+        bool ok = true;
+        if (a == "--uid-file" && has) uid_file = argv[++i];
+        else if (a == "--tokens" && has) ok = parse_i64(argv[++i], &T);
+        else if (a == "--hidden" && has) ok = parse_i64(argv[++i], &H);
+        else if (a == "--experts" && has) ok = parse_i64(argv[++i], &E);
+        else if (a == "--topk" && has) ok = parse_i64(argv[++i], &K);
+        else if (a == "--iters" && has) ok = parse_i64(argv[++i], &iters) && iters >= 1;
+        else if (a == "--reps" && has) ok = parse_i64(argv[++i], &reps) && reps >= 1;
+        else if (a == "--spin-us" && has) ok = parse_f64(argv[++i], &spin_us) && spin_us >= 0;
+        else ok = false;
+        if (!ok) {
+            usage(argv[0]);
+            return 2;
+        }
+    }
+    if (T < 1 || T > MAX_TOKENS || H < 1 || E < 1 || K < 1 || K > E || E > (int64_t)1 << 30) {
+        fprintf(stderr, "moe_cpp: bad sizes: tokens %lld (1..%d), hidden %lld (>= 1), experts %lld (>= 1), "
+                        "topk %lld (1..experts)\n",
+                (long long)T, MAX_TOKENS, (long long)H, (long long)E, (long long)K);
+        usage(argv[0]);
+        return 2;
+    }
+
+    double t_init = now_s();
+    init_nvshmem(uid_file);
+    t_init = now_s() - t_init;
+    const int64_t me = g_pe, npes = g_npes;
+    if (E % npes) {
+        fprintf(stderr, "moe_cpp: experts (%lld) must be a multiple of the %lld PEs\n", (long long)E,
+                (long long)npes);
+        return 2;
+    }
+
+    Moe m;
+    m.T = T;
+    m.H = H;
+    m.E = E;
+    m.K = K;
+    m.L = E / npes;
+    m.me = me;
+    m.npes = npes;
+    m.T_max = T;
+    m.grid = (int)std::min<int64_t>(GRID_MAX, E);
+
+    {
+        int dev = 0, rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        cudaRuntimeGetVersion(&rt);
+        cudaDriverGetVersion(&drv);
+        nvshmemx_vendor_get_version_info(&maj, &min, &pat);
+        printf("{\"impl\":\"cpp\",\"bench\":\"meta\",\"program\":\"moe_cpp\",\"pe\":%lld,\"npes\":%lld,"
+               "\"device\":\"%s\",\"cc\":\"%d.%d\",\"nvshmem\":\"%d.%d.%d\",\"nvshmem_headers\":\"%d.%d.%d\","
+               "\"cuda_runtime\":%d,\"cuda_driver\":%d,\"threads\":%d,\"grid\":%d,\"iters\":%lld,\"reps\":%lld,"
+               "\"spin_us\":%.6g,\"init_s\":%.3f}\n",
+               (long long)me, (long long)npes, prop.name, prop.major, prop.minor, maj, min, pat,
+               NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION, NVSHMEM_VENDOR_PATCH_VERSION, rt, drv,
+               THREADS, m.grid, (long long)iters, (long long)reps, spin_us, t_init);
+        fflush(stdout);
+    }
+
+    // ---- buffers (symmetric: the same sizes on every PE)
+    const size_t rows = (size_t)m.rows();
+    const size_t sz_x = (size_t)(T * H) * sizeof(bf16), sz_recv_x = 2 * rows * (size_t)H * sizeof(bf16),
+                 sz_recv_src = 2 * rows * sizeof(int), sz_comb = (size_t)(T * K * H) * sizeof(bf16),
+                 sz_sig = (size_t)m.words() * sizeof(uint64_t) + (size_t)(m.L * npes) * sizeof(int),
+                 sz_y = rows * (size_t)H * sizeof(bf16);
+    m.x = (bf16*)nvshmem_malloc(sz_x);
+    m.recv_x = (bf16*)nvshmem_malloc(sz_recv_x);
+    m.recv_src = (int*)nvshmem_malloc(sz_recv_src);
+    m.comb_x = (bf16*)nvshmem_malloc(sz_comb);
+    m.sig = (uint64_t*)nvshmem_malloc(sz_sig);
+    m.y = (bf16*)nvshmem_malloc(sz_y);
+    if (!m.x || !m.recv_x || !m.recv_src || !m.comb_x || !m.sig || !m.y) {
+        fprintf(stderr, "moe_cpp: nvshmem_malloc of %.1f MiB failed (raise NVSHMEM_SYMMETRIC_SIZE)\n",
+                (double)(sz_x + sz_recv_x + sz_recv_src + sz_comb + sz_sig + sz_y) / (1 << 20));
+        return 2;
+    }
+    m.recv_count = (int*)(m.sig + m.words());
+    CUDA_CHECK(cudaMalloc(&m.topk, (size_t)(T * K) * sizeof(int64_t)));
+    CUDA_CHECK(cudaMalloc(&m.weights, (size_t)(T * K) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&m.out, (size_t)(T * H) * sizeof(bf16)));
+
+    const Expect want = expect(m);
+    {
+        std::vector<bf16> hx((size_t)(T * H));
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) hx[(size_t)(t * H + h)] = __float2bfloat16_rn(xval(me, t, h));
+        CUDA_CHECK(cudaMemcpy(m.x, hx.data(), sz_x, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(m.topk, &want.topk_all[(size_t)(me * T * K)], (size_t)(T * K) * sizeof(int64_t),
+                              cudaMemcpyHostToDevice));
+        std::vector<float> hw((size_t)(T * K));
+        for (int64_t i = 0; i < T * K; i++) hw[(size_t)i] = weight(i % K);
+        CUDA_CHECK(cudaMemcpy(m.weights, hw.data(), hw.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    CUDA_CHECK(cudaMemset(m.sig, 0, sz_sig));
+    CUDA_CHECK(cudaMemset(m.recv_x, 0, sz_recv_x));
+    CUDA_CHECK(cudaMemset(m.recv_src, 0xFF, sz_recv_src));
+    CUDA_CHECK(cudaMemset(m.comb_x, 0xFF, sz_comb));  // NaN: a row that never came shows
+    CUDA_CHECK(cudaMemset(m.y, 0, sz_y));
+    CUDA_CHECK(cudaMemset(m.out, 0xFF, (size_t)(T * H) * sizeof(bf16)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    nvshmem_barrier_all();  // every PE's buffers are ready before any put
+
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const int64_t bytes = want.routed * H * (int64_t)sizeof(bf16);
+
+    // ---- correctness: one dispatch, the experts, one combine
+    const int64_t e1 = g_epoch++;
+    launch_dispatch(m, e1, stream);
+    experts<<<(unsigned)(m.L * npes), THREADS, 0, stream>>>(m.recv_x, m.y, m.recv_count, e1, H, m.L, me, npes,
+                                                           m.T_max);
+    launch_combine(m, e1, stream);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Check c1 = check(m, want, e1, true);
+    int64_t received = 0;
+    for (int v : want.counts) received += v;
+    {
+        char first_json[200] = "null";
+        if (c1.first_t >= 0) {
+            char g[40], w[40];
+            json_num(g, sizeof g, c1.first_got);
+            json_num(w, sizeof w, c1.first_want);
+            snprintf(first_json, sizeof first_json, "{\"token\":%lld,\"h\":%lld,\"got\":%s,\"want\":%s}",
+                     (long long)c1.first_t, (long long)c1.first_h, g, w);
+        }
+        printf("{\"impl\":\"cpp\",\"bench\":\"moe_check\",\"tokens\":%lld,\"hidden\":%lld,\"experts\":%lld,"
+               "\"topk\":%lld,\"npes\":%lld,\"pe\":%lld,\"grid\":%d,\"epoch\":%lld,\"ok\":%s,\"routed\":%lld,"
+               "\"received\":%lld,\"count_mismatches\":%lld,\"src_mismatches\":%lld,\"out_mismatches\":%lld,"
+               "\"first\":%s}\n",
+               (long long)T, (long long)H, (long long)E, (long long)K, (long long)npes, (long long)me, m.grid,
+               (long long)e1, c1.ok() ? "true" : "false", (long long)want.routed, (long long)received,
+               (long long)c1.counts, (long long)c1.srcs, (long long)c1.outs, first_json);
+        fflush(stdout);
+    }
+
+    // ---- timing: rounds of dispatch + combine (y keeps the check's results)
+    std::vector<cudaEvent_t> ev((size_t)(2 * iters + 1));
+    for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+    nvshmem_barrier_all();
+    for (int w = 0; w < WARMUP; w++) {
+        const int64_t e = g_epoch++;
+        launch_dispatch(m, e, stream);
+        launch_combine(m, e, stream);
+    }
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<double> round_us, round_host, disp_us, comb_us, split_host;
+    for (int split = 0; split < 2; split++) {
+        for (int64_t r = 0; r < reps; r++) {
+            nvshmem_barrier_all();
+            const double h0 = now_s();
+            spin_ns<<<1, 1, 0, stream>>>((long long)(spin_us * 1000));
+            CUDA_CHECK(cudaEventRecord(ev[0], stream));
+            for (int64_t it = 0; it < iters; it++) {
+                const int64_t e = g_epoch++;
+                launch_dispatch(m, e, stream);
+                if (split) CUDA_CHECK(cudaEventRecord(ev[(size_t)(2 * it + 1)], stream));
+                launch_combine(m, e, stream);
+                if (split) CUDA_CHECK(cudaEventRecord(ev[(size_t)(2 * it + 2)], stream));
+            }
+            if (!split) CUDA_CHECK(cudaEventRecord(ev[(size_t)(2 * iters)], stream));
+            const double host = (now_s() - h0) * 1e6;
+            CUDA_CHECK(cudaGetLastError());
+            CUDA_CHECK(cudaEventSynchronize(ev[(size_t)(2 * iters)]));
+            if (!split) {
+                float ms = 0;
+                CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[(size_t)(2 * iters)]));
+                round_us.push_back((double)ms * 1e3 / (double)iters);
+                round_host.push_back(host);
+            } else {
+                double d = 0, c = 0;
+                for (int64_t it = 0; it < iters; it++) {
+                    float a = 0, b = 0;
+                    CUDA_CHECK(cudaEventElapsedTime(&a, ev[(size_t)(2 * it)], ev[(size_t)(2 * it + 1)]));
+                    CUDA_CHECK(cudaEventElapsedTime(&b, ev[(size_t)(2 * it + 1)], ev[(size_t)(2 * it + 2)]));
+                    d += a;
+                    c += b;
+                }
+                disp_us.push_back(d * 1e3 / (double)iters);
+                comb_us.push_back(c * 1e3 / (double)iters);
+                split_host.push_back(host);
+            }
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Check c2 = check(m, want, g_epoch - 1, true);  // the last round's counts, recv_src and out
+    const bool ok = c1.ok() && c2.ok();
+    if (!c2.ok())
+        fprintf(stderr, "moe_cpp: after the timed rounds: %lld count, %lld recv_src and %lld out mismatches\n",
+                (long long)c2.counts, (long long)c2.srcs, (long long)c2.outs);
+    for (const double enq : {median(round_host), median(split_host)})
+        if (enq > spin_us)
+            fprintf(stderr,
+                    "moe_cpp: enqueueing %lld rounds took %.0f us, more than the %.0f us spin: the time includes "
+                    "launch gaps (raise --spin-us)\n",
+                    (long long)iters, enq, spin_us);
+    struct Row {
+        const char* op;
+        const std::vector<double>* us;
+        double host_us;
+    };
+    const Row rows_out[3] = {{"round", &round_us, median(round_host) / (double)iters},
+                             {"dispatch", &disp_us, median(split_host) / (double)(2 * iters)},
+                             {"combine", &comb_us, median(split_host) / (double)(2 * iters)}};
+    for (const Row& row : rows_out) {
+        printf("{\"impl\":\"cpp\",\"bench\":\"moe\",\"op\":\"%s\",\"tokens\":%lld,\"hidden\":%lld,\"experts\":%lld,"
+               "\"topk\":%lld,\"npes\":%lld,\"pe\":%lld,\"grid\":%d,\"us\":%.6g,\"us_min\":%.6g,\"bytes\":%lld,"
+               "\"routed\":%lld,\"iters\":%lld,\"reps\":%lld,\"ok\":%s,\"host_us\":%.6g,\"spin_us\":%.6g}\n",
+               row.op, (long long)T, (long long)H, (long long)E, (long long)K, (long long)npes, (long long)me, m.grid,
+               median(*row.us), *std::min_element(row.us->begin(), row.us->end()), (long long)bytes,
+               (long long)want.routed, (long long)iters, (long long)reps, ok ? "true" : "false", row.host_us,
+               spin_us);
+    }
+    fflush(stdout);
+
+    for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    nvshmem_barrier_all();  // every PE is done with the buffers before they are freed
+    CUDA_CHECK(cudaFree(m.out));
+    CUDA_CHECK(cudaFree(m.weights));
+    CUDA_CHECK(cudaFree(m.topk));
+    nvshmem_free(m.y);
+    nvshmem_free(m.sig);
+    nvshmem_free(m.comb_x);
+    nvshmem_free(m.recv_src);
+    nvshmem_free(m.recv_x);
+    nvshmem_free(m.x);
+    nvshmem_finalize();
+    return ok ? 0 : 1;
+}
