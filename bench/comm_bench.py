@@ -125,10 +125,18 @@ def _spin_cycles_per_us():
     return best
 
 
+def agreed_spin_us(host_us, args):
+    """A spin long enough for ``args.iters`` calls of ``host_us`` each to be enqueued behind it, the
+    same on every PE (the slowest host's; one host collective)."""
+    from nvshmem_dsl.host import memory
+    spin_us = max(args.spin_us, 2 * host_us * args.iters)
+    ranges = memory.value_ranges([int(spin_us)])
+    return ranges[0][1] if ranges else spin_us
+
+
 def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
     import torch
     import nvshmem_dsl as nvshmem
-    from nvshmem_dsl.host import memory
     tdtype = getattr(torch, dtype)
     n = CS.elements(kind, nbytes, tdtype.itemsize, npes)
     xn = n * npes if kind == "reduce_scatter" else n
@@ -157,10 +165,7 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
         call()
     host_us = (time.perf_counter() - t0) / max(args.warmup, 1) * 1e6
     stream.synchronize()
-    # the calls are all enqueued before the spin ends, on every PE alike (the slowest host's spin)
-    spin_us = max(args.spin_us, 2 * host_us * args.iters)
-    ranges = memory.value_ranges([int(spin_us)])
-    spin_us = ranges[0][1] if ranges else spin_us
+    spin_us = agreed_spin_us(host_us, args)
     times, short = [], 0
     for _ in range(args.reps):
         nvshmem.barrier_all()

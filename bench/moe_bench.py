@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from comm_bench import _spin_cycles_per_us  # noqa: E402
+from comm_bench import _spin_cycles_per_us, agreed_spin_us  # noqa: E402
 
 
 _M64 = (1 << 64) - 1
@@ -60,7 +60,6 @@ def inputs(me, T, H, E, K):
 def measure(impl, args, me, npes, cycles_per_us):
     import torch
     import nvshmem_dsl as nvshmem
-    from nvshmem_dsl.host import memory
     from nvshmem_dsl.kernels.moe import MoEBuffer
     T, H, E, K = args.tokens, args.hidden, args.experts, args.topk
     buf = MoEBuffer(T, H, E, K)
@@ -87,9 +86,7 @@ def measure(impl, args, me, npes, cycles_per_us):
         one_round()
     host_us = (time.perf_counter() - t0) / max(args.warmup, 1) * 1e6
     stream.synchronize()
-    spin_us = max(args.spin_us, 2 * host_us * args.iters)
-    ranges = memory.value_ranges([int(spin_us)])
-    spin_us = ranges[0][1] if ranges else spin_us
+    spin_us = agreed_spin_us(host_us, args)
     rounds, dispatches, combines, short = [], [], [], 0
     for split in (False, True):  # as bench/cpp/moe.cu: rounds alone, then events after each call
         for _ in range(args.reps):

@@ -30,6 +30,7 @@
 
 #define INIT_PROG "comm_cpp"
 #include "init.cuh"  // CUDA_CHECK, g_pe / g_npes, now_s, init_nvshmem (shared with bench.cu)
+#include "driver.cuh"  // argument parsing, JSON numbers, medians, the spin kernel
 
 #include <cuda_bf16.h>
 
@@ -224,14 +225,6 @@ COMM_KERNEL(reduce_scatter) {
 
 // Keeps the stream busy for about `ns` nanoseconds (%globaltimer), so that the host's launches of
 // the timed calls are enqueued before the first of them can start.
-__global__ void __launch_bounds__(1) spin_ns(long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(500);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while ((long long)(t - t0) < ns);
-}
 
 // ------------------------------------------------------------------ plans
 
@@ -251,26 +244,6 @@ struct Plan {
         return (kind == ONE_SHOT || kind == TWO_SHOT ? n : npes * n) * (int64_t)size();
     }
 };
-
-static bool parse_i64(const std::string& s, int64_t* v) {
-    if (s.empty()) return false;
-    char* end = nullptr;
-    errno = 0;
-    long long x = strtoll(s.c_str(), &end, 10);
-    if (errno || *end) return false;
-    *v = x;
-    return true;
-}
-
-static bool parse_f64(const std::string& s, double* v) {
-    if (s.empty()) return false;
-    char* end = nullptr;
-    errno = 0;
-    double x = strtod(s.c_str(), &end);
-    if (errno || *end || !std::isfinite(x)) return false;
-    *v = x;
-    return true;
-}
 
 static std::vector<std::string> split(const std::string& s, char sep) {
     std::vector<std::string> out;
@@ -360,13 +333,6 @@ static float expected(const Plan& p, int64_t i, int64_t me, int64_t npes) {
     }
 }
 
-static void json_num(char* buf, size_t len, double v) {
-    if (std::isfinite(v))
-        snprintf(buf, len, "%.9g", v);
-    else
-        snprintf(buf, len, "null");
-}
-
 struct Bufs {
     void* x;      // symmetric: x_elems
     void* stage;  // symmetric: stage_elems
@@ -403,12 +369,6 @@ static void call(const Plan& p, const Bufs& b, uint64_t* sig, int64_t me, int64_
         launch_t<__nv_bfloat16>(p, b, sig, e, me, npes, s);
     else
         launch_t<float>(p, b, sig, e, me, npes, s);
-}
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void usage(const char* prog) {

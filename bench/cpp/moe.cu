@@ -47,6 +47,7 @@
 
 #define INIT_PROG "moe_cpp"
 #include "init.cuh"  // CUDA_CHECK, g_pe / g_npes, now_s, init_nvshmem (shared with bench.cu, comm.cu)
+#include "driver.cuh"  // argument parsing, JSON numbers, medians, the spin kernel
 
 #include <cuda_bf16.h>
 
@@ -188,14 +189,6 @@ __global__ void __launch_bounds__(THREADS)
 
 // Keeps the stream busy for about `ns` nanoseconds (%globaltimer), so that the host's launches of
 // the timed calls are enqueued before the first of them can start.
-__global__ void __launch_bounds__(1) spin_ns(long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(500);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while ((long long)(t - t0) < ns);
-}
 
 // ------------------------------------------------------------------ inputs (every PE's, on any host)
 
@@ -230,39 +223,6 @@ static float xval(int64_t pe, int64_t t, int64_t h) { return (float)(((t * 5 + h
 static float weight(int64_t j) { return 1.0f / (float)(1 << (j % 4)); }
 
 // ------------------------------------------------------------------ host side
-
-static bool parse_i64(const std::string& s, int64_t* v) {
-    if (s.empty()) return false;
-    char* end = nullptr;
-    errno = 0;
-    long long x = strtoll(s.c_str(), &end, 10);
-    if (errno || *end) return false;
-    *v = x;
-    return true;
-}
-
-static bool parse_f64(const std::string& s, double* v) {
-    if (s.empty()) return false;
-    char* end = nullptr;
-    errno = 0;
-    double x = strtod(s.c_str(), &end);
-    if (errno || *end || !std::isfinite(x)) return false;
-    *v = x;
-    return true;
-}
-
-static void json_num(char* buf, size_t len, double v) {
-    if (std::isfinite(v))
-        snprintf(buf, len, "%.9g", v);
-    else
-        snprintf(buf, len, "null");
-}
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Moe {
     int64_t T, H, E, K, L, me, npes, T_max;

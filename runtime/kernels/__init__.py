@@ -24,7 +24,7 @@ import importlib
 from typing import Any
 
 from ..errors import NvshmemArgumentError, NvshmemTypeError
-from ..host import _arrays, _state, memory
+from ..host import _arrays, _state
 from ..host._cuda import stream_handle, synchronize
 from ..host.views import span_is_symmetric
 from . import _plan

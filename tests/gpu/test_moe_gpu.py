@@ -132,7 +132,7 @@ def test_back_to_back(dsl):
 def test_bad_input(dsl):
     import nvshmem_dsl as nvshmem
     from nvshmem_dsl.kernels.moe import MoEBuffer
-    me, npes = nvshmem.my_pe(), nvshmem.n_pes()
+    npes = nvshmem.n_pes()
     with pytest.raises(nvshmem.NvshmemArgumentError, match="'num_experts'"):
         MoEBuffer(MAX_TOKENS, HIDDEN, 16 * npes + 1 if npes > 1 else 0, TOPK)
     buf = MoEBuffer(8, HIDDEN, EXPERTS, TOPK)

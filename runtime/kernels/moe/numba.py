@@ -70,7 +70,6 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
 def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, K, H, L, me, npes, T_max):
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    lane = tid & 31
     w = tid >> 5
     nw = cuda.blockDim.x >> 5
     E = L * npes
