@@ -439,11 +439,187 @@ def test_port_in_use_is_a_clear_error():
             serve_uid(UID, "127.0.0.1", port, nranks=2, key=b"", timeout=1)
 
 
-def test_no_secret_warns_but_works(caplog):
+def test_no_secret_warns_once_where_other_hosts_reach_the_store(caplog, monkeypatch):
+    """Without a secret the exchange works; where a process that is not the job's could reach the
+    store (another host: a store host that is not a loopback address), a warning says so, once a
+    process."""
+    monkeypatch.setattr(bs, "_warned_unauthenticated", False)
+    monkeypatch.setattr(bs, "_exposure", lambda host: f"{host} can be reached from other hosts")
+    for _ in range(2):
+        port = free_port()
+        results, errors = run_ranks([launcher_env(r, 2, port, secret=None) for r in range(2)], Counter())
+        assert errors == [None, None] and results[1].uid == UID
+    assert caplog.text.count("NVSHMEM_DSL_SECRET is not set, and 127.0.0.1 can be reached from other hosts") == 1
+    assert "export NVSHMEM_DSL_SECRET=" in caplog.text
+
+
+@pytest.mark.skipif(not bs._peers_checked(), reason="needs /proc/net/tcp (Linux)")
+def test_no_secret_on_loopback_needs_no_warning(caplog, monkeypatch):
+    """A store on a loopback address, whose clients are checked to be this user's processes, is
+    out of every other user's reach: no warning."""
+    monkeypatch.setattr(bs, "_warned_unauthenticated", False)
     port = free_port()
     results, errors = run_ranks([launcher_env(r, 2, port, secret=None) for r in range(2)], Counter())
     assert errors == [None, None] and results[1].uid == UID
-    assert "NVSHMEM_DSL_SECRET is not set" in caplog.text
+    assert "NVSHMEM_DSL_SECRET" not in caplog.text
+
+
+def test_exposure():
+    assert bs._exposure("192.0.2.7") == "192.0.2.7 can be reached from other hosts"
+    assert bs._exposure("no-such-host.invalid") == "no-such-host.invalid can be reached from other hosts"
+    if bs._peers_checked():
+        assert bs._exposure("127.0.0.1") is None and bs._exposure("::1") is None
+
+
+def test_torchrun_on_one_node_serves_on_loopback():
+    """torchrun with every rank on this node (LOCAL_WORLD_SIZE == WORLD_SIZE): rank 0 serves the id
+    on 127.0.0.1 whatever MASTER_ADDR says (here an address of no host), out of other hosts' reach."""
+    port = free_port()
+    envs = [{"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
+             "MASTER_ADDR": "192.0.2.7", "MASTER_PORT": str(port - 1), "NVSHMEM_DSL_SECRET": SECRET}
+            for r in range(2)]
+    results, errors = run_ranks(envs, Counter())
+    assert errors == [None, None] and results[1].uid == UID
+
+
+def test_socket_owner_sees_this_users_processes_and_not_other_hosts():
+    if not bs._peers_checked():
+        pytest.skip("needs /proc/net/tcp (Linux)")
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            listener = socket.socket(family)
+            listener.bind((host, 0))
+        except OSError:
+            continue
+        with listener:
+            listener.listen(1)
+            with socket.create_connection(listener.getsockname()[:2]) as client:
+                served, _ = listener.accept()
+                with served:
+                    assert bs._socket_owner(served.getsockname(), served.getpeername()) == os.getuid()
+                    assert bs._socket_owner(client.getsockname(), client.getpeername()) == os.getuid()
+    assert bs._socket_owner(("127.0.0.1", 1), ("192.0.2.7", 5)) is None
+
+
+# Another user's process, in Python alone (run as user nobody by a root test run): a client that
+# answers rank 0's challenge keyed by an empty secret (what a job without NVSHMEM_DSL_SECRET takes),
+# and a server that hands out a forged id the same way.
+STRANGER_CLIENT = r"""
+import hashlib, hmac, os, socket, struct, sys
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+def recv(n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise SystemExit("closed")
+        data += chunk
+    return data
+snonce = recv(8 + 32)[8:]
+cnonce, ranks = os.urandom(32), struct.pack("!II", 1, 2)
+sock.sendall(cnonce + ranks + hmac.new(b"", b"C" + snonce + cnonce + ranks, hashlib.sha256).digest())
+status = recv(1)[0]
+print("STATUS", status, flush=True)
+if status == 0:
+    n, = struct.unpack("!I", recv(4))
+    recv(n + 32)
+    sock.sendall(b"\x06")
+"""
+
+STRANGER_SERVER = r"""
+import hashlib, hmac, os, socket, struct, sys
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", 0))
+listener.listen(4)
+print(listener.getsockname()[1], flush=True)
+listener.settimeout(30)
+while True:
+    conn, _ = listener.accept()
+    conn.settimeout(10)
+    try:
+        snonce = os.urandom(32)
+        conn.sendall(b"NVDSLid1" + snonce)
+        hello = b""
+        while len(hello) < 72:
+            chunk = conn.recv(72 - len(hello))
+            if not chunk:
+                break
+            hello += chunk
+        if len(hello) < 72:
+            continue
+        cnonce, ranks = hello[:32], hello[32:40]
+        nonces, forged = snonce + cnonce, b"F" * 128
+        stream = b"".join(hmac.new(b"", b"K" + nonces + struct.pack("!I", i), hashlib.sha256).digest()
+                          for i in range(4))
+        body = struct.pack("!I", len(forged)) + bytes(a ^ b for a, b in zip(forged, stream))
+        conn.sendall(b"\0" + body + hmac.new(b"", b"S" + nonces + ranks + body, hashlib.sha256).digest())
+        conn.recv(1)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+"""
+
+
+def _as_user(uid: int | None):
+    """Popen arguments running system Python as ``uid`` (None: as this process's user)."""
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    return {"args": [python, "-c"], "user": uid, "group": uid} if uid is not None else {"args": [python, "-c"]}
+
+
+def _other_user() -> int:
+    if not bs._peers_checked():
+        pytest.skip("needs /proc/net/tcp (Linux)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run a process as another user")
+    nobody = 65534
+    done = subprocess.run(_as_user(nobody)["args"] + ["print(1)"], user=nobody, group=nobody, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot run Python as user {nobody}: {done.stderr.strip()[-200:]}")
+    return nobody
+
+
+@pytest.mark.parametrize("who", ["other", "same"])
+def test_no_secret_another_users_process_cannot_fetch_the_id(who):
+    """Without a secret, rank 0 refuses a client that is another user's process on its host (and
+    serves the job's ranks all the same); the same client run as the job's user gets the id."""
+    uid = _other_user() if who == "other" else None
+    port = free_port()
+    served = threading.Thread(target=serve_uid, args=(UID, "127.0.0.1", port),
+                              kwargs={"nranks": 2, "key": b"", "timeout": 20}, daemon=True)
+    served.start()
+    time.sleep(0.2)
+    kw = _as_user(uid)
+    done = subprocess.run(kw.pop("args") + [STRANGER_CLIENT, str(port)], capture_output=True, text=True,
+                          timeout=30, **kw)
+    if who == "other":
+        assert done.stdout.split() == ["STATUS", str(bs._OTHER_USER)], done.stderr
+        assert fetch_uid("127.0.0.1", port, rank=1, nranks=2, key=b"", timeout=10) == UID
+    else:
+        assert done.stdout.split() == ["STATUS", "0"], done.stderr
+    served.join(20)
+    assert not served.is_alive()
+
+
+@pytest.mark.parametrize("who", ["other", "same"])
+def test_no_secret_another_users_store_cannot_feed_a_forged_id(who):
+    """Without a secret, a rank refuses a store on its host that is another user's process (one
+    that took the port before rank 0, to hand out a forged id); one of the job's user it takes."""
+    uid = _other_user() if who == "other" else None
+    kw = _as_user(uid)
+    server = subprocess.Popen(kw.pop("args") + [STRANGER_SERVER], stdout=subprocess.PIPE, text=True, **kw)
+    try:
+        port = int(server.stdout.readline())
+        if who == "other":
+            with pytest.raises(NvshmemInitError, match=r"is a process of user id 65534, not of this job's user"):
+                fetch_uid("127.0.0.1", port, rank=1, nranks=2, key=b"", timeout=10)
+        else:
+            assert fetch_uid("127.0.0.1", port, rank=1, nranks=2, key=b"", timeout=10) == b"F" * 128
+    finally:
+        server.kill()
+        server.wait()
 
 
 # --------------------------------------------------------------------------- MPI

@@ -27,12 +27,18 @@ rank 0 calls.  The modes, tried in this order:
 In the ``torchrun`` and ``launcher`` modes, rank 0 serves the id over a small TCP
 store that binds only ``NVSHMEM_DSL_STORE_HOST:NVSHMEM_DSL_STORE_PORT`` (under
 torchrun these default to ``MASTER_ADDR`` and ``MASTER_PORT + 1``: torchrun's own
-agent store already listens on ``MASTER_PORT``).  A client must answer an HMAC
+agent store already listens on ``MASTER_PORT``; the host is ``127.0.0.1`` when all
+ranks are on this node, ``LOCAL_WORLD_SIZE == WORLD_SIZE``).  A client must answer an HMAC
 challenge keyed by ``NVSHMEM_DSL_SECRET`` and rank 0 proves it knows the secret
 too; the id travels encrypted with a key stream derived from the secret and both
-nonces.  **Without NVSHMEM_DSL_SECRET, any process that can reach the port while
-rank 0 waits can read the id** (a warning is logged); nvshmem_dsl.run always sets
-one.  The id is never written to a file.
+nonces; nvshmem_dsl.run always sets one.  No secret can be derived from what torchrun
+gives its workers (docs/troubleshooting.rst says why).  Without one, each end of a
+connection between two processes of this host checks that the other end is a process of
+its own user (:func:`_socket_owner`: the kernel's table of TCP sockets), so that another
+user's process on the node can neither fetch the id nor serve a forged one; **a process
+on another host (or in another network namespace) that reaches the port while rank 0
+waits can still read the id**, and a warning says so once (:func:`_secret`).  The id is
+never written to a file.
 
 Every wait is bounded by ``NVSHMEM_DSL_INIT_TIMEOUT`` seconds (default 60).
 """
@@ -42,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import importlib.util
+import ipaddress
 import logging
 import os
 import secrets
@@ -275,7 +282,9 @@ def bootstrap(
     if make_uid is None and r == 0:
         raise NvshmemInitError(f"{mode} mode: rank 0 needs make_uid to create the unique id")
 
-    host = env.get(ENV_STORE_HOST) or env.get(host_var)
+    host = env.get(ENV_STORE_HOST)
+    if not host:  # torchrun with every rank on this node: out of other hosts' reach
+        host = _LOOPBACK if mode == "torchrun" and _one_node(env, n) else env.get(host_var)
     if not host:
         raise NvshmemInitError(f"{mode} mode: {host_var} is not set, so rank {r} cannot find rank 0")
     port = _store_port(env, mode, port_var)
@@ -286,6 +295,15 @@ def bootstrap(
     else:
         the_uid = fetch_uid(host, port, rank=r, nranks=n, key=key, timeout=timeout, mode=mode)
     return Bootstrap(mode, r, n, lr, the_uid)
+
+
+#: Where rank 0 serves the id under torchrun when all ranks are on its node: out of other hosts' reach.
+_LOOPBACK = "127.0.0.1"
+
+
+def _one_node(env: Mapping[str, str], nranks: int) -> bool:
+    """Whether torchrun put all ``nranks`` ranks on this node (its ``LOCAL_WORLD_SIZE``)."""
+    return env.get("LOCAL_WORLD_SIZE", "").strip() == str(nranks)
 
 
 def _launcher_local_rank(env: Mapping[str, str], given: int | None) -> int:
@@ -335,19 +353,51 @@ def _store_port(env: Mapping[str, str], mode: str, port_var: str) -> int:
     return port
 
 
+_warned_unauthenticated = False
+
+
 def _secret(env: Mapping[str, str], mode: str, host: str, port: int) -> bytes:
+    """``$NVSHMEM_DSL_SECRET``, the key of the exchange (empty: none).  Without it, a warning
+    (once a process) where a process that is not one of the job's could get the id anyway
+    (:func:`_exposure`)."""
+    global _warned_unauthenticated
     secret = env.get(ENV_SECRET, "")
-    if not secret:
-        _log.warning(
-            "%s mode: %s is not set, so any process that can reach %s:%d while rank 0 waits can read "
-            "the NVSHMEM unique id and join the job. Give every rank the same per-job secret "
-            "(python -m nvshmem_dsl.run does this for you).",
-            mode,
-            ENV_SECRET,
-            host,
-            port,
-        )
+    if not secret and not _warned_unauthenticated:
+        exposure = _exposure(host)
+        if exposure:
+            _warned_unauthenticated = True
+            _log.warning(
+                "%s mode: %s is not set, and %s: a process that is not one of this job's and reaches "
+                "%s:%d while rank 0 waits can read the NVSHMEM unique id and join the job, or hand the "
+                "ranks a forged one. Give every rank the same random per-job secret (export %s=$(python "
+                "-c 'import secrets; print(secrets.token_hex(32))') before starting the job; "
+                "python -m nvshmem_dsl.run does this for you; see docs/troubleshooting.rst).",
+                mode, ENV_SECRET, exposure, host, port, ENV_SECRET,
+            )
     return secret.encode()
+
+
+def _exposure(host: str) -> str | None:
+    """Who, other than processes of this user on this host, could talk to a store on ``host``
+    without a secret (a phrase for the warning), or None: nobody, where ``host`` is a loopback
+    address (no other host reaches it) and the other end of each connection can be checked
+    (:func:`_peers_checked`)."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except (socket.gaierror, UnicodeError):
+        addresses = set()
+
+    def loopback(address: str) -> bool:
+        try:
+            return ipaddress.ip_address(address.split("%")[0]).is_loopback
+        except ValueError:
+            return False
+
+    if not addresses or not all(loopback(a) for a in addresses):
+        return f"{host} can be reached from other hosts"
+    if not _peers_checked():
+        return "this system does not show whose process is at the other end of a connection"
+    return None
 
 
 # --------------------------------------------------------------------------- MPI
@@ -447,11 +497,13 @@ _MAGIC = b"NVDSLid1"
 _NONCE = 32
 _MAC = 32
 _ACK = b"\x06"
-_OK, _BAD_AUTH, _BAD_NRANKS, _BAD_RANK = 0, 1, 2, 3
+_OK, _BAD_AUTH, _BAD_NRANKS, _BAD_RANK, _OTHER_USER = 0, 1, 2, 3, 4
 _STATUS_TEXT = {
     _BAD_AUTH: f"rank 0 rejected this rank's credentials: {ENV_SECRET} differs between the ranks",
     _BAD_NRANKS: "rank 0 runs with a different number of ranks",
     _BAD_RANK: "rank 0 says this rank number is out of range",
+    _OTHER_USER: (f"rank 0 runs as another user, and without {ENV_SECRET} it serves processes of its own "
+                  f"user only; run every rank as one user, or give them all the same {ENV_SECRET}"),
 }
 
 
@@ -523,11 +575,18 @@ def serve_uid(
     def handle(conn: socket.socket, peer) -> None:
         try:
             conn.settimeout(max(0.1, min(10.0, deadline - time.monotonic())))
+            # without a secret: a client that is another user's process on this host is refused
+            owner = None if key else _socket_owner(conn.getsockname(), conn.getpeername())
             snonce = secrets.token_bytes(_NONCE)
             conn.sendall(_MAGIC + snonce)
             hello = _recv_exact(conn, _NONCE + 8 + _MAC)
             cnonce, ranks, mac = hello[:_NONCE], hello[_NONCE : _NONCE + 8], hello[_NONCE + 8 :]
             rank, their_nranks = struct.unpack("!II", ranks)
+            if owner is not None and owner != _uid():
+                _log.warning("%s mode: refused a connection from %s: a process of user id %d, not this "
+                             "job's (%d)", mode, peer, owner, _uid())
+                conn.sendall(bytes([_OTHER_USER]))
+                return
             if not hmac.compare_digest(mac, _mac(key, b"C", snonce, cnonce, ranks)):
                 _log.warning("%s mode: rejected a connection from %s: wrong secret", mode, peer)
                 conn.sendall(bytes([_BAD_AUTH]))
@@ -616,6 +675,12 @@ def _client_handshake(sock: socket.socket, rank: int, nranks: int, key: bytes) -
     if greeting[: len(_MAGIC)] != _MAGIC:
         raise ValueError("the port does not speak the nvshmem_dsl store protocol")
     snonce = greeting[len(_MAGIC) :]
+    if not key:  # without a secret: rank 0 on this host must be a process of this user
+        owner = _socket_owner(sock.getsockname(), sock.getpeername())
+        if owner is not None and owner != _uid():
+            raise _Rejected(f"the store at this address is a process of user id {owner}, not of this job's "
+                            f"user ({_uid()}): not taking a unique id from it (set {ENV_SECRET} to the same "
+                            "value on every rank to authenticate rank 0 by a secret instead)")
     cnonce = secrets.token_bytes(_NONCE)
     ranks = struct.pack("!II", rank, nranks)
     sock.sendall(cnonce + ranks + _mac(key, b"C", snonce, cnonce, ranks))
@@ -633,3 +698,68 @@ def _client_handshake(sock: socket.socket, rank: int, nranks: int, key: bytes) -
         raise _Rejected(f"the store at this address could not prove it knows {ENV_SECRET}")
     sock.sendall(_ACK)
     return _keystream_xor(key, nonces, cipher)
+
+
+# --------------------------------------------------------------------------- whose process is at the other end
+#
+# Without a secret, the two ends of a connection between processes of one host check each other's
+# user: the kernel lists every TCP socket of a network namespace, with the user that opened it, in
+# /proc/net/tcp and tcp6 (readable by every user), and no process can open a socket under another
+# user's id.  (A connection from another host is not in that list: it stays unchecked.)
+
+_PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+_TIME_WAIT = "06"  # a closed connection's remains, listed as root's
+_V4_IN_V6 = b"\0" * 10 + b"\xff\xff"
+
+
+def _uid() -> int:
+    return os.getuid()
+
+
+def _peers_checked() -> bool:
+    """Whether :func:`_socket_owner` can see this host's sockets (Linux, /proc/net readable)."""
+    return hasattr(os, "getuid") and os.access(_PROC_NET_TCP[0], os.R_OK)
+
+
+def _address(host: str, port: int) -> tuple[bytes, int]:
+    """(packed IP address, port) of a socket address as ``getsockname`` gives it; an IPv4 address
+    mapped into IPv6 as the IPv4 one."""
+    if ":" in host:
+        packed = socket.inet_pton(socket.AF_INET6, host.split("%")[0])
+        return (packed[12:] if packed[:12] == _V4_IN_V6 else packed), port
+    return socket.inet_pton(socket.AF_INET, host), port
+
+
+def _listed_address(text: str) -> tuple[bytes, int]:
+    """:func:`_address` of an address as /proc/net/tcp writes it: the IP address in 32-bit words of
+    host byte order, in hex, a colon, the port in hex."""
+    ip, port = text.split(":")
+    packed = b"".join(struct.pack("=I", int(ip[i : i + 8], 16)) for i in range(0, len(ip), 8))
+    return (packed[12:] if packed[:12] == _V4_IN_V6 else packed), int(port, 16)
+
+
+def _socket_owner(local, remote) -> int | None:
+    """The user id of the process at the other end of our connection whose own address is ``local``
+    and whose peer's is ``remote`` (``getsockname()``, ``getpeername()``): the user of this host's
+    socket whose own address is ``remote`` and whose peer's is ``local``; None where that end is not
+    on this host (in this network namespace) or the kernel's list of sockets cannot be read."""
+    try:
+        want = (_address(*remote[:2]), _address(*local[:2]))
+    except (OSError, ValueError, TypeError):
+        return None
+    for table in _PROC_NET_TCP:
+        try:
+            with open(table) as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 8 or fields[3] == _TIME_WAIT:
+                continue
+            try:
+                if (_listed_address(fields[1]), _listed_address(fields[2])) == want:
+                    return int(fields[7])
+            except ValueError:
+                continue
+    return None

@@ -142,7 +142,7 @@ def _busy(lock: Path | None) -> bool:
         return False
     if fd is None:
         return True
-    os.close(fd)  # releases the lock taken here
+    store_file.release(fd)  # releases the lock taken here
     return False
 
 

@@ -200,7 +200,7 @@ def _extracted(sm: int, archive: str, size: int, mtime: int) -> Path | None:
     if data is None or sm not in fatbin_archs(data):
         return None
     out = _member_file(data)
-    if not out.exists():
+    if not store_file.whole_elf(out):  # (written by whoever finds it missing: the same bytes)
         out.parent.mkdir(parents=True, exist_ok=True)
         store_file.write_atomically(out, data)
     return out
@@ -268,6 +268,7 @@ def _save(member: Path, sm: int, found: dict) -> None:
     target = _answers_file(member, sm)
     try:
         with store_file._file_lock(target.with_suffix(".lock")):
+            store_file.remove_temporaries(target)  # of a process that died writing it
             answers = _read(member, sm)
             answers.update(found)
             store_file.write_atomically(target, json.dumps(answers, sort_keys=True).encode())

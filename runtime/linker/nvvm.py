@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from . import rewrites
-from .store_file import KERNELS_FOLDER, _cache_key, _file_lock, cache_dir, mark_used, write_atomically
+from .store_file import (KERNELS_FOLDER, _cache_key, _file_lock, cache_dir, mark_used, remove_temporaries,
+                         whole_bitcode, write_atomically)
 
 _SECTION = re.compile(r' section "\.text\.[^"]*"')
 _DATA_LAYOUT = re.compile(r'^target datalayout = "[^"]*"$', re.M)
@@ -50,15 +51,16 @@ def nvvm_bitcode(bc_path) -> Path:
     how = rewrites.mode()
     copy = cache_dir() / f"{bc_path.stem}-{key[:24]}-{how}-r{rewrites.REVISION}-c{COPY_REVISION}.nvvm.bc"
     same = copy.with_suffix(".same")
-    if copy.exists():
+    if whole_bitcode(copy):  # (one cut short by a crash of the machine is made again)
         mark_used(copy)
         return copy
     if same.exists():
         mark_used(same)
         return bc_path
     with _file_lock(copy.with_suffix(".lock")):
-        if copy.exists() or same.exists():
+        if whole_bitcode(copy) or same.exists():
             return copy if copy.exists() else bc_path
+        remove_temporaries(copy)  # of a process that died making it
         print(f"nvshmem-dsl: preparing {bc_path.name} for NVVM (once) ...", file=sys.stderr, flush=True)
         text = str(llvm.parse_bitcode(bc_path.read_bytes(), context=llvm.create_context()))
         text, sections = _SECTION.subn("", text)
@@ -138,13 +140,15 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
     names = sorted(set(names))
     helpers_out = _helpers_out(helpers_out)
     path = cache_dir() / KERNELS_FOLDER / f"{bc_path.stem}-{_digest(_kernel_ident(bc_path, helpers_out) + [names])}.nvvm.bc"
-    if path.exists() and _calls_path(path).exists():
+    if whole_bitcode(path) and _calls_path(path).exists():  # (its calls are written first)
         mark_used(path)
         return path
     path.parent.mkdir(mode=0o700, exist_ok=True)
     with _file_lock(path.with_suffix(".lock")):
-        if path.exists() and _calls_path(path).exists():
+        if whole_bitcode(path) and _calls_path(path).exists():
             return path
+        for made in (path, _calls_path(path)):
+            remove_temporaries(made)  # of a process that died making them
         # unswitch: NVSHMEM's thread-scope helpers not convergent, so that libNVVM unswitches a loop of
         # p/g/atomics on NVSHMEM's P2P test (NVSHMEM 3.8: p 26.7 ns without, 0.51x of C++'s)
         text = _SECTION.sub("", store.api_text(names, arch, bc_path, unswitch=True, helpers_out=helpers_out))

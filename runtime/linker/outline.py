@@ -705,7 +705,7 @@ def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=N
     features = object_features(features)
     sm = store_file._arch_number(cpu)
     if all((is_helper(n) and helper_archive.known(sm, split_specialised(n)[0], bc_path) in (True, None))
-           or _object_path(n, bc_path, cpu, features, _scope_cap(n, cap)).exists() for n in names):
+           or _cached(_object_path(n, bc_path, cpu, features, _scope_cap(n, cap))) for n in names):
         return None
 
     def build():
@@ -778,7 +778,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             if first is not None:  # tiered: the final form where it is there, else the first, the final built later
                 final_split, first_opt = first
                 final = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap), final_split)
-                if final.exists():
+                if _cached(final):
                     with lock:
                         paths[n] = path = final
                 else:
@@ -787,7 +787,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                         later[n] = final_split
                         if first_opt != opt_level(n):
                             forms[n] = first_opt
-            if path.exists():
+            if _cached(path):
                 with lock:
                     hits += 1
                 todo += object_calls(path)
@@ -934,6 +934,12 @@ def _build_final_main(job: str) -> None:
         _build(name, arch, Path(bc_path), cpu, features, cap, path, split=False if split == loop_split.WHOLE else None)
 
 
+def _cached(path: Path) -> bool:
+    """Whether the object ``path`` is in the cache, whole: one that is not (cut short by a crash of
+    the machine) is built again, never given to the linker (:func:`.store_file.whole_elf`)."""
+    return store_file.whole_elf(path)
+
+
 def object_calls(path: Path) -> frozenset:
     """The NVSHMEM functions the object ``path`` calls in other objects (written beside it when
     built: ``<object>.calls``; where that is missing, its undefined functions); none for NVIDIA's
@@ -941,7 +947,10 @@ def object_calls(path: Path) -> frozenset:
     if Path(path).suffix == ".o":
         return frozenset()
     try:
-        return frozenset(path.with_suffix(".calls").read_text().split())
+        text = path.with_suffix(".calls").read_text()
+        if text and not text.endswith("\n"):  # not whole (written with a newline after each)
+            raise FileNotFoundError
+        return frozenset(text.split())
     except FileNotFoundError:
         return frozenset(n for n, defined in elf_symbols(path.read_bytes())
                          if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(_NVSHMEM_FUNCTION, n))
@@ -953,10 +962,12 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
     given) unless another process did meanwhile; True if built here.  ``on_calls(names)``: told
     what it calls in other objects, before ptxas runs.  ``split``, ``opt``: :func:`object_ptx`'s."""
     with store_file._file_lock(path.with_suffix(".lock")):
-        if path.exists():
+        if _cached(path):
             if on_calls is not None:
                 on_calls(object_calls(path))
             return False
+        for made in (path, path.with_suffix(".calls")):
+            store_file.remove_temporaries(made)  # of a build that died
         ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split, opt=opt), bc_path)
         calls = extern_calls(ptx)
         if on_calls is not None:

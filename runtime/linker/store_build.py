@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import pieces
 from .pieces import _merge, _part
-from .store_file import _open_store, _write_store, stats, try_lock
+from .store_file import _open_store, _write_store, release, stats, try_lock
 
 # Worker processes run `python -S -c _WORKER_MAIN ...` with the parent's sys.path: this folder
 # imported as a package of its own (``_nvshmem_dsl_linker``), so that neither the nvshmem_dsl
@@ -53,8 +53,9 @@ class _WorkerFailed(RuntimeError):
 
 def _worker_main(argv) -> None:
     what, *args = argv
-    if what == "part":  # bc_path part parts threads out
-        bc_path, part, parts, threads, out = args
+    if what == "part":  # bc_path part parts threads out builder's pid
+        bc_path, part, parts, threads, out, builder = args
+        _end_with(int(builder))
         data = pieces._store_part(Path(bc_path), int(part), int(parts), int(threads))
         with open(out + ".tmp", "wb") as fh:
             pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -74,6 +75,21 @@ def _worker_main(argv) -> None:
         object_workers._serve()
     else:
         raise SystemExit(f"unknown worker command {what!r}")
+
+
+def _end_with(parent: int) -> None:
+    """Have this process killed when ``parent``, which started it, ends (Linux): a store build
+    killed midway leaves none of its part processes running on (each holds 1-2 GB for up to a
+    minute, beside the next build's)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # ended before that
+        os._exit(1)
 
 
 def _lower_priority() -> None:
@@ -183,7 +199,7 @@ def _run_parts(bc_path: Path, tmpdir: Path, parts: int, threads: int) -> list:
         for i in range(parts):
             with open(tmpdir / f"part{i}.log", "wb") as log:
                 procs.append(_spawn(
-                    ["part", bc_path, i, parts, threads, tmpdir / f"part{i}"],
+                    ["part", bc_path, i, parts, threads, tmpdir / f"part{i}", os.getpid()],
                     stdout=log, stderr=subprocess.STDOUT,
                 ))
         results = []
@@ -285,7 +301,7 @@ def _start_builder(bc_path: Path, arch: int, path: Path, key: str) -> bool:
     except OSError:
         return False
     finally:
-        os.close(fd)  # the builder's copy keeps the lock
+        release(fd)  # the builder's copy keeps the lock
     with _lock:
         if not _builders:
             atexit.register(_wait_for_builders)

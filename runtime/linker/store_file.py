@@ -9,6 +9,7 @@ offset and dependencies, per part its globals and metadata), then the zlib-compr
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import json
@@ -133,7 +134,11 @@ def store_path(bc_path=None, arch=90) -> Path:
 def write_atomically(path: Path, *chunks, sync: bool = False) -> None:
     """``path`` holding ``chunks`` (bytes-like, one after the other; mode 0600), written beside it and
     renamed: a reader, which takes no lock, sees all of it or none (the cache's files: the store,
-    objects and their calls lists, kernel bitcode).  ``sync``: on the disk before the rename."""
+    objects and their calls lists, kernel bitcode), also where the writer is killed at any point
+    (it leaves its temporary file ``<name>.<random>.tmp``: :func:`remove_temporaries`).  ``sync``:
+    on the disk before the rename (the store: a crash of the machine then leaves it whole or
+    absent; objects and bitcode are checked whole where they are read, :func:`whole_elf`,
+    :func:`whole_bitcode`, so they skip the cost in the cold kernel's path)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -355,43 +360,161 @@ def _open_store(path: Path, key: str):
         return None
 
 
+# The cache's locks are ``flock``s: the kernel releases one when the last descriptor of its open
+# file is closed, so a process that dies holding one (killed at any point of a build) leaves no
+# lock behind, and nothing records a PID to check.  A process forked meanwhile would share it (its
+# copy of the descriptor): a DataLoader's worker forked while a compile thread holds an object's
+# lock would keep it for as long as it lives, also after this process released it or died, and
+# every process waiting for that object would wait as long.  So the descriptors of the locks held
+# are closed in a forked child at once (:func:`_after_fork_in_child`); a builder that is to hold a
+# lock gets its descriptor passed explicitly (``pass_fds``: :func:`.store_build._start_builder`).
+_held: set = set()  # descriptors of the locks this process holds (or waits for)
+_held_lock = threading.Lock()
+
+
+def _hold(fd: int) -> int:
+    with _held_lock:
+        _held.add(fd)
+    return fd
+
+
+def release(fd: int) -> None:
+    """Close the descriptor ``fd`` of a lock (from :func:`try_lock`): the lock ends unless the
+    descriptor was passed on to another process."""
+    with _held_lock:
+        _held.discard(fd)
+        os.close(fd)
+
+
+def _after_fork_in_child() -> None:
+    for fd in _held:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+    _held_lock.release()  # taken before the fork (register_at_fork below), in this thread
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_held_lock.acquire, after_in_parent=_held_lock.release,
+                        after_in_child=_after_fork_in_child)
+
+
 def try_lock(path: Path, create: bool = True):
-    """A descriptor of ``path`` holding an exclusive ``flock`` taken without waiting (close it to
-    release the lock), or None when another process holds it.  Raises :class:`OSError` where
-    ``path`` cannot be opened (with ``create`` False: where it does not exist)."""
-    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    """A descriptor of ``path`` holding an exclusive ``flock`` taken without waiting (give it to
+    :func:`release` to release the lock), or None when another process holds it.  Raises
+    :class:`OSError` where ``path`` cannot be opened (with ``create`` False: where it does not
+    exist)."""
+    fd = _hold(os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600))
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
         return fd
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
+    except BaseException as exc:
+        release(fd)
+        if isinstance(exc, BlockingIOError):
+            return None
+        raise
     return fd
 
 
 class _file_lock:
     """An exclusive ``flock`` on ``path``; prints ``waiting`` (if given) when
-    another process holds it."""
+    another process holds it.  A process that dies holding it releases it (see :data:`_held`)."""
 
     def __init__(self, path: Path, waiting: str | None = None):
         self.path, self.waiting = path, waiting
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.fd = _hold(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
             return self
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if self.waiting:
-                print(self.waiting, file=sys.stderr, flush=True)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if self.waiting:
+                    print(self.waiting, file=sys.stderr, flush=True)
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            release(self.fd)
+            raise
         return self
 
     def __exit__(self, *exc):
-        os.close(self.fd)  # releases the flock
+        release(self.fd)  # releases the flock
+
+
+def remove_temporaries(path: Path) -> None:
+    """Remove what :func:`write_atomically` left beside ``path`` in a process that died writing it
+    (its temporary files: no reader ever opens them).  Call it holding ``path``'s lock: only the
+    holder writes them."""
+    for p in path.parent.glob(glob.escape(path.name) + ".*.tmp"):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+_ELF64 = struct.Struct("<16sHHIQQQIHHHHHH")
+
+
+def whole_elf(path: Path) -> bool:
+    """Whether ``path`` is a whole 64-bit ELF file (a cached object): its magic, and its program
+    and section header tables within the file, where a file cut short (a crash of the machine
+    before its data reached the disk) ends before its section headers; False where it is missing."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_ELF64.size)
+            size = os.fstat(fh.fileno()).st_size
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if len(head) < _ELF64.size or head[:5] != b"\x7fELF\x02":
+        return False
+    _, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _ELF64.unpack(head)
+    return phoff + phnum * phentsize <= size and shoff + shnum * shentsize <= size and shnum > 0
+
+
+_BITCODE_MAGIC = b"BC\xc0\xde"
+
+
+def whole_bitcode(path: Path) -> bool:
+    """Whether ``path`` is a whole LLVM bitcode file (as ``as_bitcode`` writes it: raw, no wrapper):
+    its magic, then top-level blocks whose lengths end exactly at its end (a file cut short ends
+    within one); False where it is missing.  Reads a few bytes a block."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if fh.read(4) != _BITCODE_MAGIC:
+                return False
+            at = 4
+            while at < size:
+                # ENTER_SUBBLOCK (abbreviation id 1 in 2 bits), block id (vbr8), abbreviation width
+                # (vbr4), aligned to 32 bits, then the block's length in 32-bit words
+                fh.seek(at)
+                head = fh.read(16)
+                bits = int.from_bytes(head, "little")
+                if len(head) < 8 or bits & 3 != 1:
+                    return False
+                pos = 2
+                for width in (8, 4):
+                    while True:  # a variable-width number: chunks of width - 1 bits, high bit = more
+                        chunk = (bits >> pos) & ((1 << width) - 1)
+                        pos += width
+                        if not chunk >> (width - 1):
+                            break
+                        if pos > 96:
+                            return False
+                pos = (pos + 31) // 32 * 32
+                if pos + 32 > len(head) * 8:
+                    return False
+                words = (bits >> pos) & 0xFFFFFFFF
+                at += pos // 8 + 4 + 4 * words
+            return at == size
+    except (FileNotFoundError, NotADirectoryError):
+        return False
