@@ -8,14 +8,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from .emit import cffi, constants, docs, dsl, hostapi, optable
+from .emit import cffi, constants, docs, dsl, hostapi, nvshmem4py, optable
 from .expand import expand
 from .load import SPEC_DIR, load
 from .schema import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "generated"
-EMITTERS = [cffi, optable, constants, dsl, hostapi, docs]
+EMITTERS = [cffi, optable, constants, dsl, hostapi, nvshmem4py, docs]
 # Hand-written files that live in generated/ (the package's __init__).
 KEEP = {"__init__.py"}
 

@@ -599,10 +599,8 @@ def test_alias_maps_nvshmem_core_and_is_opt_in():
         from nvshmem.core import Teams, init
         print(core.__name__, nvshmem is core, nb.__name__, icp.__name__, init is core.init)
         print(sys.modules["nvshmem.core.device.numba"] is sys.modules["nvshmem_dsl.core.device.numba"])
-        try:
-            import nvshmem.bindings
-        except ImportError:
-            print("no bindings")
+        import nvshmem.bindings as b, nvshmem.core.utils as u
+        print(b.__name__, u.__name__, sys.modules["nvshmem.bindings"] is sys.modules["nvshmem_dsl.core.bindings"])
         alias.disable()
         print("nvshmem" in sys.modules, alias.is_enabled())
     """)
@@ -610,7 +608,7 @@ def test_alias_maps_nvshmem_core_and_is_opt_in():
     assert out.stdout.split("\n")[:5] == [
         "not installed by default",
         "nvshmem_dsl.core True nvshmem_dsl.core.device.numba nvshmem_dsl.core.interop.cupy True",
-        "True", "no bindings", "False False"]
+        "True", "nvshmem_dsl.core.bindings nvshmem_dsl.core.utils True", "False False"]
 
 
 def test_alias_refuses_when_nvshmem4py_is_there(real_nvshmem):

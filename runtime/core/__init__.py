@@ -15,7 +15,10 @@ Every function has NVSHMEM4Py's name, arguments, return type (CuPy arrays, torch
 :class:`NvshmemError`), and is a thin layer over nvshmem_dsl's own host API (allocation,
 collectives, teams, init are nvshmem_dsl's; nothing is implemented twice).  The device APIs are
 ``nvshmem_dsl.core.device.numba`` and ``nvshmem_dsl.core.device.cute`` (re-exports of
-:mod:`nvshmem_dsl.numba` and :mod:`nvshmem_dsl.cute` under NVSHMEM4Py's names).  To run a program
+:mod:`nvshmem_dsl.numba` and :mod:`nvshmem_dsl.cute` under NVSHMEM4Py's names); its utilities are
+``nvshmem_dsl.core.utils`` and its raw bindings ``nvshmem_dsl.core.bindings`` (NVSHMEM's C host
+functions without their prefix, generated from the spec; ``.device.numba`` / ``.device.cute``: the
+device functions by C name).  To run a program
 that says ``import nvshmem.core`` unchanged: ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2
 prog.py`` (see :mod:`nvshmem_dsl.core.alias`).  Where NVSHMEM4Py's documents and its package
 disagree, the package's behaviour is followed; docs/migrating.rst lists each case.
@@ -36,9 +39,12 @@ from .collective import (
     alltoall, barrier, barrier_all, broadcast, collective_on_buffer, fcollect, reduce,
     reducescatter, sync, sync_all,
 )
-from .direct import ComparisonType, InitStatus, SignalOp, init_status, my_pe, n_pes, team_my_pe, team_n_pes
+from .direct import (
+    ComparisonType, InitStatus, SignalOp, ThreadSupport, ask_smem, init_status, my_pe, n_pes, query_thread,
+    team_my_pe, team_n_pes,
+)
 from .init_fini import (
-    UniqueID, finalize, find_device_bitcode_library, get_unique_id, get_version, init,
+    DeviceLibLanguage, UniqueID, finalize, find_device_bitcode_library, get_name, get_unique_id, get_version, init,
     library_finalize, library_init, module_finalize, module_init,
 )
 from .interop.cupy import (
@@ -57,9 +63,11 @@ from .nvshmem_types import (
     BufferTypes, MutableEnum, NvshmemError, NvshmemInvalid, NvshmemKernelObject, NvshmemStream,
     NvshmemStreamsType, NvshmemWarning, Teams, Version,
 )
-from .rma import get, put, put_signal, quiet, signal_op, signal_wait
+from .rma import (
+    flush, get, get_nbi, put, put_nbi, put_signal, put_signal_nbi, quiet, signal_fetch, signal_op, signal_wait,
+)
 from .teams import (
-    TeamConfig, TeamUniqueId, get_team_unique_id, team_destroy, team_init, team_split_2d,
+    TeamConfig, TeamUniqueId, get_team_unique_id, team_destroy, team_get_config, team_init, team_split_2d,
     team_split_strided, team_translate_pe,
 )
 
@@ -68,8 +76,8 @@ __all__ = [
     "buffer", "free", "get_peer_buffer", "get_multicast_buffer", "register_external_buffer",
     "unregister_external_buffer",
     # init_fini
-    "get_unique_id", "init", "finalize", "get_version", "module_init", "module_finalize", "library_init",
-    "library_finalize", "UniqueID", "find_device_bitcode_library",
+    "get_unique_id", "init", "finalize", "get_name", "get_version", "module_init", "module_finalize", "library_init",
+    "library_finalize", "UniqueID", "DeviceLibLanguage", "find_device_bitcode_library",
     # nvshmem_types
     "Version", "NvshmemInvalid", "NvshmemError", "NvshmemWarning", "NvshmemResource", "NvshmemStream",
     "NvshmemStreamsType", "MutableEnum", "Teams", "BufferTypes", "NvshmemKernelObject", "SmemAmount",
@@ -80,15 +88,17 @@ __all__ = [
     "bytetensor", "tensor", "free_tensor", "tensor_get_buffer", "get_peer_tensor", "get_multicast_tensor",
     "register_external_tensor", "unregister_external_tensor",
     # direct
-    "ComparisonType", "SignalOp", "InitStatus", "my_pe", "team_my_pe", "team_n_pes", "n_pes", "init_status",
+    "ComparisonType", "SignalOp", "InitStatus", "ThreadSupport", "ask_smem", "query_thread", "my_pe", "team_my_pe",
+    "team_n_pes", "n_pes", "init_status",
     # collective
     "reduce", "reducescatter", "alltoall", "fcollect", "broadcast", "barrier", "sync", "barrier_all", "sync_all",
     "collective_on_buffer",
     # rma
-    "put_signal", "signal_op", "signal_wait", "put", "get", "quiet",
+    "put_signal", "put_signal_nbi", "signal_op", "signal_wait", "put", "put_nbi", "get", "get_nbi", "quiet", "flush",
+    "signal_fetch",
     # teams
-    "team_split_strided", "team_split_2d", "team_destroy", "team_init", "team_translate_pe", "TeamConfig",
-    "TeamUniqueId", "get_team_unique_id",
+    "team_split_strided", "team_split_2d", "team_destroy", "team_init", "team_translate_pe", "team_get_config",
+    "TeamConfig", "TeamUniqueId", "get_team_unique_id",
     # amo
     "atomic_fetch", "atomic_set", "atomic_inc", "atomic_fetch_inc", "atomic_add", "atomic_fetch_add", "atomic_and",
     "atomic_fetch_and", "atomic_or", "atomic_fetch_or", "atomic_xor", "atomic_fetch_xor", "atomic_swap",

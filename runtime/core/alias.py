@@ -7,10 +7,11 @@ Opt-in only; nothing here is installed by importing nvshmem_dsl.  Three ways to 
     import nvshmem_dsl.core.alias; nvshmem_dsl.core.alias.enable() # in code, before `import nvshmem`
 
 While enabled, ``nvshmem``, ``nvshmem.core`` and every ``nvshmem.core.<sub>`` (``device.numba``,
-``device.cute``, ``interop.cute`` ...) import as ``nvshmem_dsl.core`` and its submodules.
-``nvshmem`` itself is ``nvshmem_dsl.core`` too, so ``import nvshmem; nvshmem.init(...)`` (as
-NVSHMEM4Py's device pages write it) works.  ``nvshmem.bindings`` (NVSHMEM4Py's raw Cython
-bindings) is not provided.
+``device.cute``, ``interop.cute``, ``utils`` ...) import as ``nvshmem_dsl.core`` and its submodules;
+``nvshmem.bindings`` (NVSHMEM4Py's raw bindings) and ``nvshmem.bindings.device.numba`` /
+``.cute`` import as ``nvshmem_dsl.core.bindings`` and its submodules.  ``nvshmem`` itself is
+``nvshmem_dsl.core`` too, so ``import nvshmem; nvshmem.init(...)`` (as NVSHMEM4Py's device pages
+write it) works.
 
 When a real ``nvshmem`` package (NVSHMEM4Py) is importable, :func:`enable` refuses, unless
 ``force=True`` (``--as-nvshmem4py=force``, ``python -m nvshmem_dsl.core.alias --force``).
@@ -43,6 +44,8 @@ def _target(fullname: str) -> str | None:
     prefix = f"{_NAME}.core."
     if fullname.startswith(prefix):
         return f"{_TARGET}.{fullname[len(prefix):]}"
+    if fullname == f"{_NAME}.bindings" or fullname.startswith(f"{_NAME}.bindings."):
+        return f"{_TARGET}.{fullname[len(_NAME) + 1:]}"  # nvshmem.bindings[.x] -> nvshmem_dsl.core.bindings[.x]
     return None
 
 
@@ -71,7 +74,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                                                is_package=spec.submodule_search_locations is not None)
 
     def __repr__(self) -> str:
-        return "<nvshmem_dsl.core.alias finder: nvshmem.core -> nvshmem_dsl.core>"
+        return "<nvshmem_dsl.core.alias finder: nvshmem.core, nvshmem.bindings -> nvshmem_dsl.core[.bindings]>"
 
 
 _finder: _Finder | None = None

@@ -3,7 +3,8 @@
 Each is the nvshmem_dsl host collective of the same name, on CuPy arrays or torch tensors, with
 NVSHMEM4Py's element counts: ``reduce`` / ``reducescatter`` / ``broadcast`` count the
 destination's elements, ``fcollect`` the source's, ``alltoall`` the source's divided by the team
-size.  ``stream`` is required, as in NVSHMEM4Py.
+size.  ``stream`` is required, as in NVSHMEM4Py.  Bool arrays travel as uint8 ones (NVSHMEM4Py's
+mapping), so every collective takes them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,22 @@ def _arrays_of(function: str, dst: Any, src: Any) -> tuple[_arrays.ArrayInfo, _a
     return infos[0], infos[1]
 
 
+def _as_bytes_if_bool(obj: Any, info: _arrays.ArrayInfo, function: str, name: str) -> Any:
+    """NVSHMEM4Py runs the collectives of bool arrays as uint8 ones (its dtype table maps
+    ``bool`` / ``torch.bool`` to NVSHMEM's uint8): the same bytes, seen as uint8."""
+    if info.dtype != "bool":
+        return obj
+    if not info.contiguous:
+        raise NvshmemInvalid(f"{function}(): argument '{name}' is not contiguous")
+    return CAIView(info.ptr, (info.size,), "|u1", owner=obj)
+
+
+def _operands(function: str, dst: Any, src: Any) -> tuple[_arrays.ArrayInfo, _arrays.ArrayInfo, Any, Any]:
+    """The two arrays' descriptions and what the native collective is given for them."""
+    d, s = _arrays_of(function, dst, src)
+    return d, s, _as_bytes_if_bool(dst, d, function, "dst_array"), _as_bytes_if_bool(src, s, function, "src_array")
+
+
 def _start(function: str, stream: Any) -> None:
     _tracking.require_initialized(function)
     _tracking.require_stream(stream, function)
@@ -46,42 +63,43 @@ def _start(function: str, stream: Any) -> None:
 @translated
 def reduce(team: Any, dst_array: Any, src_array: Any, op: str, stream: Any = None) -> None:
     """All-reduce ``src_array`` into ``dst_array`` over ``team`` with ``op`` ("sum", "min", "max";
-    also "prod", "and", "or", "xor" here) on ``stream``; ``dst_array.size`` elements."""
+    also "prod", "and", "or", "xor" here) on ``stream``; ``dst_array.size`` elements.  Bool
+    arrays are reduced as uint8, as NVSHMEM4Py does ("sum" of True and True is 2 in the bytes)."""
     _start("reduce", stream)
-    d, _ = _arrays_of("reduce", dst_array, src_array)
-    _ops.reduce(team_value(team, "reduce"), dst_array, src_array, op, nreduce=d.size, stream=stream)
+    d, _, dst, src = _operands("reduce", dst_array, src_array)
+    _ops.reduce(team_value(team, "reduce"), dst, src, op, nreduce=d.size, stream=stream)
 
 
 @translated
 def reducescatter(team: Any, dst_array: Any, src_array: Any, op: str, stream: Any = None) -> None:
     """Reduce-scatter: PE i of ``team`` gets block i (``dst_array.size`` elements) of the reduction."""
     _start("reducescatter", stream)
-    d, _ = _arrays_of("reducescatter", dst_array, src_array)
-    _ops.reducescatter(team_value(team, "reducescatter"), dst_array, src_array, op, nreduce=d.size, stream=stream)
+    d, _, dst, src = _operands("reducescatter", dst_array, src_array)
+    _ops.reducescatter(team_value(team, "reducescatter"), dst, src, op, nreduce=d.size, stream=stream)
 
 
 @translated
 def alltoall(team: Any, dst_array: Any, src_array: Any, stream: Any = None) -> None:
     """All-to-all: ``src_array.size / team size`` elements from each PE to each PE."""
     _start("alltoall", stream)
-    _arrays_of("alltoall", dst_array, src_array)
-    _ops.alltoall(team_value(team, "alltoall"), dst_array, src_array, stream=stream)
+    _, _, dst, src = _operands("alltoall", dst_array, src_array)
+    _ops.alltoall(team_value(team, "alltoall"), dst, src, stream=stream)
 
 
 @translated
 def fcollect(team: Any, dst_array: Any, src_array: Any, stream: Any = None) -> None:
     """All-gather: every PE's ``src_array`` concatenated into ``dst_array`` on every PE."""
     _start("fcollect", stream)
-    _, s = _arrays_of("fcollect", dst_array, src_array)
-    _ops.fcollect(team_value(team, "fcollect"), dst_array, src_array, nelems=s.size, stream=stream)
+    _, s, dst, src = _operands("fcollect", dst_array, src_array)
+    _ops.fcollect(team_value(team, "fcollect"), dst, src, nelems=s.size, stream=stream)
 
 
 @translated
 def broadcast(team: Any, dst_array: Any, src_array: Any, root: int = 0, stream: Any = None) -> None:
     """Copy ``src_array`` of the team's PE ``root`` into ``dst_array`` on every PE of ``team``."""
     _start("broadcast", stream)
-    d, _ = _arrays_of("broadcast", dst_array, src_array)
-    _ops.broadcast(team_value(team, "broadcast"), dst_array, src_array, root, nelems=d.size, stream=stream)
+    d, _, dst, src = _operands("broadcast", dst_array, src_array)
+    _ops.broadcast(team_value(team, "broadcast"), dst, src, root, nelems=d.size, stream=stream)
 
 
 @translated

@@ -8,20 +8,22 @@ not needed), with ``"uid"`` the caller passes the id from :func:`get_unique_id`.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from ..host import _bootstrap, _cuda, _state
+from ..host import _bootstrap, _cuda, _lib, _state
 from ..host import _init as _native
 from ..linker import module_init as _modules
 from . import _tracking
 from ._tracking import translated
 from .nvshmem_types import _PREDEFINED_TEAMS, NvshmemInvalid, NvshmemKernelObject, Teams, Version
 
-__all__ = ["get_unique_id", "init", "finalize", "get_version", "module_init", "module_finalize", "library_init",
-           "library_finalize", "UniqueID", "find_device_bitcode_library"]
+__all__ = ["get_unique_id", "init", "finalize", "get_name", "get_version", "module_init", "module_finalize",
+           "library_init", "library_finalize", "UniqueID", "DeviceLibLanguage", "find_device_bitcode_library"]
 
 logger = logging.getLogger("nvshmem")
 
@@ -184,6 +186,18 @@ def finalize(*, dev: Any = None, stream: Any = None) -> None:
         _cached_device["device"] = None
 
 
+#: NVSHMEM_MAX_NAME_LEN: the size of the buffer nvshmem_info_get_name writes
+_MAX_NAME_LEN = 256
+
+
+@translated
+def get_name() -> str:
+    """The NVSHMEM vendor name (``nvshmem_info_get_name``); callable before :func:`init`."""
+    name = _lib.new(f"char[{_MAX_NAME_LEN}]")
+    _lib.call("nvshmem_info_get_name", name)
+    return _lib._cdef_only().string(name).decode("utf-8")
+
+
 @translated
 def get_version() -> Version:
     """Versions: the OpenSHMEM spec, this package (``nvshmem4py_version``), and the NVSHMEM library."""
@@ -229,10 +243,30 @@ def library_finalize(lib: NvshmemKernelObject) -> None:
         _modules.library_finalize(handle)
 
 
-def find_device_bitcode_library(arch: Any = None) -> str:
-    """The path of NVSHMEM's device bitcode for ``arch`` (default: the current device's)."""
+class DeviceLibLanguage(enum.Enum):
+    """The format of an NVSHMEM device library (:func:`find_device_bitcode_library`'s ``language``):
+    LLVM bitcode (``.bc``, what nvshmem_dsl links), LTO-IR (``libnvshmem_device.ltoir.fatbin``) or
+    the static archive (``libnvshmem_device.a``)."""
+
+    LLVM_BITCODE = "bc"
+    LTOIR = "ltoir"
+    STATIC = "a"
+
+
+def find_device_bitcode_library(arch: Any = None, *, language: DeviceLibLanguage = DeviceLibLanguage.LLVM_BITCODE) -> str:
+    """The path of an NVSHMEM device library: the bitcode for ``arch`` (``90``, ``"sm_90"``,
+    ...; default: the current device's, else the installation's default) or, with ``language``,
+    the LTO-IR fatbin or the static archive (the installation's entry points, whatever ``arch``).
+    Raises :class:`NvshmemInvalid` when the file is not installed."""
     from .. import _libs
 
+    language = DeviceLibLanguage(language)
+    if language is not DeviceLibLanguage.LLVM_BITCODE:
+        filename = "libnvshmem_device.ltoir.fatbin" if language is DeviceLibLanguage.LTOIR else "libnvshmem_device.a"
+        path = Path(_libs.installation().lib_dir) / filename
+        if not path.exists():
+            raise NvshmemInvalid(f"NVSHMEM device library not found at {path}")
+        return str(path)
     if arch is None:
         dev = _state.STATE.device_id if _state.STATE.initialized else _cuda.current_device_id()
         if dev is not None and dev >= 0:
@@ -243,4 +277,3 @@ def find_device_bitcode_library(arch: Any = None) -> str:
             raise NvshmemInvalid("find_device_bitcode_library(): no NVSHMEM device bitcode found")
         return str(files[-1])
     return str(_libs.bitcode_path(arch))
-

@@ -146,9 +146,11 @@ def get_multicast_buffer(team: Any, buffer: Any):
     return _tracking.core_buffer(multicast_entry(team, entry, "get_multicast_buffer"))
 
 
-def register_entry(native_obj: Any, source_ptr: int, function: str) -> Entry:
+def register_entry(native_obj: Any, source_ptr: int, function: str, preferred_address: Any = None) -> Entry:
     """Register memory with NVSHMEM (collective) and track the symmetric view that comes back."""
-    view = _views.register_external(native_obj)
+    if preferred_address is not None:  # an address, or a cuda.core Buffer at it (as NVSHMEM4Py takes it)
+        preferred_address = int(getattr(preferred_address, "handle", preferred_address))
+    view = _views.register_external(native_obj, preferred_address=preferred_address)
     from ..host import _arrays
 
     info = _arrays.describe(view, function=function, argument="x")
@@ -156,10 +158,11 @@ def register_entry(native_obj: Any, source_ptr: int, function: str) -> Entry:
 
 
 @translated
-def register_external_buffer(buffer: Any):
+def register_external_buffer(buffer: Any, preferred_address: Any = None):
     """Register a ``cuda.core.Buffer`` allocated outside NVSHMEM (CUDA VMM memory; collective).
 
-    Returns the buffer to use from now on (at the symmetric address NVSHMEM maps it to).
+    Returns the buffer to use from now on (at the symmetric address NVSHMEM maps it to;
+    ``preferred_address``, an int or a Buffer, the same on every PE, asks for that address).
     """
     _tracking.require_initialized("register_external_buffer")
     if not _tracking.is_core_buffer(buffer):
@@ -169,7 +172,8 @@ def register_external_buffer(buffer: Any):
         existing.refs += 1
         return _tracking.core_buffer(existing)
     raw = CAIView(int(buffer.handle), (int(buffer.size),), "|u1", owner=buffer)
-    return _tracking.core_buffer(register_entry(raw, int(buffer.handle), "register_external_buffer"))
+    return _tracking.core_buffer(register_entry(raw, int(buffer.handle), "register_external_buffer",
+                                                preferred_address))
 
 
 def unregister_entry(entry: Entry) -> None:

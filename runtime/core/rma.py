@@ -18,7 +18,8 @@ from ._tracking import CAIView, byte_view, translated
 from .direct import ComparisonType, SignalOp
 from .nvshmem_types import NvshmemInvalid
 
-__all__ = ["put_signal", "signal_op", "signal_wait", "put", "get", "quiet", "SignalOp"]
+__all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_wait", "put", "put_nbi", "get", "get_nbi", "quiet",
+           "flush", "signal_fetch", "SignalOp"]
 
 
 def _transfer(op: str, dst: Any, src: Any, remote_pe: Any, stream: Any):
@@ -62,6 +63,22 @@ def get(dst: Any, src: Any, remote_pe: int = -1, stream: Any = None) -> None:
 
 
 @translated
+def put_nbi(dst: Any, src: Any, remote_pe: int = -1, stream: Any = None) -> None:
+    """Non-blocking :func:`put` (``nvshmemx_putmem_nbi_on_stream``): ``src`` may be reused after
+    ``flush(stream)`` or ``quiet(stream)``; the data is visible at the target after ``quiet``."""
+    d, s, n = _transfer("put_nbi", dst, src, remote_pe, stream)
+    _ops.put(d, s, remote_pe, nelems=n, stream=stream, nbi=True)
+
+
+@translated
+def get_nbi(dst: Any, src: Any, remote_pe: int = -1, stream: Any = None) -> None:
+    """Non-blocking :func:`get` (``nvshmemx_getmem_nbi_on_stream``): ``dst`` is complete after
+    ``quiet(stream)``."""
+    d, s, n = _transfer("get_nbi", dst, src, remote_pe, stream)
+    _ops.get(d, s, remote_pe, nelems=n, stream=stream, nbi=True)
+
+
+@translated
 def put_signal(dst: Any, src: Any, signal_var: Any, signal_val: int, signal_op: Any, remote_pe: int = -1,
                stream: Any = None) -> None:
     """Put ``src`` into ``dst`` on ``remote_pe``, then update its ``signal_var`` with ``signal_op``
@@ -69,6 +86,16 @@ def put_signal(dst: Any, src: Any, signal_var: Any, signal_val: int, signal_op: 
     d, s, n = _transfer("put_signal", dst, src, remote_pe, stream)
     sig = _signal(signal_var, "put_signal")
     _ops.put_signal(d, s, sig, signal_val, remote_pe, op=signal_op, nelems=n, stream=stream)
+
+
+@translated
+def put_signal_nbi(dst: Any, src: Any, signal_var: Any, signal_val: int, signal_op: Any, remote_pe: int = -1,
+                   stream: Any = None) -> None:
+    """Non-blocking :func:`put_signal` (``nvshmemx_putmem_signal_nbi_on_stream``): ``src`` must stay
+    valid until a later ``quiet(stream)``."""
+    d, s, n = _transfer("put_signal_nbi", dst, src, remote_pe, stream)
+    sig = _signal(signal_var, "put_signal_nbi")
+    _ops.put_signal(d, s, sig, signal_val, remote_pe, op=signal_op, nelems=n, stream=stream, nbi=True)
 
 
 @translated
@@ -94,3 +121,20 @@ def quiet(stream: Any = None) -> None:
     _tracking.require_initialized("quiet")
     _tracking.require_stream(stream, "quiet")
     _ops.quiet(stream=stream)
+
+
+@translated
+def flush(stream: Any = None) -> None:
+    """Make the sources of the ``put_nbi`` calls before it on ``stream`` safe to reuse
+    (``nvshmemx_flush_on_stream``); no remote visibility: :func:`quiet` gives that."""
+    _tracking.require_initialized("flush")
+    _tracking.require_stream(stream, "flush")
+    _ops.flush(stream=stream)
+
+
+@translated
+def signal_fetch(signal_var: Any) -> int:
+    """This PE's value of the signal word ``signal_var`` (``nvshmem_signal_fetch``: a synchronous
+    device-to-host read, no stream: order the producers' streams before calling it)."""
+    _tracking.require_initialized("signal_fetch")
+    return int(_ops.signal_fetch(_signal(signal_var, "signal_fetch")))

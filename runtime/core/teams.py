@@ -17,58 +17,29 @@ from ..errors import NvshmemArgumentError
 from ..host import _lib, _state
 from ..host import operations as _operations
 from ..host import teams as _native
-from .._generated.constants import STRUCT_VERSIONS
+from . import _bindtypes
 from ._tracking import translated
 from .nvshmem_types import _PREDEFINED_TEAMS as _PREDEFINED
 from .nvshmem_types import NvshmemError, NvshmemInvalid, Teams
 
 __all__ = [
-    "team_split_strided", "team_split_2d", "team_destroy", "team_init", "team_translate_pe", "TeamConfig",
-    "TeamUniqueId", "get_team_unique_id",
+    "team_split_strided", "team_split_2d", "team_destroy", "team_init", "team_translate_pe", "team_get_config",
+    "TeamConfig", "TeamUniqueId", "get_team_unique_id",
 ]
 
 logger = logging.getLogger("nvshmem")
 
 _MASK_NUM_CONTEXTS = _native.CONFIG_MASK_NUM_CONTEXTS
 _MASK_UNIQUEID = _native.CONFIG_MASK_UNIQUEID
-_INVALID_UID = 0xFFFFFFFFFFFFFFFF
 
 
-class TeamConfig:
-    """``nvshmem_team_config_t``: ``version``, ``num_contexts``, ``uniqueid``.
+#: ``nvshmem_team_config_t`` (NVSHMEM4Py's ``TeamConfig`` is its bindings' too): see
+#: :class:`nvshmem_dsl.core.bindings.TeamConfig`.
+TeamConfig = _bindtypes.TeamConfig
 
-    The fields start as ``NVSHMEM_TEAM_CONFIG_INITIALIZER`` sets them; the keyword arguments
-    (as NVSHMEM4Py's tutorial passes them) set them too.  Which fields NVSHMEM reads is said by
-    the ``config_mask`` passed alongside (``NVSHMEM_TEAM_CONFIG_MASK_NUM_CONTEXTS`` = 1,
-    ``..._UNIQUEID`` = 2).
-    """
-
-    def __init__(self, version: int | None = None, num_contexts: int | None = None,
-                 uniqueid: int | None = None) -> None:
-        self.version = STRUCT_VERSIONS["nvshmem_team_config_t"] if version is None else int(version)
-        self.num_contexts = -1 if num_contexts is None else int(num_contexts)
-        self.uniqueid = _INVALID_UID if uniqueid is None else int(uniqueid)
-        self._struct = None
-
-    @property
-    def ptr(self) -> int:
-        """The address of an ``nvshmem_team_config_t`` holding these fields (kept alive here)."""
-        cfg = self._struct = self.struct()
-        return int(_lib.ffi().cast("uintptr_t", cfg))
-
-    def struct(self):
-        cfg = _lib.new("nvshmem_team_config_t *")
-        cfg.version = self.version
-        cfg.num_contexts = self.num_contexts
-        cfg.uniqueid = self.uniqueid & _INVALID_UID
-        return cfg
-
-    def __repr__(self) -> str:
-        return f"TeamConfig(version={self.version}, num_contexts={self.num_contexts}, uniqueid={self.uniqueid})"
-
-
-class TeamUniqueId(int):
-    """A team unique id (``nvshmemx_team_uniqueid_t``, a 64-bit value) from :func:`get_team_unique_id`."""
+#: A team unique id (``nvshmemx_team_uniqueid_t``) from :func:`get_team_unique_id`: ``value``,
+#: ``ptr``, and usable as the int it holds (NVSHMEM4Py's ``bindings.team_uniqueid``).
+TeamUniqueId = _bindtypes.team_uniqueid
 
 
 def team_value(team: Any, function: str, argument: str = "team") -> int:
@@ -241,3 +212,15 @@ def get_team_unique_id() -> TeamUniqueId:
     uid = _lib.new("nvshmemx_team_uniqueid_t *")
     _lib.call("nvshmemx_team_get_uniqueid", uid)
     return TeamUniqueId(int(uid[0]))
+
+
+@translated
+def team_get_config(team: Any) -> TeamConfig:
+    """A copy of ``team``'s ``nvshmem_team_config_t`` (``nvshmem_team_get_config``) as a
+    :class:`TeamConfig`."""
+    _state.require("team_get_config()")
+    config = TeamConfig()
+    cfg = _lib.new("nvshmem_team_config_t *")
+    _lib.call("nvshmem_team_get_config", team_value(team, "team_get_config"), cfg)
+    config.version, config.num_contexts, config.uniqueid = int(cfg.version), int(cfg.num_contexts), int(cfg.uniqueid)
+    return config

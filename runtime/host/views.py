@@ -109,8 +109,9 @@ def span_is_symmetric(info: _arrays.ArrayInfo) -> bool:
 # --------------------------------------------------------------------------- registration
 
 
-def register_external(x: Any):
-    """Make an array allocated outside NVSHMEM symmetric (collective; ``nvshmemx_buffer_register_symmetric``).
+def register_external(x: Any, *, preferred_address: int | None = None):
+    """Make an array allocated outside NVSHMEM symmetric (collective; ``nvshmemx_buffer_register_symmetric``,
+    or ``..._at_preferred_address`` with ``preferred_address``, the same on every PE).
 
     The memory must come from the CUDA VMM API, e.g. cuda.core's
     ``VirtualMemoryResource(device).allocate(nbytes)``, with the same size on every
@@ -132,7 +133,11 @@ def register_external(x: Any):
             f"heap granularity, {granularity} bytes (NVSHMEM_CUMEM_GRANULARITY). Allocate a multiple of that "
             "(e.g. VirtualMemoryResource(device).allocate(n * granularity)) and register all of it."
         )
-    mapped = _lib.call("nvshmemx_buffer_register_symmetric", info.ptr, info.nbytes, 0)
+    if preferred_address is None:
+        mapped = _lib.call("nvshmemx_buffer_register_symmetric", info.ptr, info.nbytes, 0)
+    else:
+        mapped = _lib.call("nvshmemx_buffer_register_symmetric_at_preferred_address", info.ptr, info.nbytes,
+                           int(preferred_address), 0)
     if not mapped:
         raise NvshmemMemoryError(
             "register_external(): NVSHMEM refused the buffer. It must be allocated with the CUDA VMM API "

@@ -119,11 +119,13 @@ def _dtype_name(t) -> str:
     return str(t.dtype) if _is_array(t) else str(t)
 
 
-def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: bool):
+def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: bool, allow_pointer: bool = False):
     """Match user argument types to the C parameters of `op`.
 
     Returns a list with, per C parameter, either ('arg', i[, index_i]) or ('count',
-    array positions) for a defaulted element count.
+    array positions) for a defaulted element count.  With `allow_pointer` (the raw C-named
+    functions), a pointer parameter also takes a pointer value (``ffi.from_buffer(a)``, a
+    ``CPointer`` / ``voidptr``), as NVSHMEM4Py's raw device bindings do.
     """
     params = op["params"]
     plan, i = [], 0
@@ -139,6 +141,10 @@ def _plan(api: str, op: dict, argtys: tuple, default_count: bool, allow_index: b
         if p["llvm"] == "ptr" and not p.get("byval"):
             if p["role"] in NULLABLE_ROLES and isinstance(t, (types.NoneType, types.Omitted)):
                 plan.append(("null", i))
+                i += 1
+                continue
+            if allow_pointer and isinstance(t, (types.CPointer, types.RawPointer)):
+                plan.append(("arg", i, None))
                 i += 1
                 continue
             if not _is_array(t):
@@ -206,7 +212,9 @@ def _codegen(op: dict, plan, argtys):
                 continue
             i, idx = step[1], step[2]
             t, v = argtys[i], llargs[i]
-            if p["llvm"] == "ptr" and not p.get("byval"):
+            if p["llvm"] == "ptr" and not p.get("byval") and not _is_array(t):  # a raw pointer value
+                values.append(builder.bitcast(v, cgutils.voidptr_t))
+            elif p["llvm"] == "ptr" and not p.get("byval"):
                 ary = context.make_array(t)(context, builder, v)
                 arrays[k] = ary
                 ptr = ary.data
@@ -325,7 +333,7 @@ def c_function(symbol: str):
 
     def typer(typingctx, *args):
         argtys = args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args
-        plan = _plan(symbol, op, argtys, default_count=False, allow_index=False)
+        plan = _plan(symbol, op, argtys, default_count=False, allow_index=False, allow_pointer=True)
         sig = signature(_return_type(op), types.StarArgTuple.from_types(argtys))
         return sig, _star_codegen(op, plan, argtys)
 

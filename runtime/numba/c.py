@@ -1,7 +1,8 @@
 """Every NVSHMEM device function under its C name, for experts: `c.nvshmem_int_p(dst, v, pe)`.
 
-Arguments are exactly the C function's: arrays (or their element 0) for pointers, scalars
-converted to the C types, no defaults and no dtype dispatch. The list comes from the op table.
+Arguments are exactly the C function's: arrays (or their element 0) or pointer values
+(``ffi.from_buffer(a)``, a ``CPointer``) for pointers, scalars converted to the C types, no
+defaults and no dtype dispatch. The list comes from the op table.
 """
 from .. import _optable
 from ._calls import c_function

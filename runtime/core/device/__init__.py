@@ -7,7 +7,9 @@ first (``put(dst, src, pe)``, as NVSHMEM4Py's package does, not as its Numba ref
 it), element counts ``min(dst.size, src.size)``, signal words of uint64 or int64.  What differs in
 name or arguments is a small wrapper here: ``signal_wait``, ``sync*``, the collectives that take
 the operator as a string (``reduce(team, dst, src, "sum")``), ``get_peer_array`` /
-``get_multicast_array`` (Numba), ``get_peer_tensor`` / ``get_multicast_tensor`` (CuTe).
+``get_multicast_array`` (Numba), ``get_peer_tensor`` / ``get_multicast_tensor`` (CuTe),
+``give_smem(smem)`` (the whole shared array or tensor, its size in bytes taken from it).
+NVSHMEM4Py's raw device functions by C name are :mod:`nvshmem_dsl.core.bindings.device`.
 """
 
 #: NVSHMEM4Py's names, per submodule (as in nvshmem.core.device.numba / .cute)

@@ -18,10 +18,11 @@ __all__ = ["bytearray", "array", "free_array", "array_get_buffer", "get_peer_arr
 
 
 @translated
-def array(shape: Any, dtype: Any = "float32", release: bool = False, morder: str = "C"):
+def array(shape: Any, dtype: Any = "float32", release: bool = False, morder: str = "C", except_on_del: bool = True):
     """A symmetric CuPy array (collective; contents uninitialised), C or Fortran order (``morder``).
 
-    ``release`` is accepted for compatibility (arrays here are never freed by the garbage collector).
+    ``release`` and ``except_on_del`` are accepted for compatibility (arrays here are never freed by the
+    garbage collector).
     """
     _tracking.require_initialized("array")
     _common.require_library("cupy", "array")
@@ -30,7 +31,7 @@ def array(shape: Any, dtype: Any = "float32", release: bool = False, morder: str
 
 @translated
 def bytearray(shape: Any, dtype: Any = "float32", release: bool = False, device_id: int | None = None,
-              morder: str = "C"):
+              morder: str = "C", except_on_del: bool = True):
     """A symmetric int8 CuPy array of ``shape`` (``dtype`` is ignored, as in NVSHMEM4Py)."""
     _tracking.require_initialized("bytearray")
     _common.require_library("cupy", "bytearray")
