@@ -132,3 +132,28 @@ def test_bad_input(dsl):
         with pytest.raises(nvshmem.NvshmemArgumentError, match="different arguments"):
             kernels.all_reduce(x[:32 + me], dsl=dsl)
     nvshmem.free(x)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pes_may_mix_dsls(kind):
+    """One protocol (_plan): PE p runs the DSL p % 3 of those that import, and the results are the same."""
+    import nvshmem_dsl as nvshmem
+    me, npes = _pe()
+    dsls = []
+    for name in ("numba", "triton", "cute"):
+        try:
+            importlib.import_module(f"nvshmem_dsl.kernels.{name}")
+            dsls.append(name)
+        except Exception:  # noqa: BLE001 - every PE sees the same DSLs
+            pass
+    if len(dsls) < 2 or npes < 2:
+        pytest.skip("needs two PEs and two DSLs")
+    src, want = _expected(kind, 4099, me, npes, 0, torch.float32)
+    x = nvshmem.array(src.shape, "float32", like="torch")
+    x.copy_(src)
+    out = torch.full_like(want, float("nan"))
+    torch.cuda.synchronize()
+    _call(kind, x, out, dsls[me % len(dsls)])
+    torch.cuda.synchronize()
+    assert torch.equal(out, want), f"PE {me} ({dsls[me % len(dsls)]}): {kind}"
+    nvshmem.free(x)
