@@ -6,7 +6,8 @@ output and of the reduce-scatter's input (all PEs' parts together).
 """
 from __future__ import annotations
 
-KINDS = ("one_shot", "two_shot", "all_gather", "reduce_scatter")
+from nvshmem_dsl.kernels._plan import KINDS  # noqa: F401 - the kernels, as the protocol names them
+
 #: Latency sizes (bytes), and bandwidth sizes (only with one PE per GPU: shared GPUs are no benchmark).
 LAT_BYTES = (8, 64, 512, 4096, 32768, 65536, 262144, 1 << 20)
 BW_BYTES = (16 << 20, 64 << 20, 256 << 20)

@@ -145,35 +145,20 @@ for unit in "${units[@]}"; do
   fi
 done
 (( failed == 0 )) || exit 1
+link() {  # link OUT OBJECTS...: one binary against NVSHMEM's device and host libraries
+  local out="$1"; shift
+  mkdir -p "$(dirname "$out")"
+  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "$@" -o "$out"
+       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
+       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
+       ${NVCC_FLAGS:-})
+  echo "${cmd[*]}" >&2
+  "${cmd[@]}"
+  built+=("$out")
+}
 built=()
-if (( want_bench )); then
-  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "${objs[@]}" -o "$OUT"
-       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
-       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
-       ${NVCC_FLAGS:-})
-  echo "${cmd[*]}" >&2
-  "${cmd[@]}"
-  built+=("$OUT")
-fi
-if (( want_comm )); then
-  mkdir -p "$(dirname "$COMM_OUT")"
-  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "$objdir/comm.o" -o "$COMM_OUT"
-       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
-       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
-       ${NVCC_FLAGS:-})
-  echo "${cmd[*]}" >&2
-  "${cmd[@]}"
-  built+=("$COMM_OUT")
-fi
-if (( want_moe )); then
-  mkdir -p "$(dirname "$MOE_OUT")"
-  cmd=("$NVCC" -rdc=true "-arch=$ARCH" "$objdir/moe.o" -o "$MOE_OUT"
-       -L"$NVSHMEM_LIB" -lnvshmem_device -Xlinker "$host_lib"
-       -Xlinker -rpath -Xlinker "$NVSHMEM_LIB"
-       ${NVCC_FLAGS:-})
-  echo "${cmd[*]}" >&2
-  "${cmd[@]}"
-  built+=("$MOE_OUT")
-fi
+if (( want_bench )); then link "$OUT" "${objs[@]}"; fi
+if (( want_comm )); then link "$COMM_OUT" "$objdir/comm.o"; fi
+if (( want_moe )); then link "$MOE_OUT" "$objdir/moe.o"; fi
 end=$(date +%s.%N)
 echo "build.sh: built ${built[*]} in $(awk "BEGIN{printf \"%.1f\", $end - $start}") s" >&2

@@ -401,21 +401,10 @@ int main(int argc, char** argv) {
     m.grid = (int)std::min<int64_t>(GRID_MAX, E);
 
     {
-        int dev = 0, rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
-        cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-        cudaRuntimeGetVersion(&rt);
-        cudaDriverGetVersion(&drv);
-        nvshmemx_vendor_get_version_info(&maj, &min, &pat);
-        printf("{\"impl\":\"cpp\",\"bench\":\"meta\",\"program\":\"moe_cpp\",\"pe\":%lld,\"npes\":%lld,"
-               "\"device\":\"%s\",\"cc\":\"%d.%d\",\"nvshmem\":\"%d.%d.%d\",\"nvshmem_headers\":\"%d.%d.%d\","
-               "\"cuda_runtime\":%d,\"cuda_driver\":%d,\"threads\":%d,\"grid\":%d,\"iters\":%lld,\"reps\":%lld,"
-               "\"spin_us\":%.6g,\"init_s\":%.3f}\n",
-               (long long)me, (long long)npes, prop.name, prop.major, prop.minor, maj, min, pat,
-               NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION, NVSHMEM_VENDOR_PATCH_VERSION, rt, drv,
-               THREADS, m.grid, (long long)iters, (long long)reps, spin_us, t_init);
-        fflush(stdout);
+        char extra[256];
+        snprintf(extra, sizeof extra, "\"threads\":%d,\"grid\":%d,\"iters\":%lld,\"reps\":%lld,\"spin_us\":%.6g",
+                 THREADS, m.grid, (long long)iters, (long long)reps, spin_us);
+        print_meta("moe_cpp", (long long)me, (long long)npes, t_init, extra);
     }
 
     // ---- buffers (symmetric: the same sizes on every PE)

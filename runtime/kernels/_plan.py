@@ -48,6 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..host import _arrays
+
 #: The largest grid; the signal array holds 2 * GRID_MAX * npes words.
 GRID_MAX = 32
 #: Threads per block (Triton: THREADS // 32 warps).
@@ -62,7 +64,8 @@ KINDS = ("one_shot", "two_shot", "all_gather", "reduce_scatter")
 SLOTS = {"one_shot": 1, "two_shot": 2, "all_gather": 1, "reduce_scatter": 1}
 #: Element types of the kernels (all-gather copies any of them; the reductions sum in float32).
 DTYPES = ("float32", "bfloat16")
-ITEMSIZE = {"float32": 4, "bfloat16": 2}
+#: Their sizes, from the host runtime's one table of element sizes.
+ITEMSIZE = {name: _arrays.itemsize_of(name) for name in DTYPES}
 
 
 def _ceil(a: int, b: int) -> int:

@@ -72,6 +72,17 @@ def kernels(dtype: str) -> dict:
     """The four kernels for ``dtype`` ("float32" or "bfloat16")."""
     load, store = (_bf16_load, _bf16_store) if dtype == "bfloat16" else (_f32_load, _f32_store)
 
+    @cuda.jit(device=True, inline=True)
+    def pe_sum(x, xi, stage, slots, j, span, npes, me):
+        """Sum over p = 0..npes-1 in order of x[xi] (p == me) or stage[slots + p * span + j], in float32."""
+        acc = float32(0)
+        for p in range(npes):
+            if p == me:
+                acc += load(x[xi])
+            else:
+                acc += load(stage[slots + p * span + j])
+        return acc
+
     @cuda.jit
     def one_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes):
         b = cuda.blockIdx.x
@@ -84,13 +95,7 @@ def kernels(dtype: str) -> dict:
             _send(stage[d + lo:d + hi], x[lo:hi], sig, (b * 2) * npes + me, epoch, p)
         _wait_peers(sig, b, 0, epoch, me, npes)
         for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
-            acc = float32(0)
-            for p in range(npes):
-                if p == me:
-                    acc += load(x[i])
-                else:
-                    acc += load(stage[(par * npes + p) * span + i])
-            out[i] = store(acc)
+            out[i] = store(pe_sum(x, i, stage, par * npes * span, i, span, npes, me))
         _finish()
 
     @cuda.jit
@@ -110,13 +115,7 @@ def kernels(dtype: str) -> dict:
         for j in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
             i = me * span + j
             if i < n:
-                acc = float32(0)
-                for p in range(npes):
-                    if p == me:
-                        acc += load(x[i])
-                    else:
-                        acc += load(stage[((par * 2) * npes + p) * span + j])
-                r = store(acc)
+                r = store(pe_sum(x, i, stage, par * 2 * npes * span, j, span, npes, me))
                 stage[mine + j] = r
                 out[i] = r
         cuda.syncthreads()
@@ -167,13 +166,7 @@ def kernels(dtype: str) -> dict:
             _send(stage[d + lo:d + hi], x[p * n + lo:p * n + hi], sig, (b * 2) * npes + me, epoch, p)
         _wait_peers(sig, b, 0, epoch, me, npes)
         for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
-            acc = float32(0)
-            for p in range(npes):
-                if p == me:
-                    acc += load(x[me * n + i])
-                else:
-                    acc += load(stage[(par * npes + p) * span + i])
-            out[i] = store(acc)
+            out[i] = store(pe_sum(x, me * n + i, stage, par * npes * span, i, span, npes, me))
         _finish()
 
     return {"one_shot": one_shot, "two_shot": two_shot, "all_gather": all_gather,

@@ -1,6 +1,6 @@
 """MoE dispatch and combine in Triton (protocol: :mod:`nvshmem_dsl.kernels.moe._layout`).
 
-A port of :mod:`nvshmem_dsl.kernels.moe.numba` on the same buffers (PEs may even mix the two):
+A port of :mod:`nvshmem_dsl.kernels.moe.numba` on the same buffers:
 one program is one block of the protocol (``program_id(0)``), of ``_layout.THREADS`` threads
 (``num_warps = THREADS // 32``).  Index arithmetic is int64, as in
 :mod:`nvshmem_dsl.kernels.triton`.
