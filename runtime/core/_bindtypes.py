@@ -14,8 +14,6 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-import numpy as _numpy
-
 from .._generated import constants as _c
 
 __all__ = [
@@ -73,15 +71,38 @@ Flags = _enum("Flags", _c.InitFlags)
 
 # --------------------------------------------------------------------------- struct dtypes
 
-uniqueid_dtype = _numpy.dtype([("version", _numpy.int32), ("internal", _numpy.int8, (124,))], align=True)
-init_attr_dtype = _numpy.dtype([("version", _numpy.int32), ("mpi_comm", _numpy.intp),
-                                ("args", _numpy.int8, (_c.STRUCT_SIZES["nvshmemx_init_args_t"],))], align=True)
-team_config_dtype = _numpy.dtype([("version", _numpy.int32), ("num_contexts", _numpy.int32),
-                                  ("uniqueid", _numpy.uint64), ("padding", _numpy.int8, (48,))], align=True)
-for _dt, _struct in ((uniqueid_dtype, "nvshmemx_uniqueid_t"), (init_attr_dtype, "nvshmemx_init_attr_t"),
-                     (team_config_dtype, "nvshmem_team_config_t")):
-    assert _dt.itemsize == _c.STRUCT_SIZES[_struct], (_struct, _dt.itemsize)
-del _dt, _struct
+_DTYPES: dict = {}
+
+
+def _dtypes() -> dict:
+    """The struct dtypes, made on first use (numpy is not imported by ``import nvshmem_dsl.core``)."""
+    if not _DTYPES:
+        import numpy as np
+
+        made = {
+            "uniqueid_dtype": np.dtype([("version", np.int32), ("internal", np.int8, (124,))], align=True),
+            "init_attr_dtype": np.dtype([("version", np.int32), ("mpi_comm", np.intp),
+                                         ("args", np.int8, (_c.STRUCT_SIZES["nvshmemx_init_args_t"],))], align=True),
+            "team_config_dtype": np.dtype([("version", np.int32), ("num_contexts", np.int32),
+                                           ("uniqueid", np.uint64), ("padding", np.int8, (48,))], align=True),
+        }
+        for name, struct in (("uniqueid_dtype", "nvshmemx_uniqueid_t"), ("init_attr_dtype", "nvshmemx_init_attr_t"),
+                             ("team_config_dtype", "nvshmem_team_config_t")):
+            assert made[name].itemsize == _c.STRUCT_SIZES[struct], (struct, made[name].itemsize)
+        _DTYPES.update(made)
+    return _DTYPES
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("uniqueid_dtype", "init_attr_dtype", "team_config_dtype"):
+        return _dtypes()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _np():
+    import numpy
+
+    return numpy
 
 _INVALID_TEAM_UID = 0xFFFFFFFFFFFFFFFF
 
@@ -89,10 +110,14 @@ _INVALID_TEAM_UID = 0xFFFFFFFFFFFFFFFF
 class _Record:
     """A numpy record array over one (or more) C structs; ``ptr`` is its address."""
 
-    _dtype: _numpy.dtype
+    _dtype_name: str  #: its key in _dtypes()
+
+    @classmethod
+    def _dt(cls):
+        return _dtypes()[cls._dtype_name]
 
     def __init__(self, size: int = 1) -> None:
-        self._data = _numpy.zeros(size, dtype=self._dtype).view(_numpy.recarray)
+        self._data = _np().zeros(size, dtype=self._dt()).view(_np().recarray)
 
     @property
     def ptr(self) -> int:
@@ -125,7 +150,7 @@ class _Record:
 class uniqueid(_Record):
     """``nvshmemx_uniqueid_t`` (128 bytes): ``uniqueid(size=1)``, ``ptr``, ``version``."""
 
-    _dtype = uniqueid_dtype
+    _dtype_name = "uniqueid_dtype"
 
     @property
     def version(self) -> Any:
@@ -143,7 +168,7 @@ class uniqueid(_Record):
             key %= size
             return type(self).from_data(self._data[key:key + 1])
         out = self._data[key]
-        if isinstance(out, _numpy.recarray) and out.dtype == self._dtype:
+        if isinstance(out, _np().recarray) and out.dtype == self._dt():
             return type(self).from_data(out)
         return out
 
@@ -153,14 +178,14 @@ class uniqueid(_Record):
     @classmethod
     def from_data(cls, data: Any) -> "uniqueid":
         """Wrap a 1-D numpy array of ``uniqueid_dtype``."""
-        if not isinstance(data, _numpy.ndarray):
+        if not isinstance(data, _np().ndarray):
             raise TypeError("data argument must be a NumPy ndarray")
         if data.ndim != 1:
             raise ValueError("data array must be 1D")
-        if data.dtype != cls._dtype:
+        if data.dtype != cls._dt():
             raise ValueError("data array must be of dtype uniqueid_dtype")
         obj = cls.__new__(cls)
-        obj._data = data.view(_numpy.recarray)
+        obj._data = data.view(_np().recarray)
         return obj
 
     @classmethod
@@ -170,8 +195,8 @@ class uniqueid(_Record):
             raise ValueError("ptr must not be null (0)")
         import ctypes
 
-        buf = (ctypes.c_char * (cls._dtype.itemsize * size)).from_address(int(ptr))
-        data = _numpy.frombuffer(buf, dtype=cls._dtype, count=size)
+        buf = (ctypes.c_char * (cls._dt().itemsize * size)).from_address(int(ptr))
+        data = _np().frombuffer(buf, dtype=cls._dt(), count=size)
         if readonly:
             data.flags.writeable = False
         return cls.from_data(data)
@@ -192,7 +217,7 @@ class team_uniqueid:
     """
 
     def __init__(self, value: int = 0) -> None:
-        self._data = _numpy.zeros(1, dtype=_numpy.uint64).view(_numpy.recarray)
+        self._data = _np().zeros(1, dtype=_np().uint64).view(_np().recarray)
         self._data[0] = int(value)
 
     @property
@@ -236,7 +261,7 @@ class TeamUniqueId(team_uniqueid):
 class InitAttr(_Record):
     """``nvshmemx_init_attr_t`` (144 bytes): ``ptr``, ``version``, ``mpi_comm``; the args opaque."""
 
-    _dtype = init_attr_dtype
+    _dtype_name = "init_attr_dtype"
 
     def __init__(self) -> None:
         super().__init__(1)
@@ -255,7 +280,7 @@ class TeamConfig(_Record):
     ``ptr`` is this object's: what NVSHMEM writes there (``team_get_config``) reads back here.
     """
 
-    _dtype = team_config_dtype
+    _dtype_name = "team_config_dtype"
 
     def __init__(self, version: int | None = None, num_contexts: int | None = None,
                  uniqueid: Any = None) -> None:
