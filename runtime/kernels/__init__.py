@@ -28,7 +28,7 @@ from ..host import _arrays, _state
 from ..host._cuda import stream_handle, synchronize
 from ..host.views import span_is_symmetric
 from . import _plan
-from ._views import kernel_array
+from ._views import default_stream, kernel_array
 from ._workspace import Workspace, default as default_workspace
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "Workspace", "default_workspace", "DSLS", "ALGORITHMS"]
@@ -93,17 +93,6 @@ def _empty_like(x: Any, xi: _arrays.ArrayInfo, shape: tuple, function: str) -> A
     raise NvshmemArgumentError(f"{function}(): pass 'out' for arrays of {lib}")
 
 
-def _default_stream(info: _arrays.ArrayInfo) -> int:
-    """The array library's current stream (torch, cupy), else the legacy default stream."""
-    if info.library == "torch":
-        import torch
-        return torch.cuda.current_stream().cuda_stream
-    if info.library == "cupy":
-        import cupy
-        return cupy.cuda.get_current_stream().ptr
-    return 0
-
-
 def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: tuple, *,
          dsl: str, stream: Any, workspace: Workspace | None, function: str) -> Any:
     s = _state.require(f"{function}()")
@@ -111,7 +100,7 @@ def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: 
     out, oi = _output(out, x, xi, out_shape, function)
     if n == 0:
         return out
-    handle = _default_stream(xi) if stream is None else stream_handle(stream)
+    handle = default_stream(xi) if stream is None else stream_handle(stream)
     plan = _plan.plan(kind, xi.dtype, n, s.n_pes)
     ws = workspace if workspace is not None else default_workspace()
     epoch = ws.prepare(plan, function, synchronize)

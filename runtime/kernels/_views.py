@@ -1,4 +1,4 @@
-"""The arrays a kernel launch takes, made from the caller's arrays without a copy."""
+"""What a kernel launch takes from the caller: its arrays (without a copy) and its default stream."""
 from __future__ import annotations
 
 from typing import Any
@@ -24,3 +24,14 @@ def kernel_array(a: Any, info: _arrays.ArrayInfo, like: str) -> Any:
     if info.library == like:
         return a.reshape(-1)
     return memory._wrap(info.ptr, (info.size,), None, info.dtype, like, owner=a)
+
+
+def default_stream(info: _arrays.ArrayInfo) -> int:
+    """The array library's current stream (torch, cupy), else the legacy default stream."""
+    if info.library == "torch":
+        import torch
+        return torch.cuda.current_stream().cuda_stream
+    if info.library == "cupy":
+        import cupy
+        return cupy.cuda.get_current_stream().ptr
+    return 0

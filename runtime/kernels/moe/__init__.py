@@ -22,7 +22,7 @@ from ...errors import NvshmemArgumentError, NvshmemStateError, NvshmemTypeError
 from ...host import _arrays, _state, memory
 from ...host._cuda import stream_handle
 from ...host.views import span_is_symmetric
-from .._views import kernel_array
+from .._views import default_stream, kernel_array
 from . import _layout
 
 __all__ = ["MoEBuffer", "DSLS"]
@@ -142,7 +142,7 @@ class MoEBuffer:
         ti = self._routing(topk_idx, xi.shape[0], "dispatch")
         if not self._combined:
             raise NvshmemStateError("dispatch(): the previous dispatch has not been combined yet")
-        handle = _default_stream() if stream is None else stream_handle(stream)
+        handle = default_stream(xi) if stream is None else stream_handle(stream)
         self.epoch += 1
         self._combined = False
         p = self._parts(mod.ARRAYS)
@@ -187,7 +187,7 @@ class MoEBuffer:
         if oi.dtype != "bfloat16" or oi.shape != (tokens, lay.hidden) or not oi.contiguous:
             raise NvshmemArgumentError(
                 f"combine(): argument 'out' must be contiguous bfloat16 ({tokens}, {lay.hidden}), got {oi.dtype} {oi.shape}")
-        handle = _default_stream() if stream is None else stream_handle(stream)
+        handle = default_stream(yi) if stream is None else stream_handle(stream)
         p = self._parts(mod.ARRAYS)
         a = mod.ARRAYS
         mod.launch_combine(lay, kernel_array(y, yi, a), kernel_array(topk_idx, ti, a), kernel_array(topk_weights, wi, a),
@@ -201,8 +201,3 @@ class MoEBuffer:
         for buf in (self._recv_x, self._recv_src, self._comb_x, self._sig, self._y):
             if buf is not None and not buf.freed and self._generation == _state.STATE.generation:
                 memory.free_internal(buf)
-
-
-def _default_stream() -> int:
-    import torch
-    return torch.cuda.current_stream().cuda_stream
