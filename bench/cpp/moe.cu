@@ -62,6 +62,7 @@
 static const int THREADS = 512;        // _layout.THREADS
 static const int GRID_MAX = 32;        // _layout.GRID_MAX
 static const int MAX_TOKENS = 4096;    // _layout.MAX_TOKENS: dispatch's shared list of one expert's rows
+static const int MAX_TOPK = 32;        // _layout.MAX_TOPK: combine's shared slot list of one token
 static const int WARMUP = 10;
 
 typedef __nv_bfloat16 bf16;
@@ -91,7 +92,10 @@ __global__ void __launch_bounds__(THREADS)
         int count = 0;
         for (int64_t base = 0; base < T * K; base += nt) {  // block scan (Hillis-Steele) of topk == e, in order
             const int64_t idx = base + tid;
-            const bool hit = idx < T * K && topk[idx] == e;
+            bool hit = idx < T * K && topk[idx] == e;
+            if (hit) {  // a token's repeated expert: sent once (its first slot)
+                for (int64_t jj = idx - idx % K; jj < idx; jj++) hit = hit && topk[jj] != e;
+            }
             scan[tid] = hit ? 1 : 0;
             __syncthreads();
             for (int off = 1; off < nt; off *= 2) {
@@ -159,12 +163,20 @@ __global__ void __launch_bounds__(THREADS)
     }
     for (int64_t e = tid; e < E; e += blockDim.x) nvshmem_signal_wait_until(sig + L * npes + e, NVSHMEM_CMP_GE,
                                                                             (uint64_t)epoch);
-    __syncthreads();
+    __shared__ int slot[MAX_TOPK];  // slot j's row: that of its expert's first slot; -1: none
     for (int64_t t = b; t < T; t += gridDim.x) {
+        __syncthreads();
+        if (tid < K) {
+            const int64_t e = topk[t * K + tid];
+            int first = tid;
+            for (int jj = tid - 1; jj >= 0; jj--) if (topk[t * K + jj] == e) first = jj;
+            slot[tid] = e >= 0 ? first : -1;
+        }
+        __syncthreads();
         for (int64_t h = tid; h < H; h += blockDim.x) {
             float acc = 0.0f;
             for (int64_t j = 0; j < K; j++) {
-                if (topk[t * K + j] >= 0) acc += weights[t * K + j] * __bfloat162float(comb_x[(t * K + j) * H + h]);
+                if (slot[j] >= 0) acc += weights[t * K + j] * __bfloat162float(comb_x[(t * K + slot[j]) * H + h]);
             }
             out[t * H + h] = __float2bfloat16_rn(acc);
         }
@@ -371,10 +383,10 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    if (T < 1 || T > MAX_TOKENS || H < 1 || E < 1 || K < 1 || K > E || E > (int64_t)1 << 30) {
+    if (T < 1 || T > MAX_TOKENS || H < 1 || E < 1 || K < 1 || K > E || K > MAX_TOPK || E > (int64_t)1 << 30) {
         fprintf(stderr, "moe_cpp: bad sizes: tokens %lld (1..%d), hidden %lld (>= 1), experts %lld (>= 1), "
-                        "topk %lld (1..experts)\n",
-                (long long)T, MAX_TOKENS, (long long)H, (long long)E, (long long)K);
+                        "topk %lld (1..experts, at most %d)\n",
+                (long long)T, MAX_TOKENS, (long long)H, (long long)E, (long long)K, MAX_TOPK);
         usage(argv[0]);
         return 2;
     }

@@ -9,7 +9,8 @@ Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) rout
 ``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order),
 counts the vector's matches (``tl.sum``) and takes them one after the other, each the smallest
 entry past the previous one (``tl.min``, a program-wide reduction), which gives every match its
-slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending).  Each match's row
+slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending); a match whose
+token names the expert in an earlier slot is skipped.  Each match's row
 goes out right away, by the whole program (``put_nbi_block``: Triton makes block-scope calls
 with every thread), and its ``t * K + j`` by ``p`` (thread 0, not waited for).  Then ``fence`` and
 the word set to ``epoch << 32 | count``.  Cost beside the puts: ``T * K / SCAN`` vector loads and
@@ -78,11 +79,15 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
             last = base - 1
             for i in range(0, n):
                 idx = tl.min(tl.where(hit & (offs > last), offs, TK), axis=0)  # the next match
-                r = row0 + count + i
-                nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
-                nv.p(recv_src + r, idx.to(tl.int32), dst)
+                first = idx == idx  # a token's repeated expert: sent once (its first slot)
+                for jj in range(idx - idx % K, idx):
+                    first = first & (tl.load(topk + jj) != e)
+                if first:
+                    r = row0 + count
+                    nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
+                    nv.p(recv_src + r, idx.to(tl.int32), dst)
+                    count += 1
                 last = idx
-            count += n
         nv.fence()
         nv.signal_op(sig + (e % L) * npes + me, (epoch << 32) | count, nv.SIGNAL_SET, dst)
     for word in range(b, E, grid):  # the counts of this PE's words of block b
@@ -120,8 +125,12 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
             acc = tl.zeros([BLOCK_H], tl.float32)
             for j in range(0, K):
                 k = t * K + j
-                if tl.load(topk + k) >= 0:
-                    v = tl.load(comb_x + k * H + offs, mask=m, other=0.0).to(tl.float32)
+                e = tl.load(topk + k)
+                if e >= 0:
+                    first = k  # the row of the expert's first slot (its result came back once)
+                    for jj in range(t * K, k):
+                        first = tl.where((tl.load(topk + jj) == e) & (first == k), jj, first)
+                    v = tl.load(comb_x + first * H + offs, mask=m, other=0.0).to(tl.float32)
                     acc = _add_product(acc, tl.load(weights + k), v)
             tl.store(out + t * H + offs, acc.to(tl.bfloat16), mask=m)
     _finish()
