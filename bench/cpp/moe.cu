@@ -175,8 +175,10 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads();
         for (int64_t h = tid; h < H; h += blockDim.x) {
             float acc = 0.0f;
-            for (int64_t j = 0; j < K; j++) {
-                if (slot[j] >= 0) acc += weights[t * K + j] * __bfloat162float(comb_x[(t * K + slot[j]) * H + h]);
+            for (int64_t j = 0; j < K; j++) {  // loads not behind the branch: a thread's K loads in flight together
+                const int r = slot[j];
+                const float v = weights[t * K + j] * __bfloat162float(comb_x[(t * K + max(r, 0)) * H + h]);
+                if (r >= 0) acc += v;
             }
             out[t * H + h] = __float2bfloat16_rn(acc);
         }

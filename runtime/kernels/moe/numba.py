@@ -109,9 +109,11 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
         cuda.syncthreads()
         for h in range(tid, H, cuda.blockDim.x):
             acc = float32(0)
-            for j in range(K):
-                if slot[j] >= 0:
-                    acc += weights[t * K + j] * _bf16_load(comb_x[(t * K + slot[j]) * H + h])
+            for j in range(K):  # loads not behind the branch: the K loads of a thread in flight together
+                r = slot[j]
+                v = weights[t * K + j] * _bf16_load(comb_x[(t * K + max(r, 0)) * H + h])
+                if r >= 0:
+                    acc += v
             out[t * H + h] = _bf16_store(acc)
     _finish()
 
