@@ -28,6 +28,7 @@ import warnings
 from typing import Any
 
 from . import _bootstrap, _cuda, _lib, _state
+from ._state import STATE as _STATE
 from .. import _libs
 from .._generated.constants import (
     SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel,
@@ -415,12 +416,14 @@ def _atexit() -> None:
 
 def my_pe() -> int:
     """This PE's number in TEAM_WORLD."""
-    return _state.require("my_pe()").my_pe
+    s = _STATE  # known since init: no C call; require() only to raise (one Python call less a call)
+    return s.my_pe if s.initialized else _state.require("my_pe()").my_pe
 
 
 def n_pes() -> int:
     """Number of PEs in TEAM_WORLD."""
-    return _state.require("n_pes()").n_pes
+    s = _STATE
+    return s.n_pes if s.initialized else _state.require("n_pes()").n_pes
 
 
 def team_my_pe(team: Any) -> int:
