@@ -10,7 +10,7 @@ Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) rout
 counts the vector's matches (``tl.sum``) and takes them one after the other, each the smallest
 entry past the previous one (``tl.min``, a program-wide reduction), which gives every match its
 slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending); a match whose
-token names the expert in an earlier slot is skipped.  Each match's row
+token names the expert in an earlier slot is no match (``K - 1`` masked vector loads a vector).  Each match's row
 goes out right away, by the whole program (``put_nbi_block``: Triton makes block-scope calls
 with every thread), and its ``t * K + j`` by ``p`` (thread 0, not waited for).  Then ``fence`` and
 the word set to ``epoch << 32 | count``.  Cost beside the puts: ``T * K / SCAN`` vector loads and
@@ -75,19 +75,18 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
             offs = base + tl.arange(0, SCAN)
             inside = offs < TK
             hit = (tl.load(topk + offs, mask=inside, other=-1) == e) & inside
+            for jj in range(1, K):  # a token's repeated expert: sent once (its first slot)
+                ahead = tl.load(topk + offs - jj, mask=hit & (offs % K >= jj), other=-1)
+                hit = hit & (ahead != e)
             n = tl.sum(hit.to(tl.int64), axis=0)
             last = base - 1
             for i in range(0, n):
                 idx = tl.min(tl.where(hit & (offs > last), offs, TK), axis=0)  # the next match
-                first = idx == idx  # a token's repeated expert: sent once (its first slot)
-                for jj in range(idx - idx % K, idx):
-                    first = first & (tl.load(topk + jj) != e)
-                if first:
-                    r = row0 + count
-                    nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
-                    nv.p(recv_src + r, idx.to(tl.int32), dst)
-                    count += 1
+                r = row0 + count + i
+                nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
+                nv.p(recv_src + r, idx.to(tl.int32), dst)
                 last = idx
+            count += n
         nv.fence()
         nv.signal_op(sig + (e % L) * npes + me, (epoch << 32) | count, nv.SIGNAL_SET, dst)
     for word in range(b, E, grid):  # the counts of this PE's words of block b
