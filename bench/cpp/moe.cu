@@ -173,14 +173,27 @@ __global__ void __launch_bounds__(THREADS)
             slot[tid] = e >= 0 ? first : -1;
         }
         __syncthreads();
-        for (int64_t h = tid; h < H; h += blockDim.x) {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < K; j++) {  // loads not behind the branch: a thread's K loads in flight together
+        const int64_t nt = blockDim.x;
+        for (int64_t h0 = tid; h0 < H; h0 += 4 * nt) {  // four elements a thread (h0 + i * nt): 4 K loads in flight
+            const int64_t h1 = min(h0 + nt, H - 1), h2 = min(h0 + 2 * nt, H - 1), h3 = min(h0 + 3 * nt, H - 1);
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            for (int64_t j = 0; j < K; j++) {  // loads not behind the mask's branch (a select after them)
                 const int r = slot[j];
-                const float v = weights[t * K + j] * __bfloat162float(comb_x[(t * K + max(r, 0)) * H + h]);
-                if (r >= 0) acc += v;
+                const float wj = weights[t * K + j];
+                const bf16* row = comb_x + (t * K + max(r, 0)) * H;
+                const float v0 = wj * __bfloat162float(row[h0]), v1 = wj * __bfloat162float(row[h1]);
+                const float v2 = wj * __bfloat162float(row[h2]), v3 = wj * __bfloat162float(row[h3]);
+                if (r >= 0) {
+                    a0 += v0;
+                    a1 += v1;
+                    a2 += v2;
+                    a3 += v3;
+                }
             }
-            out[t * H + h] = __float2bfloat16_rn(acc);
+            out[t * H + h0] = __float2bfloat16_rn(a0);
+            if (h0 + nt < H) out[t * H + h1] = __float2bfloat16_rn(a1);
+            if (h0 + 2 * nt < H) out[t * H + h2] = __float2bfloat16_rn(a2);
+            if (h0 + 3 * nt < H) out[t * H + h3] = __float2bfloat16_rn(a3);
         }
     }
     finish();

@@ -107,14 +107,30 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
                     first = jj
             slot[tid] = first if e >= 0 else -1
         cuda.syncthreads()
-        for h in range(tid, H, cuda.blockDim.x):
-            acc = float32(0)
-            for j in range(K):  # loads not behind the branch: the K loads of a thread in flight together
+        nt = cuda.blockDim.x
+        for h0 in range(tid, H, 4 * nt):  # four elements a thread (h0 + i * nt): 4 K loads in flight
+            h1, h2, h3 = min(h0 + nt, H - 1), min(h0 + 2 * nt, H - 1), min(h0 + 3 * nt, H - 1)
+            a0 = a1 = a2 = a3 = float32(0)
+            for j in range(K):  # loads not behind the mask's branch (a select after them)
                 r = slot[j]
-                v = weights[t * K + j] * _bf16_load(comb_x[(t * K + max(r, 0)) * H + h])
+                wj = weights[t * K + j]
+                row = (t * K + max(r, 0)) * H
+                v0 = wj * _bf16_load(comb_x[row + h0])
+                v1 = wj * _bf16_load(comb_x[row + h1])
+                v2 = wj * _bf16_load(comb_x[row + h2])
+                v3 = wj * _bf16_load(comb_x[row + h3])
                 if r >= 0:
-                    acc += v
-            out[t * H + h] = _bf16_store(acc)
+                    a0 += v0
+                    a1 += v1
+                    a2 += v2
+                    a3 += v3
+            out[t * H + h0] = _bf16_store(a0)
+            if h0 + nt < H:
+                out[t * H + h1] = _bf16_store(a1)
+            if h0 + 2 * nt < H:
+                out[t * H + h2] = _bf16_store(a2)
+            if h0 + 3 * nt < H:
+                out[t * H + h3] = _bf16_store(a3)
     _finish()
 
 
