@@ -18,8 +18,8 @@
 #                --only, --nproc 1), under MPS where its PEs share a GPU (latency only, then)
 #   comm         bench/comm_run.py (the communication kernels beside their C++ twins and NVSHMEM's collectives),
 #                NPROC PEs (default 2; under MPS where they share a GPU); args go to comm_run.py
-#   experiment   NAME [args]: bench/experiments/NAME (.py or .sh) with the args: a .sh under bash, a .py at PES
-#                PEs (default 2) under python -m nvshmem_dsl.run (under MPS where they share a GPU), PES=0: a
+#   experiment   NAME [args]: bench/experiments/NAME (.py or .sh) with the args: a .sh under bash, a .py at NPROC
+#                PEs (default 2) under python -m nvshmem_dsl.run (under MPS where they share a GPU), NPROC=0: a
 #                plain python3 (the CPU experiments, and those that start their own processes, cold_start.py)
 #
 # With .dw/nv38 carried every step runs on NVSHMEM 3.8 (carry .dw/nv38a too for the C++ baseline: 3.8's
@@ -91,16 +91,16 @@ case "$step" in
     ;;
   experiment)  # NAME [args]; the output in $work/NAME.txt, its last 40 lines printed
     name=${1:?experiment NAME: a script of bench/experiments}; shift; name=${name%.py}; name=${name%.sh}
-    pes=${PES:-2}; log="$work/$name.txt"
+    np=${NPROC:-2}; log="$work/$name.txt"
     if [ -f "bench/experiments/$name.sh" ]; then
       timeout ${EXPERIMENT_TIMEOUT:-560} bash "bench/experiments/$name.sh" "$@" > "$log" 2>&1 || rc=$?
     elif [ ! -f "bench/experiments/$name.py" ]; then
       echo "experiment: no bench/experiments/$name.py or .sh"; rc=2
-    elif [ "$pes" = 0 ]; then
+    elif [ "$np" = 0 ]; then
       timeout ${EXPERIMENT_TIMEOUT:-560} python3 "bench/experiments/$name.py" "$@" > "$log" 2>&1 || rc=$?
     else
-      timeout ${EXPERIMENT_TIMEOUT:-560} python3 tests/gpu/mps.py --pes-per-gpu "$(pes_per_gpu "$pes")" -- \
-        python3 -m nvshmem_dsl.run -n "$pes" "bench/experiments/$name.py" "$@" > "$log" 2>&1 || rc=$?
+      timeout ${EXPERIMENT_TIMEOUT:-560} python3 tests/gpu/mps.py --pes-per-gpu "$(pes_per_gpu "$np")" -- \
+        python3 -m nvshmem_dsl.run -n "$np" "bench/experiments/$name.py" "$@" > "$log" 2>&1 || rc=$?
     fi
     [ -f "$log" ] && tail -40 "$log"
     ;;
