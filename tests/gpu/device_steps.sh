@@ -4,7 +4,7 @@
 #
 #   cute-part1   carry .dw/base + .dw/cute1: places part 1 of the CuTe DSL (next call at once)
 #   cute-suite   carry .dw/base + .dw/cute2: CuTe GPU suite + CuTe examples under our launcher
-#   launchers    host suite under torchrun, Numba examples, Numba suite under mpirun
+#   launchers    host suite under torchrun, the Numba examples under our launcher
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #   pe-counts    host, Numba and CuTe suites at 1, 2, 4 and 8 PEs under our launcher (PES, DSLS,
 #                SUITE_TIMEOUT per run); above one PE per GPU run_suite.py runs its own MPS daemon.
@@ -23,7 +23,8 @@
 #                plain python3 (the CPU experiments, and those that start their own processes, cold_start.py)
 #
 # With .dw/nv38 carried every step runs on NVSHMEM 3.8 (carry .dw/nv38a too for the C++ baseline: 3.8's
-# libnvshmem_device.a); IMAGE_NVSHMEM=1 runs it on the image's 3.4.5 instead, so that one call can run both.
+# libnvshmem_device.a); IMAGE_NVSHMEM=1 runs it on the image's 3.4.5 instead, so that one device call can chain
+# a step on each version.
 #
 # Everything lands in $OUT/<step>.tar.gz (the logs, JUnit files, JSON results) plus the
 # printed summary. ../shared/device/README.md explains .dw (bash ../shared/device/pack.sh .dw cute).
