@@ -87,9 +87,6 @@ def _attr_layout() -> int:
     Read from the installation's header when there is one; NVSHMEM 3.4 has v1
     only, 3.8 both.  Without headers: v1, which both accept.
     """
-    forced = os.environ.get("NVSHMEM_DSL_INIT_ATTR_VERSION", "").strip()
-    if forced in ("1", "2"):
-        return int(forced)
     try:
         inst = _libs.installation()
         if inst.include_dir is not None:
