@@ -1,0 +1,258 @@
+"""nvshmem_dsl.kernels.ag_gemm on a CPU: the protocol's staging, signal words and send order; the
+host call's argument checks (fake runtime, no C call reached); the Triton kernel compiled to PTX for
+sm_90 with both kinds of communication (NVSHMEM's calls inlined, wgmma fed by a 3-stage pipeline,
+the signal wait polled); its launch (stand-in torch and kernel). It runs in tests/gpu/test_ag_gemm_gpu.py."""
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from nvshmem_dsl.errors import NvshmemArgumentError, NvshmemTypeError
+from nvshmem_dsl.host import _lib, _state, memory, symmetric
+from nvshmem_dsl.host.memory import _CAIHolder
+from nvshmem_dsl.kernels import _plan as comm_plan
+from nvshmem_dsl.kernels.ag_gemm import _plan
+
+SYM, LOCAL, ALLOC = 0x7F0000000000, 0x7E0000000000, 1 << 24
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+@pytest.mark.parametrize("comm", _plan.COMMS)
+def test_slots_and_signal_words_are_disjoint(comm):
+    for m, K, npes in itertools.product((1, 7, 128, 1000), (16, 4096), (1, 2, 3, 8)):
+        p = _plan.plan("bfloat16", m, K, npes, comm)
+        slots = sorted(p.slot(e, s) for e in (1, 2) for s in range(npes))
+        assert slots == [i * m * K for i in range(2 * npes)]  # two halves of every source, no overlap
+        assert slots[-1] + m * K == p.stage_elems
+        assert p.slot(3, 1) == p.slot(1, 1) != p.slot(2, 1)  # the halves alternate
+        words = [p.signal(c, s) for c in range(p.parts) for s in range(npes)]
+        assert sorted(words) == list(range(p.parts * npes))
+        assert max(words) < comm_plan.signal_words(npes)  # they fit the workspace's signal array
+        assert p.parts * p.part_rows >= m > p.parts * (p.part_rows - 1)  # the parts cover the rows, none too long
+
+
+def test_parts():
+    assert _plan.plan("bfloat16", 100, 64, 4, "copy_engine").parts == 1
+    assert _plan.plan("bfloat16", 100, 64, 4, "ctas").parts == _plan.COMM_CTAS
+    assert _plan.plan("bfloat16", 100, 64, 4, "ctas", 3).part_rows == 34
+    assert _plan.MAX_PARTS * 8 == comm_plan.signal_words(8)  # the last part's words are the array's last
+    with pytest.raises(ValueError, match="comm_ctas must be 1 to"):
+        _plan.plan("bfloat16", 100, 64, 4, "ctas", _plan.MAX_PARTS + 1)
+    with pytest.raises(ValueError, match="unknown communication"):
+        _plan.plan("bfloat16", 100, 64, 4, "nccl")
+
+
+@pytest.mark.parametrize("npes", (2, 3, 4, 8))
+def test_each_pe_gets_the_shard_it_reads_first_first(npes):
+    p = _plan.plan("bfloat16", 64, 64, npes, "ctas")
+    orders = {me: p.send_order(me) for me in range(npes)}
+    for me, order in orders.items():
+        assert sorted(order) == sorted(set(range(npes)) - {me})
+    for k in range(npes - 1):
+        receivers = [orders[me][k] for me in range(npes)]
+        assert sorted(receivers) == list(range(npes))  # a permutation: no PE gets two shards at once
+        for me in range(npes):  # receiver r reads chunks r, r + 1, ...: at step k it gets r + k + 1
+            assert (orders[me][k] + k + 1) % npes == me
+
+
+def test_agreement_codes_differ_by_communication():
+    ce = _plan.plan("bfloat16", 64, 128, 4, "copy_engine").agreement()[1]
+    c8 = _plan.plan("bfloat16", 64, 128, 4, "ctas").agreement()[1]
+    c4 = _plan.plan("bfloat16", 64, 128, 4, "ctas", 4).agreement()[1]
+    assert len({ce[0], c8[0], c4[0]}) == 3 and ce[1:] == c8[1:] == [0, 64, 128]
+    assert min(ce[0], c8[0], c4[0]) > len(comm_plan.KINDS)  # never a collective's kind code
+    assert len(ce) <= 4  # memory.value_ranges takes at most 4 values
+
+
+# --------------------------------------------------------------------------- host call (fake runtime)
+
+
+def _bf16(ptr, shape):
+    return _CAIHolder(ptr, shape, None, "<u2", owner=None, dtype="bfloat16")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    calls = []
+    monkeypatch.setattr(_lib, "_interceptor", lambda symbol, args: calls.append(symbol) or 0)
+    with _state.fake(n_pes=4, my_pe=1):
+        symmetric._testing_register(SYM, ALLOC)
+        try:
+            yield calls
+        finally:
+            memory.REGISTRY.clear("test over")
+
+
+def test_host_call_names_the_bad_argument(fake):
+    from nvshmem_dsl.kernels.ag_gemm import all_gather_matmul as agm
+    a, b = _bf16(SYM, (32, 64)), _bf16(LOCAL, (64, 48))
+    with pytest.raises(NvshmemArgumentError, match="argument 'a' must be symmetric"):
+        agm(_bf16(LOCAL + (1 << 20), (32, 64)), b)
+    with pytest.raises(NvshmemTypeError, match="argument 'a' must be bfloat16, got float32"):
+        agm(_CAIHolder(SYM, (32, 64), None, "<f4", owner=None), b)
+    with pytest.raises(NvshmemArgumentError, match="argument 'a' must be a non-empty matrix"):
+        agm(_bf16(SYM, (2048,)), b)
+    with pytest.raises(NvshmemArgumentError, match="argument 'a' must be a non-empty matrix"):
+        agm(_bf16(SYM, (0, 64)), b)
+    with pytest.raises(NvshmemArgumentError, match="argument 'a' must be contiguous"):
+        agm(_CAIHolder(SYM, (32, 64), (2, 64), "<u2", owner=None, dtype="bfloat16"), b)
+    with pytest.raises(NvshmemTypeError, match="argument 'b' must be bfloat16"):
+        agm(a, _CAIHolder(LOCAL, (64, 48), None, "<f4", owner=None))
+    with pytest.raises(NvshmemArgumentError, match=r"argument 'b' must have K = 64 rows"):
+        agm(a, _bf16(LOCAL, (63, 48)))
+    with pytest.raises(NvshmemArgumentError, match=r"argument 'out' must be contiguous \(128, 48\)"):
+        agm(a, b, _bf16(LOCAL + (1 << 20), (32, 48)))
+    with pytest.raises(NvshmemArgumentError, match="argument 'out' must not overlap 'a'"):
+        agm(a, b, _bf16(SYM + 64, (128, 48)))
+    with pytest.raises(NvshmemArgumentError, match="argument 'out' must not overlap 'b'"):
+        agm(a, b, _bf16(LOCAL, (128, 48)))
+    with pytest.raises(NvshmemArgumentError, match="argument 'comm' must be one of ctas, copy_engine"):
+        agm(a, b, comm="nccl")
+    with pytest.raises(NvshmemArgumentError, match="argument 'comm_ctas' must be an integer from 1 to 64"):
+        agm(a, b, comm_ctas=0)
+    with pytest.raises(NvshmemArgumentError, match="argument 'comm_ctas' is for comm='ctas' only"):
+        agm(a, b, comm="copy_engine", comm_ctas=4)
+    with pytest.raises(NvshmemArgumentError, match="argument 'dsl' must be one of"):
+        agm(a, b, dsl="numba")
+    assert fake == []  # nothing reached NVSHMEM
+
+
+def test_shapes_that_differ_by_pe_raise(fake, monkeypatch):
+    from nvshmem_dsl.kernels import Workspace
+    monkeypatch.setattr(memory, "value_ranges", lambda values: [(v, v) for v in values[:2]] + [(32, 33), (64, 64)])
+    ws = Workspace()
+    with pytest.raises(NvshmemArgumentError, match="different arguments: rows of a shard differs"):
+        ws.agree(_plan.plan("bfloat16", 32, 64, 4, "ctas"), "all_gather_matmul")
+    assert not ws._agreed
+
+
+# --------------------------------------------------------------------------- the Triton kernel
+
+triton = pytest.importorskip("triton")
+_CALL = re.compile(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)")
+
+
+def _have_bitcode():
+    try:
+        from nvshmem_dsl._libs import bitcode_path
+        bitcode_path(90)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+needs_bitcode = pytest.mark.skipif(not _have_bitcode(), reason="no NVSHMEM device bitcode")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """comm_ctas -> the kernel compiled to PTX (cubin stage left out), once each, in a fresh cache."""
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+    cache = str(tmp_path_factory.mktemp("triton-cache"))
+    done = {}
+
+    def get(comm_ctas):
+        if comm_ctas not in done:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("TRITON_CACHE_DIR", cache)
+                mp.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+                done[comm_ctas] = kt.compile("bfloat16", comm_ctas, ptx_only=True)
+        return done[comm_ctas]
+
+    return get
+
+
+@needs_bitcode
+@pytest.mark.parametrize("comm_ctas", (_plan.COMM_CTAS, 0), ids=("ctas", "copy_engine"))
+def test_compiles_to_ptx(compiled, comm_ctas):
+    import nvshmem_dsl.triton as nv
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.triton import _compile
+    ck = compiled(comm_ctas)
+    ptx, llir = ck.asm["ptx"], ck.asm["llir"]
+    assert ck.metadata.name == "ag_gemm" and ck.metadata.num_warps == kt.NUM_WARPS
+    assert re.search(r"^\.visible \.entry ag_gemm\(", ptx, re.M)
+    # the copy engine's kernel only waits; the other also puts, signals an empty part, and quiets
+    wait = nv.DISPATCH["signal_wait_until"][None]
+    sends = {nv.DISPATCH["put_signal_nbi_block"]["bf16"], nv.DISPATCH["signal_op"][None], nv.DISPATCH["quiet"][None]}
+    assert set(_compile.nvshmem_externs(llir)) == ({wait} | sends if comm_ctas else {wait})
+    assert not _CALL.findall(ptx)  # NVSHMEM inlined
+    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert "ld.volatile" in ptx and "bar.sync" in ptx  # the wait polls its word, then the program syncs
+    # the GEMM: Hopper's wgmma on bf16 into float32, fed by NUM_STAGES buffers of A and B tiles
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16", ptx)
+    assert "cp.async" in ptx
+    stage_bytes = (kt.BM * kt.BK + kt.BK * kt.BN) * 2
+    assert ck.metadata.shared >= kt.NUM_STAGES * stage_bytes
+    assert "cvt.rn.bf16" in ptx  # the float32 sums rounded once to bfloat16
+
+
+def test_grid_leaves_the_comm_ctas_their_sms():
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+    p = _plan.plan("bfloat16", 4096, 8192, 2, "ctas")
+    assert kt.grid(p, 4096, 132) == 132  # 8 put, 124 compute
+    ce = _plan.plan("bfloat16", 4096, 8192, 2, "copy_engine")
+    assert kt.grid(ce, 4096, 132) == 132
+    small = _plan.plan("bfloat16", 3, 64, 2, "ctas")
+    assert kt.grid(small, 5, 132) == _plan.COMM_CTAS + 2  # one program a tile: 2 chunks x 1 x 1
+    assert kt.grid(p, 4096, 4) == _plan.COMM_CTAS + 1  # never without a tile program
+
+
+def test_launch_passes_the_plan_on_the_stream(monkeypatch):
+    """launch: grid, arguments (b's strides, the plan's scalars) and stream, stand-ins for torch and
+    the kernel (no GPU here)."""
+    import contextlib
+    import sys
+    import types
+
+    from nvshmem_dsl.kernels import triton as comm_triton
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+
+    current = ["legacy"]
+
+    @contextlib.contextmanager
+    def stream(s):
+        before, current[0] = current[0], s
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    class ExternalStream:
+        def __init__(self, handle):
+            self.handle = handle
+
+    class B:
+        shape = (64, 48)
+
+        def stride(self, d):
+            return (1, 64)[d]  # column-major
+
+    cuda = types.SimpleNamespace(ExternalStream=ExternalStream, default_stream=lambda: "default", stream=stream)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    calls = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: calls.append((grid, args, kw, current[0]))
+
+    monkeypatch.setattr(kt, "ag_gemm", Kernel())
+    comm_triton._external_stream.cache_clear()
+    try:
+        for comm in _plan.COMMS:
+            p = _plan.plan("bfloat16", 32, 64, 4, comm, 3 if comm == "ctas" else None)
+            kt.launch(p, "out", "a", B(), "stage", "sig", 5, 2, 132, 0xABC)
+    finally:
+        comm_triton._external_stream.cache_clear()
+    (g1, args1, kw1, s1), (g2, args2, kw2, s2) = calls
+    assert g1 == (3 + 4,) and g2 == (4,)  # ctas: 3 put, one program a tile (4 chunks x 1 x 1)
+    assert args1 == ("out", "a", calls[0][1][2], "stage", "sig", 5, 32, 48, 64, 1, 64, 2, 4, 11)
+    assert args2[-1] == 32  # the copy engine's one part: the whole shard
+    assert kw1["COMM_CTAS"] == 3 and kw2["COMM_CTAS"] == 0
+    assert kw1["num_warps"] == kt.NUM_WARPS and kw1["num_stages"] == kt.NUM_STAGES
+    assert s1.handle == 0xABC and s2 is s1
