@@ -256,3 +256,29 @@ def test_launch_passes_the_plan_on_the_stream(monkeypatch):
     assert kw1["COMM_CTAS"] == 3 and kw2["COMM_CTAS"] == 0
     assert kw1["num_warps"] == kt.NUM_WARPS and kw1["num_stages"] == kt.NUM_STAGES
     assert s1.handle == 0xABC and s2 is s1
+
+
+# --------------------------------------------------------------------------- the benchmark's table
+
+
+def test_bench_table_divides_fused_by_the_best_unfused():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import comm_run
+
+    def row(impl, us, pe, ok=True, per_gpu=1):
+        return {"bench": "ag_gemm", "impl": impl, "M": 8192, "N": 8192, "K": 8192, "us": us, "pe": pe, "ok": ok,
+                "pes_per_gpu": per_gpu}
+
+    rows = [row("unfused_ours", 1000.0, 0), row("unfused_ours", 1200.0, 1),
+            row("unfused_nvshmem", 1500.0, 0), row("unfused_nvshmem", 1500.0, 1),
+            row("fused_ce", 800.0, 0), row("fused_ce", 850.0, 1, ok=False),
+            row("gemm", 700.0, 0), row("gemm", 700.0, 1)]
+    lines = comm_run.ag_gemm_table(rows).splitlines()
+    fused = next(l for l in lines if "fused_ce" in l).split()
+    assert fused[1:] == ["fused_ce!", "825.0", "0.75", "1.33"]  # 825 / 1100 (the best unfused: ours)
+    assert next(l for l in lines if "gemm" in l).split()[2:] == ["700.0", "-", "-"]
+    assert not any("share a GPU" in l for l in lines)
+    shared = comm_run.ag_gemm_table([row("fused_ce", 1.0, 0, per_gpu=2)])
+    assert "share a GPU" in shared
