@@ -145,6 +145,25 @@ def _side_stream(ws: Workspace, device):
     return got
 
 
+_mapped: set = set()
+
+
+def _check_mapped(sig: Any, me: int, npes: int, generation: int) -> None:
+    """The copy engine's puts need every peer reachable by load/store: NVSHMEM then copies with
+    cudaMemcpyAsync and sets the signal by a stream memory operation, none needing an SM; to other
+    peers it launches a kernel, which could wait forever behind the GEMM's programs that wait for it."""
+    if generation in _mapped:
+        return
+    from ...errors import NvshmemUnsupportedError
+    from ...host.views import peer_ptr
+    for pe in range(npes):
+        if pe != me and not peer_ptr(sig, pe):
+            raise NvshmemUnsupportedError(
+                f"{_FN}(): comm='copy_engine' needs every PE reachable by load/store (NVLink or PCIe P2P); "
+                f"PE {pe} is not: use comm='ctas'")
+    _mapped.add(generation)
+
+
 def _copy_engine_puts(plan: _plan.Plan, a: Any, stage: Any, sig: Any, epoch: int, me: int, side) -> None:
     """This PE's shard to every peer's slot, each with its signal, on the side stream."""
     from ...host import operations as ops
@@ -189,6 +208,7 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
         mod.launch(plan, out_t, a_t, b_t, stage, sig, epoch, s.my_pe, sms, handle)
     else:
         main = mod._external_stream(handle) if handle else torch.cuda.default_stream(a_t.device)
+        _check_mapped(sig, s.my_pe, s.n_pes, s.generation)
         side, started, sent = _side_stream(ws, a_t.device)
         started.record(main)
         side.wait_event(started)  # a is written, and this PE's previous call is done (the staging's halves)
