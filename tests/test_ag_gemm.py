@@ -150,62 +150,104 @@ needs_bitcode = pytest.mark.skipif(not _have_bitcode(), reason="no NVSHMEM devic
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """comm_ctas -> the kernel compiled to PTX (cubin stage left out), once each, in a fresh cache."""
+    """(kind, fetch_wait) -> the kernel compiled to PTX (cubin stage left out), once each."""
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
     cache = str(tmp_path_factory.mktemp("triton-cache"))
     done = {}
 
-    def get(comm_ctas):
-        if comm_ctas not in done:
+    def get(kind, fetch_wait=True):
+        if (kind, fetch_wait) not in done:
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("TRITON_CACHE_DIR", cache)
                 mp.setenv("TRITON_DEFAULT_FP_FUSION", "1")
-                done[comm_ctas] = kt.compile("bfloat16", comm_ctas, ptx_only=True)
-        return done[comm_ctas]
+                done[kind, fetch_wait] = kt.compile(kind, fetch_wait=fetch_wait, ptx_only=True)
+        return done[kind, fetch_wait]
 
     return get
 
 
 @needs_bitcode
-@pytest.mark.parametrize("comm_ctas", (_plan.COMM_CTAS, 0), ids=("ctas", "copy_engine"))
-def test_compiles_to_ptx(compiled, comm_ctas):
+@pytest.mark.parametrize("fetch_wait", (True, False), ids=("signal_fetch", "signal_wait_until"))
+def test_gemm_compiles_to_ptx(compiled, fetch_wait):
+    import nvshmem_dsl.triton as nv
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+    from nvshmem_dsl.triton import _compile
+    ck = compiled("ag_gemm", fetch_wait)
+    ptx, llir = ck.asm["ptx"], ck.asm["llir"]
+    assert ck.metadata.name == "ag_gemm" and ck.metadata.num_warps == kt.NUM_WARPS
+    assert re.search(r"^\.visible \.entry ag_gemm\(", ptx, re.M)
+    # the GEMM only waits: by polling signal_fetch and a fence (no call at all: ptxas would serialise
+    # every wgmma of a kernel that calls), or by NVSHMEM's signal_wait_until (its helper's call)
+    wait = "signal_fetch" if fetch_wait else "signal_wait_until"
+    assert set(_compile.nvshmem_externs(llir)) == {nv.DISPATCH[wait][None]}
+    assert not _CALL.findall(ptx)  # NVSHMEM inlined
+    calls = re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?([\w$.]+)", ptx)
+    assert (calls == []) is fetch_wait, calls
+    assert ("fence.acq_rel.sys" in ptx) is fetch_wait
+    assert "ld.volatile" in ptx and "bar.sync" in ptx  # the wait polls its word, then the program syncs
+    # Hopper's wgmma on bf16 into float32, fed by NUM_STAGES buffers of A and B tiles
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16", ptx)
+    assert "cp.async" in ptx
+    assert ck.metadata.shared >= kt.NUM_STAGES * (kt.BM * kt.BK + kt.BK * kt.BN) * 2
+    assert "cvt.rn.bf16" in ptx  # the float32 sums rounded once to bfloat16
+
+
+@needs_bitcode
+def test_send_compiles_to_ptx(compiled):
     import nvshmem_dsl.triton as nv
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
     from nvshmem_dsl.linker import outline
     from nvshmem_dsl.triton import _compile
-    ck = compiled(comm_ctas)
+    ck = compiled("ag_send")
     ptx, llir = ck.asm["ptx"], ck.asm["llir"]
-    assert ck.metadata.name == "ag_gemm" and ck.metadata.num_warps == kt.NUM_WARPS
-    assert re.search(r"^\.visible \.entry ag_gemm\(", ptx, re.M)
-    # the copy engine's kernel only waits; the other also puts, signals an empty part, and quiets
-    wait = nv.DISPATCH["signal_wait_until"][None]
-    sends = {nv.DISPATCH["put_signal_nbi_block"]["bf16"], nv.DISPATCH["signal_op"][None], nv.DISPATCH["quiet"][None]}
-    assert set(_compile.nvshmem_externs(llir)) == ({wait} | sends if comm_ctas else {wait})
-    assert not _CALL.findall(ptx)  # NVSHMEM inlined
+    assert ck.metadata.num_warps == kt.SEND_WARPS
+    # puts with their signal, an empty part's signal alone, quiet: NVSHMEM inlined but its helpers
+    assert set(_compile.nvshmem_externs(llir)) == {nv.DISPATCH["put_signal_nbi_block"]["bf16"],
+                                                   nv.DISPATCH["signal_op"][None], nv.DISPATCH["quiet"][None]}
+    assert not _CALL.findall(ptx)
     assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
-    assert "ld.volatile" in ptx and "bar.sync" in ptx  # the wait polls its word, then the program syncs
-    # the GEMM: Hopper's wgmma on bf16 into float32, fed by NUM_STAGES buffers of A and B tiles
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16", ptx)
-    assert "cp.async" in ptx
-    stage_bytes = (kt.BM * kt.BK + kt.BK * kt.BN) * 2
-    assert ck.metadata.shared >= kt.NUM_STAGES * stage_bytes
-    assert "cvt.rn.bf16" in ptx  # the float32 sums rounded once to bfloat16
+    assert "wgmma" not in ptx
 
 
-def test_grid_leaves_the_comm_ctas_their_sms():
+@pytest.mark.slow
+@needs_bitcode
+def test_gemm_to_a_cubin_keeps_wgmma_asynchronous(tmp_path, monkeypatch):
+    """ptxas says C7509 and serialises every wgmma of a kernel that calls a function; the
+    signal_fetch GEMM calls none (its cubin links and has the device state)."""
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.triton import _compile
+    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+        pytest.skip("needs ptxas and nvJitLink")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    ck = kt.compile("ag_gemm")
+    assert ck.asm["cubin"][:4] == b"\x7fELF"
+    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    assert defined["nvshmemi_device_state_d"] == 1
+    ptx = tmp_path / "ag_gemm.ptx"
+    ptx.write_text(ck.asm["ptx"])
+    import subprocess
+    log = subprocess.run([outline.ptxas(), "-v", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "x.cubin")],
+                         capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    assert "C7509" not in log.stderr and "0 bytes spill stores" in log.stderr, log.stderr
+
+
+def test_grid_leaves_the_put_kernel_its_sms():
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
     p = _plan.plan("bfloat16", 4096, 8192, 2, "ctas")
-    assert kt.grid(p, 4096, 132) == 132  # 8 put, 124 compute
+    assert kt.grid(p, 4096, 132) == 132 - _plan.COMM_CTAS
     ce = _plan.plan("bfloat16", 4096, 8192, 2, "copy_engine")
     assert kt.grid(ce, 4096, 132) == 132
     small = _plan.plan("bfloat16", 3, 64, 2, "ctas")
-    assert kt.grid(small, 5, 132) == _plan.COMM_CTAS + 2  # one program a tile: 2 chunks x 1 x 1
-    assert kt.grid(p, 4096, 4) == _plan.COMM_CTAS + 1  # never without a tile program
+    assert kt.grid(small, 5, 132) == 2  # one program a tile: 2 chunks x 1 x 1
+    assert kt.grid(p, 4096, 4) == 1  # never none
 
 
-def test_launch_passes_the_plan_on_the_stream(monkeypatch):
-    """launch: grid, arguments (b's strides, the plan's scalars) and stream, stand-ins for torch and
-    the kernel (no GPU here)."""
+def test_launches_pass_the_plan_on_their_streams(monkeypatch):
+    """launch and launch_send: grids, arguments (b's strides, the plan's scalars) and streams,
+    stand-ins for torch and the kernels (no GPU here)."""
     import contextlib
     import sys
     import types
@@ -238,24 +280,32 @@ def test_launch_passes_the_plan_on_the_stream(monkeypatch):
     calls = []
 
     class Kernel:
-        def __getitem__(self, grid):
-            return lambda *args, **kw: calls.append((grid, args, kw, current[0]))
+        def __init__(self, name):
+            self.name = name
 
-    monkeypatch.setattr(kt, "ag_gemm", Kernel())
+        def __getitem__(self, grid):
+            return lambda *args, **kw: calls.append((self.name, grid, args, kw, current[0]))
+
+    monkeypatch.setattr(kt, "ag_gemm", Kernel("gemm"))
+    monkeypatch.setattr(kt, "ag_send", Kernel("send"))
     comm_triton._external_stream.cache_clear()
     try:
-        for comm in _plan.COMMS:
-            p = _plan.plan("bfloat16", 32, 64, 4, comm, 3 if comm == "ctas" else None)
-            kt.launch(p, "out", "a", B(), "stage", "sig", 5, 2, 132, 0xABC)
+        p = _plan.plan("bfloat16", 32, 64, 4, "ctas", 3)
+        kt.launch_send(p, "a", "stage", "sig", 5, 2, "side")
+        kt.launch(p, "out", "a", B(), "stage", "sig", 5, 2, 132, True, 0xABC)
+        ce = _plan.plan("bfloat16", 32, 64, 4, "copy_engine")
+        kt.launch(ce, "out", "a", B(), "stage", "sig", 6, 2, 132, False, 0)
     finally:
         comm_triton._external_stream.cache_clear()
-    (g1, args1, kw1, s1), (g2, args2, kw2, s2) = calls
-    assert g1 == (3 + 4,) and g2 == (4,)  # ctas: 3 put, one program a tile (4 chunks x 1 x 1)
-    assert args1 == ("out", "a", calls[0][1][2], "stage", "sig", 5, 32, 48, 64, 1, 64, 2, 4, 11)
-    assert args2[-1] == 32  # the copy engine's one part: the whole shard
-    assert kw1["COMM_CTAS"] == 3 and kw2["COMM_CTAS"] == 0
-    assert kw1["num_warps"] == kt.NUM_WARPS and kw1["num_stages"] == kt.NUM_STAGES
-    assert s1.handle == 0xABC and s2 is s1
+    send, gemm, gemm_ce = calls
+    assert send[:3] == ("send", (3,), ("a", "stage", "sig", 5, 32, 64, 2, 4, 11)) and send[4] == "side"
+    assert send[3] == {"num_warps": kt.SEND_WARPS}
+    assert gemm[1] == (4,)  # one program a tile: 4 chunks x 1 x 1
+    assert gemm[2][5:] == (5, 32, 48, 64, 1, 64, 2, 4, 11)  # epoch, m, N, K, b's strides, me, npes, part_rows
+    assert gemm[3]["FETCH_WAIT"] is True and gemm_ce[3]["FETCH_WAIT"] is False
+    assert gemm_ce[2][-1] == 32  # the copy engine's one part: the whole shard
+    assert gemm[3]["num_warps"] == kt.NUM_WARPS and gemm[3]["num_stages"] == kt.NUM_STAGES
+    assert gemm[4].handle == 0xABC and gemm_ce[4] == "default"
 
 
 # --------------------------------------------------------------------------- the benchmark's table

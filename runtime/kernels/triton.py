@@ -11,6 +11,7 @@ bfloat16 (Triton's own); sums run in float32 in PE order.  Index arithmetic is i
 from __future__ import annotations
 
 import functools
+import threading
 
 import triton
 import triton.language as tl
@@ -198,7 +199,6 @@ def compile(kind: str, dtype: str, target=None, aligned: bool = False):
     """``kind`` for ``dtype`` compiled for ``target`` (default: sm_90; no GPU needed).  ``aligned``:
     as launched with 16-byte aligned arrays and n, span, chunk multiples of 16 (Triton's
     specialisation; vector loads), else for any arguments."""
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     names = list(signature(dtype))
@@ -206,7 +206,42 @@ def compile(kind: str, dtype: str, target=None, aligned: bool = False):
              for a in ("out", "x", "stage", "sig", "n", "span", "chunk")} if aligned else None
     src = ASTSource(fn=KERNELS[kind], signature=signature(dtype), constexprs={"BLOCK": BLOCK[dtype]},
                     attrs=attrs)
-    return triton.compile(src, target=target or GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
+    return compile_source(src, {"num_warps": NUM_WARPS}, target)
+
+
+_ptx_only_lock = threading.Lock()
+
+
+def _ptx_only_hook(ours):
+    """Our stages inspection hook, with Triton's cubin stage left out (and said so in the key)."""
+
+    def hook(*args, **kwargs):
+        if not args and not kwargs:
+            key, hsh = ours()
+            return key + "-ptx-only", hsh + "-ptx-only"
+        ours(*args, **kwargs)
+        args[1]["cubin"] = lambda src, metadata: b""
+
+    return hook
+
+
+def compile_source(src, options: dict, target=None, ptx_only: bool = False):
+    """``triton.compile`` of ``src`` (an ASTSource) with ``options`` for ``target`` (default: sm_90;
+    no GPU needed). ``ptx_only``: Triton's cubin stage left out (ptxas of a kernel with NVSHMEM's
+    code inlined may take minutes), the cubin empty and the cache key marked so."""
+    from triton.backends.compiler import GPUTarget
+
+    args = dict(target=target or GPUTarget("cuda", 90, 32), options=options)
+    if not ptx_only:
+        return triton.compile(src, **args)
+    runtime = triton.knobs.runtime
+    with _ptx_only_lock:
+        hook = runtime.add_stages_inspection_hook
+        runtime.add_stages_inspection_hook = _ptx_only_hook(hook)
+        try:
+            return triton.compile(src, **args)
+        finally:
+            runtime.add_stages_inspection_hook = hook
 
 
 @functools.lru_cache(maxsize=None)

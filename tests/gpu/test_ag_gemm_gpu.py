@@ -208,3 +208,22 @@ def test_bad_input(dsl):
         with pytest.raises(nvshmem.NvshmemArgumentError, match="different arguments"):
             all_gather_matmul(a[:8 + me], b, dsl=dsl)
     nvshmem.free(a)
+
+
+def test_gemm_waiting_by_signal_wait_until(dsl, monkeypatch):
+    """The GEMM as it runs where a peer is not reachable by load/store (NVSHMEM's signal_wait_until
+    instead of the signal_fetch poll), forced on every PE; comm="ctas"."""
+    import nvshmem_dsl as nvshmem
+    from nvshmem_dsl.kernels import ag_gemm
+    monkeypatch.setattr(ag_gemm, "_all_mapped", lambda *args: False)
+    me, npes = _pe()
+    m, K, N = 129, 1000, 300
+    a = _symmetric(_shard(me, 0, m, K))
+    b = _weights(me, K, N)
+    torch.cuda.synchronize()
+    got = ag_gemm.all_gather_matmul(a, b, dsl=dsl, comm="ctas")
+    torch.cuda.synchronize()
+    _check(got, _reference(npes, 0, m, K, b), f"PE {me}: signal_wait_until")
+    with pytest.raises(nvshmem.NvshmemUnsupportedError, match="copy_engine' needs every PE reachable"):
+        ag_gemm.all_gather_matmul(a, b, dsl=dsl, comm="copy_engine")
+    nvshmem.free(a)

@@ -9,11 +9,11 @@
         c = all_gather_matmul(a, b)                           # (n_pes * m, N) = cat(every PE's a) @ b
         c = all_gather_matmul(a, b, comm="copy_engine")       # shards moved by the copy engine
 
-One kernel computes the output tiles while the shards arrive: a tile of PE s's rows waits only for
-the signal of the part of shard s it reads, and tiles start with the local shard. The shards
-travel either by a few programs of the same kernel (``comm="ctas"``, ``comm_ctas`` of them) or by
-the host API's stream-ordered ``put_signal`` on a second stream (``comm="copy_engine"``: no SM
-spent on the copy). The protocol is :mod:`._plan`'s. Calls are collective and stream-ordered, like
+One GEMM kernel computes the output tiles while the shards arrive: a tile of PE s's rows waits only
+for the signals of the parts of shard s it reads, and tiles start with the local shard. The shards
+travel on a second stream, beside the GEMM: put by a small kernel of ``comm_ctas`` programs
+(``comm="ctas"``) or by the host API's stream-ordered ``put_signal`` (``comm="copy_engine"``: the
+copy engine, no SM spent). The protocol is :mod:`._plan`'s. Calls are collective and stream-ordered, like
 those of :mod:`nvshmem_dsl.kernels` (a :class:`~nvshmem_dsl.kernels.Workspace` numbers them: no
 barrier and no reset between calls; the first call of a shape is checked on every PE).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ...errors import NvshmemArgumentError, NvshmemTypeError
+from ...errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
 from ...host import _arrays, _state
 from ...host._cuda import stream_handle, synchronize
 from ...host.views import span_is_symmetric
@@ -136,7 +136,7 @@ _side: dict = {}
 
 
 def _side_stream(ws: Workspace, device):
-    """(stream, start event, end event) of the copy engine's puts for ``ws`` on ``device``, made once."""
+    """(stream, start event, end event) of the shards' puts for ``ws`` on ``device``, made once."""
     key = (id(ws), device)
     got = _side.get(key)
     if got is None:
@@ -145,23 +145,19 @@ def _side_stream(ws: Workspace, device):
     return got
 
 
-_mapped: set = set()
+_mapped: dict = {}
 
 
-def _check_mapped(sig: Any, me: int, npes: int, generation: int) -> None:
-    """The copy engine's puts need every peer reachable by load/store: NVSHMEM then copies with
-    cudaMemcpyAsync and sets the signal by a stream memory operation, none needing an SM; to other
-    peers it launches a kernel, which could wait forever behind the GEMM's programs that wait for it."""
-    if generation in _mapped:
-        return
-    from ...errors import NvshmemUnsupportedError
-    from ...host.views import peer_ptr
-    for pe in range(npes):
-        if pe != me and not peer_ptr(sig, pe):
-            raise NvshmemUnsupportedError(
-                f"{_FN}(): comm='copy_engine' needs every PE reachable by load/store (NVLink or PCIe P2P); "
-                f"PE {pe} is not: use comm='ctas'")
-    _mapped.add(generation)
+def _all_mapped(a: Any, me: int, npes: int, generation: int) -> bool:
+    """Whether every peer is reachable by load/store (NVLink, PCIe P2P, MPS), asked once a session.
+    Then the copy engine's puts need no SM (NVSHMEM copies with cudaMemcpyAsync and sets the signal
+    by a stream memory operation; to other peers it launches a kernel, which could wait forever
+    behind the GEMM's programs that wait for it), and the GEMM may wait by signal_fetch."""
+    got = _mapped.get(generation)
+    if got is None:
+        from ...host.views import peer_ptr
+        got = _mapped[generation] = all(peer_ptr(a, pe) for pe in range(npes) if pe != me)
+    return got
 
 
 def _copy_engine_puts(plan: _plan.Plan, a: Any, stage: Any, sig: Any, epoch: int, me: int, side) -> None:
@@ -180,9 +176,10 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
     """``cat([a of PE 0, a of PE 1, ...]) @ b`` into ``out`` (new when None), on ``stream`` (default:
     torch's current stream). ``a``: this PE's shard [m, K], symmetric, contiguous bfloat16, the same
     shape on every PE; ``b``: [K, N] bfloat16 on a's device, any strides, N this PE's own; ``out``:
-    contiguous [n_pes * m, N], overlapping neither. ``comm``: "ctas" (``comm_ctas`` programs of the
-    kernel put the shard, default :data:`._plan.COMM_CTAS`) or "copy_engine" (host puts on a second
-    stream). Sums run in float32, rounded once to bfloat16."""
+    contiguous [n_pes * m, N], overlapping neither. ``comm``: "ctas" (a kernel of ``comm_ctas``
+    programs puts the shard, default :data:`._plan.COMM_CTAS`, beside the GEMM) or "copy_engine"
+    (host puts; every peer must be reachable by load/store). Sums run in float32, rounded once to
+    bfloat16."""
     s = _state.require(f"{_FN}()")
     mod = _module(dsl)
     ctas = _comm_ctas(comm, comm_ctas)
@@ -197,6 +194,10 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
         out_t = _torch(out, oi)
         if out_t.device != a_t.device:
             raise NvshmemArgumentError(f"{_FN}(): argument 'out' must be on a's device {a_t.device}, got {out_t.device}")
+    mapped = _all_mapped(a, s.my_pe, s.n_pes, s.generation)
+    if comm == "copy_engine" and not mapped:
+        raise NvshmemUnsupportedError(f"{_FN}(): comm='copy_engine' needs every PE reachable by load/store "
+                                      "(NVLink, PCIe P2P); use comm='ctas'")
     m, K = ai.shape
     handle = default_stream(ai) if stream is None else stream_handle(stream)
     plan = _plan.plan(ai.dtype, m, K, s.n_pes, comm, ctas)
@@ -204,16 +205,15 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
     epoch = ws.prepare(plan, _FN, synchronize)
     stage, sig = ws.views(ai.dtype, mod.ARRAYS)
     sms = _sms(a_t.device, s.pes_per_gpu)
-    if comm == "ctas":
-        mod.launch(plan, out_t, a_t, b_t, stage, sig, epoch, s.my_pe, sms, handle)
-    else:
-        main = mod._external_stream(handle) if handle else torch.cuda.default_stream(a_t.device)
-        _check_mapped(sig, s.my_pe, s.n_pes, s.generation)
-        side, started, sent = _side_stream(ws, a_t.device)
-        started.record(main)
-        side.wait_event(started)  # a is written, and this PE's previous call is done (the staging's halves)
+    main = mod._stream(handle)
+    side, started, sent = _side_stream(ws, a_t.device)
+    started.record(main)
+    side.wait_event(started)  # a is written, and this PE's previous call is done (the staging's halves)
+    if comm == "copy_engine":
         _copy_engine_puts(plan, a_t, stage, sig, epoch, s.my_pe, side)
-        mod.launch(plan, out_t, a_t, b_t, stage, sig, epoch, s.my_pe, sms, handle)
-        sent.record(side)
-        main.wait_event(sent)  # a may be written once the call is done
+    else:
+        mod.launch_send(plan, a_t, stage, sig, epoch, s.my_pe, side)
+    mod.launch(plan, out_t, a_t, b_t, stage, sig, epoch, s.my_pe, sms, mapped, handle)
+    sent.record(side)
+    main.wait_event(sent)  # a may be written once its puts are done
     return out_t if out is None else out

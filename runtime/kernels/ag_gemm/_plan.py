@@ -13,19 +13,20 @@ staging, where the shard's owner puts it:
 * a shard goes out in ``parts`` row ranges of ``part_rows = ceil(m / parts)`` rows; part c of
   source s sets the receiver's signal word ``signal(c, s) = c * npes + s`` to the call's epoch in
   the same put (``put_signal``, ``SIGNAL_SET``); the words only grow, never reset;
-* ``comm="ctas"``: the kernel's first ``parts`` programs (one part each) put their part of ``a``
-  to every peer with ``put_signal_nbi_block``, peers in the order ``me - 1, me - 2, ...`` (so that
-  PE r gets shard r + 1 first: the one its GEMM reads first), then ``quiet``; the other programs
-  compute tiles;
-* ``comm="copy_engine"``: one part; the host puts ``a`` to each peer (same order) with the host
-  API's stream-ordered ``put_signal`` on a second stream (NVSHMEM moves it with the copy engine
-  between GPUs of one node), which waits for the caller's stream at the call's start and which the
-  caller's stream waits for at the call's end; every program computes tiles.
+* the shard goes out on a second stream, which waits for the caller's stream at the call's start
+  and which the caller's stream waits for at the call's end, beside the GEMM kernel on the
+  caller's stream, to the peers in the order ``me - 1, me - 2, ...`` (so that PE r gets shard
+  r + 1 first: the one its GEMM reads first);
+* ``comm="ctas"``: by a kernel of ``parts`` programs, program c putting part c of ``a`` to every
+  peer with ``put_signal_nbi_block``, then ``quiet``; the GEMM leaves it ``parts`` SMs;
+* ``comm="copy_engine"``: in one part, by the host API's stream-ordered ``put_signal`` (NVSHMEM
+  moves it with the copy engine to a peer reachable by load/store, and sets the signal by a stream
+  memory operation: no SM).
 
-Tiles: ``BM x BN`` tiles of ``out``, chunk by chunk (a tile never straddles two shards: any m
-works), chunks in the order ``me, me + 1, ...`` (the local shard needs no wait), within a chunk
-grouped by ``GROUP_M`` rows of tiles (L2 reuse of ``b``); persistent programs take tiles
-``g, g + G, ...`` of that order. Before it reads a remote shard's rows a program waits (one
+Tiles (the GEMM kernel): ``BM x BN`` tiles of ``out``, chunk by chunk (a tile never straddles two
+shards: any m works), chunks in the order ``me, me + 1, ...`` (the local shard needs no wait),
+within a chunk grouped by ``GROUP_M`` rows of tiles (L2 reuse of ``b``); persistent programs take
+tiles ``g, g + G, ...`` of that order. Before it reads a remote shard's rows a program waits (one
 thread, then a program barrier) for the words of the parts those rows lie in.
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ DTYPES = ("bfloat16",)
 ITEMSIZE = {name: _comm_plan.ITEMSIZE[name] for name in DTYPES}
 #: How the shards travel.
 COMMS = ("ctas", "copy_engine")
-#: Communication programs of ``comm="ctas"`` unless the call names another number.
+#: Programs of the put kernel of ``comm="ctas"`` unless the call names another number.
 COMM_CTAS = 8
 #: The most parts a shard may go in: the workspace has 2 * GRID_MAX signal words a sender.
 MAX_PARTS = 2 * _comm_plan.GRID_MAX
@@ -60,7 +61,7 @@ class Plan:
     K: int
     npes: int
     comm: str
-    parts: int  #: parts a shard goes in (ctas: the communication programs; copy engine: 1)
+    parts: int  #: parts a shard goes in (ctas: the put kernel's programs; copy engine: 1)
 
     kind = "ag_gemm"
 
