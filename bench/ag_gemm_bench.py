@@ -8,6 +8,7 @@ Implementations (``--impls``):
 
 * ``fused_ctas:<c>``: all_gather_matmul(comm="ctas", comm_ctas=c), one row per ``--comm-ctas`` value;
 * ``fused_ce``: all_gather_matmul(comm="copy_engine");
+* ``fused_cute_ctas:<c>``, ``fused_cute_ce``: the same with dsl="cute";
 * ``unfused_ours``: nvshmem_dsl.kernels.all_gather (Triton) then torch.matmul;
 * ``unfused_nvshmem``: NVSHMEM's fcollect on the stream then torch.matmul;
 * ``unfused_nccl``: torch.distributed's all_gather_into_tensor then torch.matmul (one PE a GPU only);
@@ -31,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from comm_bench import _spin_cycles_per_us, _torch_group, agreed_spin_us  # noqa: E402
 
-IMPLS = ("fused_ctas", "fused_ce", "unfused_ours", "unfused_nvshmem", "unfused_nccl", "gemm", "ag_ours",
+IMPLS = ("fused_ctas", "fused_ce", "fused_cute_ctas", "fused_cute_ce", "unfused_ours", "unfused_nvshmem", "unfused_nccl", "gemm", "ag_ours",
          "ag_nvshmem")
 #: The issue's size first (M = N = K = 8192), then smaller ones.
 SIZES = ((8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048))
@@ -74,10 +75,12 @@ def caller(impl, case, stream, me, npes):
     from nvshmem_dsl.kernels.ag_gemm import all_gather_matmul
     c = case
     name, _, arg = impl.partition(":")
-    if name == "fused_ctas":
-        return (lambda: all_gather_matmul(c.a, c.b, c.out, comm="ctas", comm_ctas=int(arg), stream=stream)), None
-    if name == "fused_ce":
-        return (lambda: all_gather_matmul(c.a, c.b, c.out, comm="copy_engine", stream=stream)), None
+    if name.startswith("fused"):
+        dsl = "cute" if name.startswith("fused_cute") else "triton"
+        if name.endswith("_ctas"):
+            return (lambda: all_gather_matmul(c.a, c.b, c.out, dsl=dsl, comm="ctas", comm_ctas=int(arg),
+                                              stream=stream)), None
+        return (lambda: all_gather_matmul(c.a, c.b, c.out, dsl=dsl, comm="copy_engine", stream=stream)), None
     flat_a, flat_g = c.a.view(-1), c.gathered.view(-1)
 
     def ours():
@@ -171,7 +174,7 @@ def main(argv=None) -> int:
 
     impls = []
     for impl in args.impls.split(","):
-        impls += [f"fused_ctas:{c}" for c in args.comm_ctas.split(",")] if impl == "fused_ctas" else [impl]
+        impls += [f"{impl}:{c}" for c in args.comm_ctas.split(",")] if impl.endswith("_ctas") else [impl]
     with nvshmem.init():
         me, npes = nvshmem.my_pe(), nvshmem.n_pes()
         cycles_per_us = _spin_cycles_per_us()

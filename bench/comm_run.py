@@ -131,7 +131,7 @@ def ag_gemm_table(records) -> str:
             oks[key] = oks.get(key, True) and r.get("ok", True)
             shared |= r.get("pes_per_gpu", 1) > 1
     agg = {k: statistics.mean(v) for k, v in groups.items()}
-    lines = [f"{'M,N,K':<16}{'impl':<16}{'us':>10}{'/unfused':>10}{'unfused/':>10}"]
+    lines = [f"{'M,N,K':<16}{'impl':<20}{'us':>10}{'/unfused':>10}{'unfused/':>10}"]
     for size in sorted({k[0] for k in agg}, reverse=True):
         unfused = {i: us for (sz, i), us in agg.items() if sz == size and i.startswith("unfused")}
         best = min(unfused.values()) if unfused else None
@@ -139,7 +139,7 @@ def ag_gemm_table(records) -> str:
             if sz != size:
                 continue
             fused = impl.startswith("fused") and best
-            row = f"{','.join(map(str, size)):<16}{impl + ('' if oks[(sz, impl)] else '!'):<16}{us:>10.1f}"
+            row = f"{','.join(map(str, size)):<16}{impl + ('' if oks[(sz, impl)] else '!'):<20}{us:>10.1f}"
             row += f"{us / best:>10.2f}{best / us:>10.2f}" if fused else f"{'-':>10}{'-':>10}"
             lines.append(row)
     lines.append("us: GPU time per call (spin-held stream, mean over PEs of the median of reps); /unfused: time "

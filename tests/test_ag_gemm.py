@@ -308,6 +308,74 @@ def test_launches_pass_the_plan_on_their_streams(monkeypatch):
     assert gemm[4].handle == 0xABC and gemm_ce[4] == "default"
 
 
+# --------------------------------------------------------------------------- the CuTe kernels
+
+
+def _have_cute_bitcode():
+    try:
+        import cutlass  # noqa: F401
+        from nvshmem_dsl._libs import bitcode_path
+        bitcode_path("sm_90a")
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.skipif(not _have_cute_bitcode(), reason="no CuTe DSL or NVSHMEM device bitcode")
+def test_cute_gemm_compiles_to_ptx_with_the_per_chunk_wait(monkeypatch):
+    """The CuTe GEMM: 128 threads, cp.async tiles into shared memory, bf16 mma.sync into float32,
+    one signal_wait_until (thread 0, then bar.sync) before a remote chunk's mainloop; its cubin links."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    from nvshmem_dsl.kernels.ag_gemm import cute as kc
+    from nvshmem_dsl.linker import outline
+    from test_cute_api import PTX_OPTIONS, _check_ptx
+    ptx = kc.compile_ptx("ag_gemm", "sm_90a", options=PTX_OPTIONS)
+    assert re.search(r"^\.target sm_90a\b", ptx, re.M)
+    assert re.search(rf"^\.reqntid {kc.THREADS}, 1, 1\b", ptx, re.M)
+    _check_ptx(ptx)  # NVSHMEM inlined: no call of an API function
+    assert re.search(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32", ptx)
+    assert re.search(r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\w+)?\s+\[[^\]]+\],\s*\[[^\]]+\],\s*16\b", ptx)
+    assert len(re.findall(r"ld\.volatile\.global\.b64", ptx)) == 1  # the one wait, in the tile loop
+    assert "bar.sync" in ptx and ("cvt.rn.bf16x2.f32" in ptx or "cvt.rn.bf16.f32" in ptx)
+    k = kc._compiled("ag_gemm", "sm_90a")
+    assert k.linked_cubin[:4] == b"\x7fELF"
+    assert outline.cubin_info(k.linked_cubin)[0]["nvshmemi_device_state_d"] == 1
+
+
+@pytest.mark.skipif(not _have_cute_bitcode(), reason="no CuTe DSL or NVSHMEM device bitcode")
+def test_cute_send_compiles_to_ptx(monkeypatch):
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import nvshmem_dsl.cute as nv
+    from nvshmem_dsl.cute import _compile
+    from nvshmem_dsl.kernels.ag_gemm import cute as kc
+    from test_cute_api import PTX_OPTIONS, _called, _check_ptx
+    ptx = kc.compile_ptx("ag_send", "sm_90a", options=PTX_OPTIONS)
+    assert re.search(rf"^\.reqntid {kc.SEND_THREADS}, 1, 1\b", ptx, re.M)
+    _check_ptx(ptx)
+    token = _compile._compile_arch.set("sm_90a")
+    try:
+        import cutlass.cute as cute
+        text = str(cute.compile.to_precompiled_mlir(kc._launch_send, *kc._example_args("ag_send"),
+                                                             options="--gpu-arch sm_90a"))
+    finally:
+        _compile._compile_arch.reset(token)
+    assert set(_called(text)) == {nv.DISPATCH["put_signal_nbi_block"]["BFloat16"], nv.DISPATCH["signal_op"][None],
+                                  nv.DISPATCH["quiet"][None]}
+
+
+def test_cute_takes_whole_tiles_only():
+    pytest.importorskip("cutlass")
+    from nvshmem_dsl.kernels.ag_gemm import cute as kc
+    assert kc.check_shape(256, 128, 64, 8, True) is None
+    assert "m (a's rows) a multiple of 128, got 100" in kc.check_shape(100, 128, 64, 2, True)
+    assert "N (b's columns) a multiple of 128" in kc.check_shape(128, 100, 64, 2, True)
+    assert "K a multiple of 32" in kc.check_shape(128, 128, 48, 2, True)
+    assert "row-major" in kc.check_shape(128, 128, 64, 2, False)
+    assert "2**31" in kc.check_shape(16384, 128, 16384, 8, True)
+    p = _plan.plan("bfloat16", 256, 64, 2, "ctas")
+    assert kc.grid(p, 256, 132) == 2 * 2 * 2  # one program a tile
+
+
 # --------------------------------------------------------------------------- the benchmark's table
 
 

@@ -10,7 +10,6 @@ bfloat16 (Triton's own); sums run in float32 in PE order.  Index arithmetic is i
 """
 from __future__ import annotations
 
-import functools
 import threading
 
 import triton
@@ -18,6 +17,7 @@ import triton.language as tl
 
 from .. import triton as nv
 from . import _plan
+from ._views import _external_stream, torch_stream  # noqa: F401 - _external_stream: its cache, for tests
 
 #: Warps of a program: one block of the protocol.
 NUM_WARPS = _plan.THREADS // 32
@@ -244,19 +244,11 @@ def compile_source(src, options: dict, target=None, ptx_only: bool = False):
             runtime.add_stages_inspection_hook = hook
 
 
-@functools.lru_cache(maxsize=None)
-def _external_stream(handle: int):
-    import torch
-
-    return torch.cuda.ExternalStream(handle)
-
-
 def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
     """Launch ``kind`` on ``stream`` (an int handle, 0: the legacy default stream); arrays are 1-D
     contiguous torch tensors (stage of x's dtype, sig torch.uint64)."""
     import torch
 
-    s = _external_stream(stream) if stream else torch.cuda.default_stream()
-    with torch.cuda.stream(s):
+    with torch.cuda.stream(torch_stream(stream)):
         KERNELS[kind][(plan.grid,)](out, x, stage, sig, *plan.args(epoch, me), BLOCK=BLOCK[plan.dtype],
                                     num_warps=NUM_WARPS)

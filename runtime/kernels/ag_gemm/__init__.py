@@ -26,14 +26,14 @@ from ...errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupported
 from ...host import _arrays, _state
 from ...host._cuda import stream_handle, synchronize
 from ...host.views import span_is_symmetric
-from .._views import default_stream
+from .._views import default_stream, torch_stream
 from .._workspace import Workspace
 from . import _plan
 
 __all__ = ["all_gather_matmul", "default_workspace", "DSLS", "COMMS"]
 
-#: The DSLs the fused kernel is written in.
-DSLS = ("triton",)
+#: The DSLs the fused kernel is written in (CuTe: a simple mainloop, :mod:`.cute`).
+DSLS = ("triton", "cute")
 COMMS = _plan.COMMS
 _FN = "all_gather_matmul"
 
@@ -194,6 +194,11 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
         out_t = _torch(out, oi)
         if out_t.device != a_t.device:
             raise NvshmemArgumentError(f"{_FN}(): argument 'out' must be on a's device {a_t.device}, got {out_t.device}")
+    if dsl == "cute":
+        why = mod.check_shape(ai.shape[0], bi.shape[1], ai.shape[1], s.n_pes,
+                              b_t.stride(1) == 1 and b_t.stride(0) == bi.shape[1])
+        if why:
+            raise NvshmemArgumentError(f"{_FN}(): {why}")
     mapped = _all_mapped(a, s.my_pe, s.n_pes, s.generation)
     if comm == "copy_engine" and not mapped:
         raise NvshmemUnsupportedError(f"{_FN}(): comm='copy_engine' needs every PE reachable by load/store "
@@ -205,7 +210,7 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
     epoch = ws.prepare(plan, _FN, synchronize)
     stage, sig = ws.views(ai.dtype, mod.ARRAYS)
     sms = _sms(a_t.device, s.pes_per_gpu)
-    main = mod._stream(handle)
+    main = torch_stream(handle)
     side, started, sent = _side_stream(ws, a_t.device)
     started.record(main)
     side.wait_event(started)  # a is written, and this PE's previous call is done (the staging's halves)

@@ -25,7 +25,8 @@ import triton.language as tl
 
 from ... import triton as nv
 from .. import _plan as _comm_plan
-from ..triton import _external_stream, _finish, _i64, _send, compile_source
+from .._views import torch_stream
+from ..triton import _finish, _i64, _send, compile_source
 from . import _plan
 
 #: Tile shape and launch options of the GEMM (Hopper bf16: 128 x 256 tiles, 64-deep K steps, 3 stages).
@@ -176,12 +177,6 @@ def grid(plan: _plan.Plan, N: int, sms: int) -> int:
     return max(1, min(tiles, sms - comm))
 
 
-def _stream(handle: int):
-    import torch
-
-    return _external_stream(handle) if handle else torch.cuda.default_stream()
-
-
 def launch_send(plan: _plan.Plan, a, stage, sig, epoch: int, me: int, stream) -> None:
     """ag_send on ``stream`` (a torch stream): a [m, K] contiguous, stage / sig the workspace's
     1-D torch views."""
@@ -199,7 +194,7 @@ def launch(plan: _plan.Plan, out, a, b, stage, sig, epoch: int, me: int, sms: in
     import torch
 
     N = b.shape[1]
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         ag_gemm[(grid(plan, N, sms),)](out, a, b, stage, sig, epoch, plan.m, N, plan.K, b.stride(0), b.stride(1),
                                        me, plan.npes, plan.part_rows, BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M,
                                        FETCH_WAIT=fetch_wait, num_warps=NUM_WARPS, num_stages=NUM_STAGES)

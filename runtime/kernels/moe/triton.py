@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from ... import triton as nv
-from ..triton import _external_stream, _finish, _i64, compile_source
+from .._views import torch_stream
+from ..triton import _finish, _i64, compile_source
 from . import _layout
 
 THREADS = _layout.THREADS
@@ -166,18 +167,12 @@ def compile_ptx(kind: str, target=None, aligned: bool = False) -> str:
     return compile(kind, target, aligned=aligned, ptx_only=True).asm["ptx"]
 
 
-def _stream(stream: int):
-    import torch
-
-    return _external_stream(stream) if stream else torch.cuda.default_stream()
-
-
 def launch_dispatch(layout, x, topk, recv_x, recv_src, sig, recv_count, epoch, T, me, stream):
     """Dispatch on ``stream`` (an int handle, 0: the legacy default stream); arrays: flat 1-D
     contiguous torch tensors (x, recv_x bfloat16; topk int64; recv_src, recv_count int32; sig uint64)."""
     import torch
 
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         dispatch[(layout.grid,)](x, topk, recv_x, recv_src, sig, recv_count, epoch, T, layout.topk, layout.hidden,
                                  layout.local_experts, me, layout.npes, layout.max_tokens, SCAN=SCAN,
                                  num_warps=NUM_WARPS)
@@ -187,7 +182,7 @@ def launch_combine(layout, y, topk, weights, recv_src, comb_x, sig, recv_count, 
     """Combine on ``stream``; arrays as :func:`launch_dispatch`'s (y, comb_x, out bfloat16; weights float32)."""
     import torch
 
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         combine[(layout.grid,)](y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, layout.topk,
                                 layout.hidden, layout.local_experts, me, layout.npes, layout.max_tokens,
                                 BLOCK_H=BLOCK_H, num_warps=NUM_WARPS)
