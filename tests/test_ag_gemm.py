@@ -334,7 +334,7 @@ def test_cute_gemm_compiles_to_ptx_with_the_per_chunk_wait(monkeypatch):
     assert re.search(rf"^\.reqntid {kc.THREADS}, 1, 1\b", ptx, re.M)
     _check_ptx(ptx)  # NVSHMEM inlined: no call of an API function
     assert re.search(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32", ptx)
-    assert re.search(r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\w+)?\s+\[[^\]]+\],\s*\[[^\]]+\],\s*16\b", ptx)
+    assert re.search(r"cp\.async\.cg\.shared\.global(?:\.L2::\w+)?\s+\[[^\]]+\],\s*\[[^\]]+\],\s*16\b", ptx)
     assert len(re.findall(r"ld\.volatile\.global\.b64", ptx)) == 1  # the one wait, in the tile loop
     assert "bar.sync" in ptx and ("cvt.rn.bf16x2.f32" in ptx or "cvt.rn.bf16.f32" in ptx)
     k = kc._compiled("ag_gemm", "sm_90a")

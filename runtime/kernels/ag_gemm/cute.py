@@ -2,7 +2,7 @@
 
 A first, simple version: the kernels of :mod:`.triton` (the same arguments, staging, signal words
 and tile order) with a CuTe tensor-core mainloop of its own: ``BM x BN`` tiles, K in ``BK`` steps,
-each step's A and B tiles copied to shared memory by ``cp.async`` (16 bytes a thread), then
+each step's A and B tiles copied to shared memory by ``cp.async.cg`` (16 bytes a thread), then
 multiplied by warp MMAs (``mma.sync`` m16n8k16, bfloat16 into float32: 4 warps in 2 x 2), one
 stage, no swizzle. Before the first step of a tile of a remote shard, thread 0 waits
 (``signal_wait_until``) for the signal words of the parts the tile reads and the block syncs: the
@@ -123,7 +123,8 @@ def _launch_gemm(out: cute.Tensor, a: cute.Tensor, b: cute.Tensor, stage: cute.T
                  epoch: Int64, m: Int32, N: Int32, K: Int32, me: Int32, npes: Int32, part_rows: Int32,
                  grid: Int32, stream: cuda.CUstream):
     tiled_mma = cute.make_tiled_mma(warp.MmaF16BF16Op(BFloat16, Float32, (16, 8, 16)), (2, 2, 1))
-    atom = cute.make_copy_atom(cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
+    # .cg: through L2 only (the staging's rows arrive from peers during the kernel)
+    atom = cute.make_copy_atom(cpasync.CopyG2SOp(cpasync.LoadCacheMode.GLOBAL), BFloat16, num_bits_per_copy=128)
     copy_a = cute.make_tiled_copy_tv(atom, cute.make_layout((32, 4), stride=(4, 1)), cute.make_layout((1, 8)))
     copy_b = cute.make_tiled_copy_tv(atom, cute.make_layout((16, 8), stride=(1, 16)), cute.make_layout((8, 1)))
     ag_gemm(tiled_mma, copy_a, copy_b, out, a, b, stage, sig, epoch, m, N, K, me, npes, part_rows).launch(
