@@ -13,9 +13,11 @@ One GEMM kernel computes the output tiles while the shards arrive: a tile of PE 
 for the signals of the parts of shard s it reads, and tiles start with the local shard. The shards
 travel on a second stream, beside the GEMM: put by a small kernel of ``comm_ctas`` programs
 (``comm="ctas"``) or by the host API's stream-ordered ``put_signal`` (``comm="copy_engine"``: the
-copy engine, no SM spent). The protocol is :mod:`._plan`'s. Calls are collective and stream-ordered, like
-those of :mod:`nvshmem_dsl.kernels` (a :class:`~nvshmem_dsl.kernels.Workspace` numbers them: no
-barrier and no reset between calls; the first call of a shape is checked on every PE).
+copy engine, no SM spent). The protocol is :mod:`._plan`'s; the kernels are Triton's (:mod:`.triton`:
+a pipelined wgmma GEMM) or the CuTe DSL's (:mod:`.cute`, ``dsl="cute"``: a simple one-stage
+mainloop, whole tiles only). Calls are collective and stream-ordered, like those of
+:mod:`nvshmem_dsl.kernels` (a :class:`~nvshmem_dsl.kernels.Workspace` numbers them: no barrier and
+no reset between calls; the first call of a shape is checked on every PE).
 """
 from __future__ import annotations
 
