@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from comm_bench import _spin_cycles_per_us, _torch_group, agreed_spin_us  # noqa: E402
+from comm_bench import _spin_cycles_per_us, _torch_group, time_calls  # noqa: E402
 
 IMPLS = ("fused_ctas", "fused_ce", "fused_cute_ctas", "fused_cute_ce", "unfused_ours", "unfused_nvshmem", "unfused_nccl", "gemm", "ag_ours",
          "ag_nvshmem")
@@ -133,29 +131,8 @@ def measure(impl, M, N, K, case, args, me, npes, cycles_per_us, reference):
     stream.synchronize()
     if impl.startswith(("fused", "unfused")):
         row["ok"] = bool(torch.equal(case.out, reference))
-    t0 = time.perf_counter()
-    for _ in range(args.warmup):
-        call()
-    host_us = (time.perf_counter() - t0) / max(args.warmup, 1) * 1e6
-    stream.synchronize()
-    spin_us = agreed_spin_us(host_us, args)
-    times, short = [], 0
-    for _ in range(args.reps):
-        nvshmem.barrier_all()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            torch.cuda._sleep(int(spin_us * cycles_per_us))
-            a.record(stream)
-            for _ in range(args.iters):
-                call()
-            short += a.query()  # the spin ended before the last call was enqueued: host-paced
-            b.record(stream)
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / args.iters)
-    nvshmem.barrier_all()
-    return {**row, "us": statistics.median(times), "us_min": min(times), "host_us": host_us, "spin_us": spin_us,
-            "host_paced_reps": short, "iters": args.iters, "reps": args.reps,
-            "tflops": 2 * M * (N // npes) * K / (statistics.median(times) * 1e6)}
+    timing = time_calls(call, stream, args, cycles_per_us)
+    return {**row, **timing, "tflops": 2 * M * (N // npes) * K / (timing["us"] * 1e6)}
 
 
 def main(argv=None) -> int:
