@@ -232,29 +232,11 @@ def test_grid_leaves_the_put_kernel_its_sms():
     assert kt.grid(p, 4096, 4) == 1  # never none
 
 
-def test_launches_pass_the_plan_on_their_streams(monkeypatch):
+def test_launches_pass_the_plan_on_their_streams(monkeypatch, torch_standin):
     """launch and launch_send: grids, arguments (b's strides, the plan's scalars) and streams,
     stand-ins for torch and the kernels (no GPU here)."""
-    import contextlib
-    import sys
-    import types
 
-    from nvshmem_dsl.kernels import triton as comm_triton
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
-
-    current = ["legacy"]
-
-    @contextlib.contextmanager
-    def stream(s):
-        before, current[0] = current[0], s
-        try:
-            yield
-        finally:
-            current[0] = before
-
-    class ExternalStream:
-        def __init__(self, handle):
-            self.handle = handle
 
     class B:
         shape = (64, 48)
@@ -262,8 +244,7 @@ def test_launches_pass_the_plan_on_their_streams(monkeypatch):
         def stride(self, d):
             return (1, 64)[d]  # column-major
 
-    cuda = types.SimpleNamespace(ExternalStream=ExternalStream, default_stream=lambda: "default", stream=stream)
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    current = torch_standin
     calls = []
 
     class Kernel:
@@ -275,15 +256,11 @@ def test_launches_pass_the_plan_on_their_streams(monkeypatch):
 
     monkeypatch.setattr(kt, "ag_gemm", Kernel("gemm"))
     monkeypatch.setattr(kt, "ag_send", Kernel("send"))
-    comm_triton._external_stream.cache_clear()
-    try:
-        p = _plan.plan("bfloat16", 32, 64, 4, "ctas", 3)
-        kt.launch_send(p, "a", "stage", "sig", 5, 2, "side")
-        kt.launch(p, "out", "a", B(), "stage", "sig", 5, 2, 132, True, 0xABC)
-        ce = _plan.plan("bfloat16", 32, 64, 4, "copy_engine")
-        kt.launch(ce, "out", "a", B(), "stage", "sig", 6, 2, 132, False, 0)
-    finally:
-        comm_triton._external_stream.cache_clear()
+    p = _plan.plan("bfloat16", 32, 64, 4, "ctas", 3)
+    kt.launch_send(p, "a", "stage", "sig", 5, 2, "side")
+    kt.launch(p, "out", "a", B(), "stage", "sig", 5, 2, 132, True, 0xABC)
+    ce = _plan.plan("bfloat16", 32, 64, 4, "copy_engine")
+    kt.launch(ce, "out", "a", B(), "stage", "sig", 6, 2, 132, False, 0)
     send, gemm, gemm_ce = calls
     assert send[:3] == ("send", (3,), ("a", "stage", "sig", 5, 32, 64, 2, 4, 11)) and send[4] == "side"
     assert send[3] == {"num_warps": kt.SEND_WARPS}

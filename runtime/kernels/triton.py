@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .. import triton as nv
 from . import _plan
-from ._views import _external_stream, torch_stream  # noqa: F401 - _external_stream: its cache, for tests
+from ._views import torch_stream
 
 #: Warps of a program: one block of the protocol.
 NUM_WARPS = _plan.THREADS // 32
