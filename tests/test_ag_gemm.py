@@ -230,6 +230,8 @@ def test_grid_leaves_the_put_kernel_its_sms():
     small = _plan.plan("bfloat16", 3, 64, 2, "ctas")
     assert kt.grid(small, 5, 132) == 2  # one program a tile: 2 chunks x 1 x 1
     assert kt.grid(p, 4096, 4) == 1  # never none
+    alone = _plan.plan("bfloat16", 4096, 8192, 1, "ctas")
+    assert alone.put_ctas == 0 and kt.grid(alone, 4096, 132) == 132  # one PE: nothing to put
 
 
 def test_launches_pass_the_plan_on_their_streams(monkeypatch, torch_standin):

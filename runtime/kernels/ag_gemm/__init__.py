@@ -218,7 +218,7 @@ def all_gather_matmul(a: Any, b: Any, out: Any = None, *, dsl: str = "triton", c
     side.wait_event(started)  # a is written, and this PE's previous call is done (the staging's halves)
     if comm == "copy_engine":
         _copy_engine_puts(plan, a_t, stage, sig, epoch, s.my_pe, side)
-    else:
+    elif plan.put_ctas:
         mod.launch_send(plan, a_t, stage, sig, epoch, s.my_pe, side)
     mod.launch(plan, out_t, a_t, b_t, stage, sig, epoch, s.my_pe, sms, mapped, handle)
     sent.record(side)

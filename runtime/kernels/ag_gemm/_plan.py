@@ -66,6 +66,11 @@ class Plan:
     kind = "ag_gemm"
 
     @property
+    def put_ctas(self) -> int:
+        """Programs (SMs) of the put kernel beside the GEMM: the parts with comm="ctas" and peers."""
+        return self.parts if self.comm == "ctas" and self.npes > 1 else 0
+
+    @property
     def part_rows(self) -> int:
         return _ceil(self.m, self.parts)
 

@@ -166,8 +166,7 @@ def compile_ptx(kind: str, arch="sm_90a", options: str | None = None) -> str:
 
 def grid(plan: _plan.Plan, N: int, sms: int) -> int:
     """Programs of the GEMM: one a tile, at most the SMs left beside the put kernel, at least one."""
-    comm = plan.parts if plan.comm == "ctas" else 0
-    return max(1, min(plan.npes * (plan.m // BM) * (N // BN), sms - comm))
+    return max(1, min(plan.npes * (plan.m // BM) * (N // BN), sms - plan.put_ctas))
 
 
 def _flat(x):

@@ -172,9 +172,8 @@ def compile(kind: str = "ag_gemm", dtype: str = "bfloat16", fetch_wait: bool = T
 def grid(plan: _plan.Plan, N: int, sms: int) -> int:
     """Programs of the GEMM: one a tile, at most the ``sms`` this PE may fill less those ag_send
     takes beside it (comm="ctas"), at least one."""
-    comm = plan.parts if plan.comm == "ctas" else 0
     tiles = plan.npes * triton.cdiv(plan.m, BM) * triton.cdiv(N, BN)
-    return max(1, min(tiles, sms - comm))
+    return max(1, min(tiles, sms - plan.put_ctas))
 
 
 def launch_send(plan: _plan.Plan, a, stage, sig, epoch: int, me: int, stream) -> None:
