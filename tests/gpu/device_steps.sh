@@ -41,7 +41,6 @@
 #                on the carried 3.8 when .dw/nv38 is (IMAGE_NVSHMEM=1: 3.4.5); one GPU: under MPS
 #   comm         bench/comm_run.py (the communication kernels beside their C++ twins and NVSHMEM's collectives),
 #                NPROC PEs (default 2; under MPS where they share a GPU); args go to comm_run.py
-#                (--ag-gemm: the fused all-gather + GEMM beside all-gather then torch.matmul)
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #
 # IMAGE_NVSHMEM=1 runs a step on the image's NVSHMEM (3.4.5) in a call that carries .dw/nv38 (whose
@@ -288,7 +287,7 @@ case "$step" in
     ngpu=$(nvidia-smi -L | wc -l); np=${NPROC:-2}; per=$(( (np + ngpu - 1) / ngpu ))
     timeout 560 python3 tests/gpu/mps.py --pes-per-gpu $per -- python3 bench/comm_run.py --nproc $np \
       --out "$work/comm.json" "$@" > "$work/comm.log" 2>&1 || rc=$?
-    grep -v "^  \(comm\|ag_gemm\)_" "$work/comm.log" | tail -80
+    grep -v "^  comm_" "$work/comm.log" | tail -80
     ;;
   limited-mpg)
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \
