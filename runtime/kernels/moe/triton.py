@@ -24,13 +24,12 @@ rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as th
 """
 from __future__ import annotations
 
-import threading
-
 import triton
 import triton.language as tl
 
 from ... import triton as nv
-from ..triton import _external_stream, _finish, _i64
+from .._views import torch_stream
+from ..triton import _finish, _i64, compile_source
 from . import _layout
 
 THREADS = _layout.THREADS
@@ -155,28 +154,11 @@ def signature(kind: str) -> dict:
 
 CONSTEXPRS = {"dispatch": {"SCAN": SCAN}, "combine": {"BLOCK_H": BLOCK_H}}
 
-_ptx_only_lock = threading.Lock()
-
-
-def _ptx_only_hook(ours):
-    """Our stages inspection hook, with Triton's cubin stage left out (and said so in the key)."""
-
-    def hook(*args, **kwargs):
-        if not args and not kwargs:
-            key, hsh = ours()
-            return key + "-ptx-only", hsh + "-ptx-only"
-        ours(*args, **kwargs)
-        args[1]["cubin"] = lambda src, metadata: b""
-
-    return hook
-
-
 def compile(kind: str, target=None, aligned: bool = False, ptx_only: bool = False):
     """``kind`` compiled for ``target`` (default: sm_90; no GPU needed).  ``aligned``: as launched
     with 16-byte aligned arrays and ``H`` a multiple of 16 (Triton's specialisation; vector loads
     and stores of rows), else for any arguments.  ``ptx_only``: Triton's cubin stage left out
     (ptxas of the inlined NVSHMEM code takes minutes), the cubin empty."""
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     sig = signature(kind)
@@ -184,17 +166,7 @@ def compile(kind: str, target=None, aligned: bool = False, ptx_only: bool = Fals
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
              if sig[a].startswith("*") or a == "H"} if aligned else None
     src = ASTSource(fn=KERNELS[kind], signature=sig, constexprs=CONSTEXPRS[kind], attrs=attrs)
-    args = dict(target=target or GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
-    if not ptx_only:
-        return triton.compile(src, **args)
-    runtime = triton.knobs.runtime
-    with _ptx_only_lock:
-        hook = runtime.add_stages_inspection_hook
-        runtime.add_stages_inspection_hook = _ptx_only_hook(hook)
-        try:
-            return triton.compile(src, **args)
-        finally:
-            runtime.add_stages_inspection_hook = hook
+    return compile_source(src, {"num_warps": NUM_WARPS}, target, ptx_only)
 
 
 def compile_ptx(kind: str, target=None, aligned: bool = False) -> str:
@@ -203,18 +175,12 @@ def compile_ptx(kind: str, target=None, aligned: bool = False) -> str:
     return compile(kind, target, aligned=aligned, ptx_only=True).asm["ptx"]
 
 
-def _stream(stream: int):
-    import torch
-
-    return _external_stream(stream) if stream else torch.cuda.default_stream()
-
-
 def launch_dispatch(layout, x, topk, recv_x, recv_src, sig, recv_count, epoch, T, me, stream):
     """Dispatch on ``stream`` (an int handle, 0: the legacy default stream); arrays: flat 1-D
     contiguous torch tensors (x, recv_x bfloat16; topk int64; recv_src, recv_count int32; sig uint64)."""
     import torch
 
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         dispatch[(layout.grid,)](x, topk, recv_x, recv_src, sig, recv_count, epoch, T, layout.topk, layout.hidden,
                                  layout.local_experts, me, layout.npes, layout.max_tokens, SCAN=SCAN,
                                  num_warps=NUM_WARPS)
@@ -224,7 +190,7 @@ def launch_combine(layout, y, topk, weights, recv_src, comb_x, sig, recv_count, 
     """Combine on ``stream``; arrays as :func:`launch_dispatch`'s (y, comb_x, out bfloat16; weights float32)."""
     import torch
 
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         combine[(layout.grid,)](y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, layout.topk,
                                 layout.hidden, layout.local_experts, me, layout.npes, layout.max_tokens,
                                 BLOCK_H=BLOCK_H, num_warps=NUM_WARPS)
