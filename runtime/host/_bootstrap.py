@@ -91,6 +91,9 @@ ENV_NRANKS = "NVSHMEM_DSL_NRANKS"
 ENV_LOCAL_RANK = "NVSHMEM_DSL_LOCAL_RANK"
 ENV_STORE_HOST = "NVSHMEM_DSL_STORE_HOST"
 ENV_STORE_PORT = "NVSHMEM_DSL_STORE_PORT"
+#: The write end of a pipe on which a PE tells ``python -m nvshmem_dsl.run`` it has initialised and
+#: finalized (:func:`nvshmem_dsl.host._exit.tell_launcher`).
+ENV_LAUNCHER_FD = "NVSHMEM_DSL_LAUNCHER_FD"
 DEFAULT_TIMEOUT = 60.0
 
 #: Variables set by MPI launchers (Open MPI, MPICH/Hydra, Intel MPI, MVAPICH, PMIx/srun).
