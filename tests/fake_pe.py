@@ -10,7 +10,8 @@ Endings: normal, raise, sys_exit (3), sys_exit_text, sys_exit_0, os_exit (4), ke
 (sys.exit(7) caught, then a normal end), finalize, barrier, skip (finalize while the others wait in a
 barrier); ``with_<ending>`` runs it inside ``with nvshmem_dsl.init():``. ``HANG_FINALIZE=1``: NVSHMEM's
 finalize never returns (a peer that never arrives). The intercepted finalize and frees print
-``C call: <symbol>``.
+``C call: <symbol>``. Under the launcher a PE whose ending is not ``barrier`` waits a second first,
+for the others to be waiting.
 """
 
 import os
@@ -42,6 +43,8 @@ def intercept(symbol, args):
 def work(ending):
     b = nv.buffer(256, check=False)  # a live symmetric allocation, as a tensor would be
     print("initialized PE", nv.my_pe(), "of", nv.n_pes(), flush=True)
+    if LAUNCHED and ending != "barrier":
+        time.sleep(1.0)  # until the other PEs wait in their barrier
     if ending == "raise":
         raise RuntimeError("injected failure")
     if ending == "sys_exit":

@@ -20,11 +20,9 @@ FAKE_PE = Path(__file__).resolve().parent / "fake_pe.py"
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_")}
+    # NVSHMEM_DSL_WORKTREE: which checkout the development shim imports (absent elsewhere)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_WORKTREE"}
     env.update(NVSHMEM_DSL_CHECK_SYMMETRY="0", PYTHONPATH=os.environ.get("PYTHONPATH", ""), **extra)
-    for key in ("NVSHMEM_DSL_WORKTREE",):
-        if key in os.environ:
-            env[key] = os.environ[key]
     return env
 
 
