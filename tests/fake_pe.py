@@ -1,7 +1,7 @@
 """A PE program for CPU tests of how PEs end (tests/test_pe_exit.py, tests/test_launcher.py): it
 initialises nvshmem_dsl with NVSHMEM's C calls intercepted (no GPU, no NVSHMEM job), as PE
-``$NVSHMEM_DSL_RANK`` of ``$NVSHMEM_DSL_NRANKS`` under ``python -m nvshmem_dsl.run`` (else PE 1 of 2,
-explicit mode), allocates a symmetric buffer, and ends as its argument says:
+``$NVSHMEM_DSL_RANK`` of ``$NVSHMEM_DSL_NRANKS`` under ``python -m nvshmem_dsl.run``, as the MPI rank
+under mpirun (mpi mode: mpi4py), else as PE 1 of 2 (explicit mode), allocates a symmetric buffer, and ends as its argument says:
 
     python fake_pe.py ENDING          every PE ends so
     python fake_pe.py 1:raise,0:barrier   PE 1 raises, PE 0 waits in a barrier (for ever: no peer comes)
@@ -10,7 +10,8 @@ Endings: normal, raise, sys_exit (3), sys_exit_text, sys_exit_0, os_exit (4), ke
 (sys.exit(7) caught, then a normal end), finalize, barrier, skip (finalize while the others wait in a
 barrier); ``with_<ending>`` runs it inside ``with nvshmem_dsl.init():``. ``HANG_FINALIZE=1``: NVSHMEM's
 finalize never returns (a peer that never arrives). The intercepted finalize and frees print
-``C call: <symbol>``. Under the launcher a PE whose ending is not ``barrier`` waits a second first,
+``C call: <symbol>``. ``FAKE_PE_OUT=<dir>``: the PE writes its output to ``<dir>/rank<k>.txt`` (mpirun
+may lose the last lines of a rank that aborts the job). Under a launcher a PE whose ending is not ``barrier`` waits a second first,
 for the others to be waiting.
 """
 
@@ -22,9 +23,11 @@ import nvshmem_dsl as nv
 from nvshmem_dsl._generated.constants import STRUCT_SIZES
 from nvshmem_dsl.host import _cuda, _lib
 
-LAUNCHED = "NVSHMEM_DSL_RANK" in os.environ
-RANK = int(os.environ.get("NVSHMEM_DSL_RANK", "1"))
-NRANKS = int(os.environ.get("NVSHMEM_DSL_NRANKS", "2"))
+_RANK_VARS = {"NVSHMEM_DSL_RANK": "NVSHMEM_DSL_NRANKS", "PMI_RANK": "PMI_SIZE",
+              "OMPI_COMM_WORLD_RANK": "OMPI_COMM_WORLD_SIZE"}  # our launcher, MPICH, Open MPI
+LAUNCHED = next((v for v in _RANK_VARS if v in os.environ), None)
+RANK = int(os.environ[LAUNCHED]) if LAUNCHED else 1
+NRANKS = int(os.environ[_RANK_VARS[LAUNCHED]]) if LAUNCHED else 2
 RESPONSES = {"nvshmem_my_pe": RANK, "nvshmem_n_pes": NRANKS, "nvshmem_team_n_pes": 1,
              "nvshmem_calloc": 0x7D0000000000, "nvshmem_malloc": 0x7D0000100000}
 
@@ -70,6 +73,10 @@ def work(ending):
 
 
 def main():
+    if os.environ.get("FAKE_PE_OUT"):  # this rank's output straight into a file of its own
+        with open(os.path.join(os.environ["FAKE_PE_OUT"], f"rank{RANK}.txt"), "ab") as out:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
     spec = sys.argv[1]
     if ":" in spec:
         ending = dict(item.split(":") for item in spec.split(","))[str(RANK)]

@@ -6,6 +6,8 @@ finalize."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,3 +154,33 @@ def test_finalize_timeout_setting():
     for bad in ("-1", "x", "nan"):
         with pytest.raises(ValueError, match=_exit.ENV_FINALIZE_TIMEOUT):
             _exit.finalize_timeout({_exit.ENV_FINALIZE_TIMEOUT: bad})
+
+
+def _mpirun():
+    """An MPI launcher beside this Python (the venv's MPICH) or on PATH, with mpi4py; else skip."""
+    pytest.importorskip("mpi4py")
+    here = Path(sys.executable).parent / "mpirun"
+    exe = str(here) if here.exists() else shutil.which("mpirun")
+    if exe is None:
+        pytest.skip("no mpirun")
+    return exe
+
+
+@pytest.mark.parametrize("ending, status", [("sys_exit", 3), ("raise", 1)])
+def test_leaving_under_mpirun_aborts_the_mpi_job(ending, status, tmp_path):
+    """Under mpirun (mpi mode) a PE leaves by MPI_Abort: mpirun ends the other rank (waiting in a
+    barrier for ever) at once with the status, and names the rank (MPICH's hydra would wait for the
+    others after a plain exit)."""
+    env = _env(FAKE_PE_OUT=str(tmp_path))
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    t0 = time.monotonic()
+    proc = subprocess.run([_mpirun(), "-n", "2", sys.executable, str(FAKE_PE), f"1:{ending},0:barrier"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == status, out
+    pe0, pe1 = ((tmp_path / f"rank{k}.txt").read_text() for k in (0, 1))
+    assert "waiting in barrier_all" in pe0 and SKIPPED in pe1, pe0 + pe1
+    assert re.search(rf"MPI_Abort\(MPI_COMM_WORLD, {status}\)|MPI_ABORT was invoked on rank 1", pe1 + out), pe1 + out
+    assert seconds < 60

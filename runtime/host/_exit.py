@@ -9,8 +9,9 @@ proxy thread still running) then run against a library that was never finalized.
 a PE died by signal 11 after "skipping the collective NVSHMEM finalize" (issue 43).
 
 So such a PE *leaves* (:func:`leave`): nvshmem_dsl forgets the runtime (every symmetric
-allocation becomes invalid, nothing calls NVSHMEM again), writes what Python would have written,
-flushes Python's and C's output and ``logging``, and ends with ``os._exit(status)``, the status
+allocation becomes invalid, nothing calls NVSHMEM again), says why, flushes Python's and C's output
+and ``logging``, and ends with ``os._exit(status)`` (under MPI with ``MPI_Abort(MPI_COMM_WORLD,
+status)``, so that mpirun ends the other ranks too: MPICH's waits for them otherwise), the status
 Python would have given: 1 after an uncaught exception, ``n`` for ``sys.exit(n)`` (1 for
 ``sys.exit("text")``); an uncaught ``KeyboardInterrupt`` ends by SIGINT, as Python does. The
 operating system and the CUDA driver (or the MPS server) release the GPU context, the symmetric
@@ -44,6 +45,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 from typing import Any, NoReturn
 
 from . import _state
@@ -184,6 +186,26 @@ def _forget_runtime(reason: str) -> None:
     s.extra["left"] = reason
 
 
+def _abort_mpi_job(status: int) -> None:
+    """Under MPI (mpi4py initialised MPI and has not finalized it): ``MPI_Abort(MPI_COMM_WORLD,
+    status)``, which has the MPI launcher end every rank of the job with that status and name this one
+    (mpirun would otherwise wait for the others: MPICH's does, for a rank that exits without
+    MPI_Finalize). Returns only where there is no MPI to abort."""
+    mpi_module = sys.modules.get("mpi4py.MPI")
+    if mpi_module is None:
+        return
+    try:
+        if not mpi_module.Is_initialized() or mpi_module.Is_finalized():
+            return
+        time.sleep(0.5)  # for mpirun to forward what this rank wrote: the abort ends its forwarding too
+        if signal.getsignal(signal.SIGALRM) == signal.SIG_DFL:
+            signal.alarm(10)  # if the abort itself hangs, SIGALRM ends the process (no thread: at exit
+            # Python 3.12 refuses to start one)
+        mpi_module.COMM_WORLD.Abort(status & 0xFF)
+    except Exception:  # noqa: BLE001 - os._exit follows
+        pass
+
+
 def leave(status: int | None, message: str) -> NoReturn:
     """Write ``message``, tear down without NVSHMEM's collective finalize, and end the process with
     ``status`` (None: by SIGINT) at once: no atexit handler, module teardown, MPI_Finalize or C
@@ -195,6 +217,7 @@ def leave(status: int | None, message: str) -> NoReturn:
     except Exception:  # noqa: BLE001
         pass
     _flush_all()
+    _abort_mpi_job(128 + signal.SIGINT if status is None else status)
     if status is None:  # an uncaught KeyboardInterrupt: Python ends by SIGINT
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
