@@ -117,7 +117,8 @@ def test_finalize_waits_for_the_peers_within_the_bound(ending):
 def test_malformed_finalize_timeout_fails_init():
     proc = run_child("normal", NVSHMEM_DSL_FINALIZE_TIMEOUT="soon")
     assert proc.returncode == 1
-    assert "NvshmemInitError: init(): NVSHMEM_DSL_FINALIZE_TIMEOUT='soon' is not a number of seconds" in proc.stderr
+    assert "NvshmemInitError: init(): NVSHMEM_DSL_FINALIZE_TIMEOUT='soon' is not a number of seconds >= 0" \
+        in proc.stderr
 
 
 def test_launcher_is_told_init_and_finalize():

@@ -49,7 +49,7 @@ import time
 from typing import Any, NoReturn
 
 from . import _state
-from ._bootstrap import ENV_LAUNCHER_FD
+from ._bootstrap import ENV_LAUNCHER_FD, seconds_setting
 
 __all__ = [
     "ENV_FINALIZE_TIMEOUT",
@@ -234,16 +234,8 @@ def leave(status: int | None, message: str) -> NoReturn:
 def finalize_timeout(env=None) -> float | None:
     """Seconds a collective finalize waits for the other PEs: ``$NVSHMEM_DSL_FINALIZE_TIMEOUT`` or
     300; None (no limit) for 0. A malformed value raises ValueError naming the variable."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_FINALIZE_TIMEOUT, "").strip()
-    if not text:
-        return DEFAULT_FINALIZE_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"{ENV_FINALIZE_TIMEOUT}={text!r} is not a number of seconds >= 0 (0: no limit)")
+    value = seconds_setting(os.environ if env is None else env, ENV_FINALIZE_TIMEOUT, DEFAULT_FINALIZE_TIMEOUT,
+                            zero=True)
     return value or None
 
 

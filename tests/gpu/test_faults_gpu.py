@@ -26,7 +26,6 @@ import math
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import gpu_count, launched_as_pe, mpirun  # noqa: E402
 from mps import MpsDaemon  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -57,32 +57,12 @@ EXITS = {"exception": 1, "sys_exit": 3, "os_exit": 4}  #: the victim's exit stat
 FAULTS = ("kill_put", "kill_collective", "kill_signal_wait", "skip_collective", "size_mismatch")
 
 
-def _launched_as_pe() -> bool:
-    for name in ("NVSHMEM_DSL_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        if os.environ.get(name, "1") not in ("", "1"):
-            return True
-    return False
-
-
-def _gpus() -> int:
-    try:
-        from cuda.core import system
-
-        return system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
-    except Exception:
-        return 0
-
-
 def _list(var: str, default: str) -> list[str]:
     return [v.strip() for v in os.environ.get(var, default).split(",") if v.strip()]
 
 
 def _mpirun() -> list[str] | None:
-    exe = shutil.which("mpirun") or shutil.which("mpiexec")
-    if exe is None or importlib.util.find_spec("mpi4py") is None:
-        return None
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    return [exe, *(["--oversubscribe"] if "Open MPI" in version or "OpenRTE" in version else [])]
+    return mpirun() if importlib.util.find_spec("mpi4py") is not None else None
 
 
 def _available(launcher: str) -> str | None:
@@ -100,9 +80,9 @@ PES = [int(p) for p in _list("NVSHMEM_DSL_FAULT_PES", "2,4")]
 
 @pytest.fixture(scope="module")
 def mps():
-    if _launched_as_pe():
+    if launched_as_pe():
         pytest.skip("launches its own jobs: run tests/gpu/test_faults_gpu.py in one process")
-    gpus = _gpus()
+    gpus = gpu_count()
     if gpus < 1:
         pytest.skip("needs a GPU")
     per_gpu = max(2, math.ceil(max(PES + [2]) / gpus))  # under MPS even at one PE per GPU
