@@ -1,7 +1,8 @@
 """A PE program for CPU tests of how PEs end (tests/test_pe_exit.py, tests/test_launcher.py): it
 initialises nvshmem_dsl with NVSHMEM's C calls intercepted (no GPU, no NVSHMEM job), as PE
 ``$NVSHMEM_DSL_RANK`` of ``$NVSHMEM_DSL_NRANKS`` under ``python -m nvshmem_dsl.run``, as the MPI rank
-under mpirun (mpi mode: mpi4py), else as PE 1 of 2 (explicit mode), allocates a symmetric buffer, and ends as its argument says:
+under mpirun (mpi mode: mpi4py), else as the last PE of ``$FAKE_PE_NRANKS`` (default 2; explicit
+mode), allocates a symmetric buffer, and ends as its argument says:
 
     python fake_pe.py ENDING          every PE ends so
     python fake_pe.py 1:raise,0:barrier   PE 1 raises, PE 0 waits in a barrier (for ever: no peer comes)
@@ -26,8 +27,8 @@ from nvshmem_dsl.host import _cuda, _lib
 _RANK_VARS = {"NVSHMEM_DSL_RANK": "NVSHMEM_DSL_NRANKS", "PMI_RANK": "PMI_SIZE",
               "OMPI_COMM_WORLD_RANK": "OMPI_COMM_WORLD_SIZE"}  # our launcher, MPICH, Open MPI
 LAUNCHED = next((v for v in _RANK_VARS if v in os.environ), None)
-RANK = int(os.environ[LAUNCHED]) if LAUNCHED else 1
-NRANKS = int(os.environ[_RANK_VARS[LAUNCHED]]) if LAUNCHED else 2
+NRANKS = int(os.environ[_RANK_VARS[LAUNCHED]] if LAUNCHED else os.environ.get("FAKE_PE_NRANKS", "2"))
+RANK = int(os.environ[LAUNCHED]) if LAUNCHED else NRANKS - 1
 RESPONSES = {"nvshmem_my_pe": RANK, "nvshmem_n_pes": NRANKS, "nvshmem_team_n_pes": 1,
              "nvshmem_calloc": 0x7D0000000000, "nvshmem_malloc": 0x7D0000100000}
 

@@ -73,6 +73,14 @@ def test_early_end_under_dash_m():
     assert SKIPPED in proc.stderr and FINALIZED not in proc.stdout
 
 
+def test_a_single_pe_finalizes_at_exit_whatever_ends_it():
+    """With one PE there is nobody to wait for: finalize at exit, and Python's own status."""
+    proc = run_child("raise", FAKE_PE_NRANKS="1")
+    assert proc.returncode == 1, proc.stderr
+    assert "RuntimeError: injected failure" in proc.stderr and SKIPPED not in proc.stderr
+    assert FINALIZED in proc.stdout and "PE 0: finalize() was not called; finalized at exit" in proc.stderr
+
+
 def test_os_exit_ends_at_once_with_its_status():
     proc = run_child("os_exit")
     assert proc.returncode == 4, proc.stderr

@@ -13,10 +13,10 @@ manager::
         ...
 
 If the program forgets ``finalize()``, an atexit hook finalizes (with a
-warning), and reports symmetric allocations that were never freed. A PE that
-ends with an uncaught exception or ``sys.exit(n)``, n != 0, skips the collective
-finalize (the other PEs may never reach it) and leaves at once with the status
-Python would give (:mod:`nvshmem_dsl.host._exit`). For the same reason, leaving the
+warning), and reports symmetric allocations that were never freed. A PE of a
+multi-PE job that ends with an uncaught exception or ``sys.exit(n)``, n != 0,
+skips the collective finalize (the other PEs may never reach it) and leaves at
+once with the status Python would give (:mod:`nvshmem_dsl.host._exit`). For the same reason, leaving the
 ``with`` block by an exception finalizes only a single-PE job. A collective
 finalize waits at most ``NVSHMEM_DSL_FINALIZE_TIMEOUT`` seconds for the other PEs.
 """
@@ -415,7 +415,7 @@ def _atexit() -> None:
     if not s.initialized or s.fake:
         return
     ending = _exit.pending_exit()
-    if ending is not None and ending[1] != 0:
+    if ending is not None and ending[1] != 0 and s.n_pes > 1:  # one PE: no peer to wait for, finalize
         exc, status = ending
         _exit.leave(status, (
             f"nvshmem_dsl: PE {s.my_pe} of {s.n_pes} is exiting with status "
