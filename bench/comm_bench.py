@@ -160,6 +160,21 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
     call()
     stream.synchronize()
     ok = bool(torch.equal(out, want))
+    timing = time_calls(call, stream, args, cycles_per_us)
+    nvshmem.free(x)
+    if impl == "nvshmem":
+        nvshmem.free(out)
+    return {"impl": impl, "bench": "comm", "kind": kind, "dtype": dtype, "n": n, "bytes": nbytes,
+            "npes": npes, "pe": me, **timing, "ok": ok}
+
+
+def time_calls(call, stream, args, cycles_per_us) -> dict:
+    """GPU time per call of ``call`` (which enqueues on ``stream``): ``args.warmup`` calls (their
+    host time: host_us), then ``args.reps`` times ``args.iters`` calls behind a spin long enough
+    for all of them to be enqueued, the same on every PE, events around the calls (collective:
+    barriers between reps). The median and least us per call and how they were taken."""
+    import torch
+    import nvshmem_dsl as nvshmem
     t0 = time.perf_counter()
     for _ in range(args.warmup):
         call()
@@ -180,13 +195,8 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
         b.synchronize()
         times.append(a.elapsed_time(b) * 1000 / args.iters)
     nvshmem.barrier_all()
-    nvshmem.free(x)
-    if impl == "nvshmem":
-        nvshmem.free(out)
-    return {"impl": impl, "bench": "comm", "kind": kind, "dtype": dtype, "n": n, "bytes": nbytes,
-            "npes": npes, "pe": me, "us": statistics.median(times), "us_min": min(times),
-            "host_us": host_us, "spin_us": spin_us, "host_paced_reps": short, "iters": args.iters,
-            "reps": args.reps, "ok": ok}
+    return {"us": statistics.median(times), "us_min": min(times), "host_us": host_us, "spin_us": spin_us,
+            "host_paced_reps": short, "iters": args.iters, "reps": args.reps}
 
 
 def main(argv=None) -> int:

@@ -2,6 +2,7 @@
 
     python bench/comm_run.py [--nproc 2] [--impls cpp,numba,triton,cute,nvshmem] [--bw] [--out F]
     python bench/comm_run.py --moe [--tokens 128] [--experts 64]     # MoE dispatch / combine instead
+    python bench/comm_run.py --ag-gemm [--ag-sizes 8192,8192,8192]    # fused all-gather + GEMM instead
 
 1. the C++ twins (bench/cpp/build/comm_cpp, built by bench/cpp/build.sh unless --no-build) on every
    PE, with the plans of nvshmem_dsl.kernels._plan (the C++ has no launch arithmetic of its own);
@@ -10,6 +11,11 @@
 
 3. with ``--moe``, instead: MoE dispatch and combine (nvshmem_dsl.kernels.moe) of the C++ twin
    (bench/cpp/build/moe_cpp) and of bench/moe_bench.py's DSLs, at ``--tokens`` per PE.
+
+4. with ``--ag-gemm``, instead: bench/ag_gemm_bench.py: the fused all-gather + GEMM
+   (nvshmem_dsl.kernels.ag_gemm, each communication) beside the all-gather followed by torch.matmul
+   (ours, NVSHMEM's fcollect, NCCL), at ``--ag-sizes`` (M,N,K of the whole problem; default 8192^3,
+   4096^3, 2048^3); the ratio fused / unfused and the overlap efficiency unfused / fused per row.
 
 Latency rows at bench/comm_shapes.LAT_BYTES; ``--bw`` adds BW_BYTES (only meaningful with one PE
 per GPU). Results: microseconds per call averaged over the PEs, every DSL's time ratio to its C++
@@ -114,6 +120,36 @@ def moe_table(records) -> str:
     return "\n".join(lines)
 
 
+def ag_gemm_table(records) -> str:
+    """Fused all-gather + GEMM rows: (size, impl) -> mean over PEs of the median us; each fused
+    row's time over the best unfused sequence's, and the overlap efficiency (the inverse)."""
+    groups, oks, shared = {}, {}, False
+    for r in records:
+        if r.get("bench") == "ag_gemm" and "us" in r:
+            key = ((r["M"], r["N"], r["K"]), r["impl"])
+            groups.setdefault(key, []).append(r["us"])
+            oks[key] = oks.get(key, True) and r.get("ok", True)
+            shared |= r.get("pes_per_gpu", 1) > 1
+    agg = {k: statistics.mean(v) for k, v in groups.items()}
+    lines = [f"{'M,N,K':<16}{'impl':<20}{'us':>10}{'/unfused':>10}{'unfused/':>10}"]
+    for size in sorted({k[0] for k in agg}, reverse=True):
+        unfused = {i: us for (sz, i), us in agg.items() if sz == size and i.startswith("unfused")}
+        best = min(unfused.values()) if unfused else None
+        for (sz, impl), us in sorted(agg.items(), key=lambda kv: (not kv[0][1].startswith("fused"), kv[0][1])):
+            if sz != size:
+                continue
+            fused = impl.startswith("fused") and best
+            row = f"{','.join(map(str, size)):<16}{impl + ('' if oks[(sz, impl)] else '!'):<20}{us:>10.1f}"
+            row += f"{us / best:>10.2f}{best / us:>10.2f}" if fused else f"{'-':>10}{'-':>10}"
+            lines.append(row)
+    lines.append("us: GPU time per call (spin-held stream, mean over PEs of the median of reps); /unfused: time "
+                 "over the fastest unfused row (all-gather then torch.matmul; target <= 0.8); unfused/: overlap "
+                 "efficiency; '!': a PE's result differed from torch's")
+    if shared:
+        lines.append("PEs share a GPU here: these times check that the calls run, they measure no overlap")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nproc", type=int, default=2)
@@ -133,9 +169,15 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--ag-gemm", action="store_true", help="the fused all-gather + GEMM instead of the collectives")
+    ap.add_argument("--ag-sizes", default=None, help="M,N,K;M,N,K... (default: ag_gemm_bench.py's)")
+    ap.add_argument("--ag-impls", default=None, help="ag_gemm_bench.py's --impls (default: all)")
+    ap.add_argument("--comm-ctas", default="4,8,16", help="comm_ctas values of the fused_ctas rows")
     args = ap.parse_args(argv)
     if args.moe:
         return main_moe(args)
+    if args.ag_gemm:
+        return main_ag_gemm(args)
     impls = args.impls.split(",")
     sizes = [int(b) for b in args.bytes.split(",")] + (list(CS.BW_BYTES) if args.bw else [])
     kinds, dtypes = args.kinds.split(","), args.dtypes.split(",")
@@ -214,6 +256,30 @@ def main_moe(args) -> int:
     print(f"results: {out}")
     checks = [r for r in records if r.get("bench") in ("moe", "moe_check")]
     return 0 if all(s["status"] == 0 for s in steps.values()) and all(r.get("ok", True) for r in checks) else 1
+
+
+def main_ag_gemm(args) -> int:
+    env = R.bench_env(None, args.nproc)
+    env.setdefault("NVSHMEM_SYMMETRIC_SIZE", "4G")
+    argv = [str(HERE / "ag_gemm_bench.py"), "--comm-ctas", args.comm_ctas, "--reps", str(args.reps)]
+    argv += ["--sizes", args.ag_sizes] if args.ag_sizes else []
+    argv += ["--impls", args.ag_impls] if args.ag_impls else []
+    with tempfile.TemporaryDirectory(prefix="ag-gemm-bench-") as work:
+        status, lines, secs = R.run_step("ag_gemm_py", R.launcher_cmd(args.python, args.nproc, 120) + argv, env,
+                                         args.timeout, Path(work) / "logs")
+    records = R.parse_records(lines)
+    text = ag_gemm_table(records)
+    print(text)
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "nproc": args.nproc, "steps": {"py": {"status": status, "seconds": round(secs, 1)}},
+            "env": {k: env.get(k) for k in ("NVSHMEM_SYMMETRIC_SIZE", "NVSHMEM_DISABLE_NVLS",
+                                            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}}
+    out = Path(args.out) if args.out else HERE / "results" / "ag-gemm-latest.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
+    print(f"results: {out}")
+    rows = [r for r in records if r.get("bench") == "ag_gemm"]
+    return 0 if status == 0 and rows and all(r.get("ok", True) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ def rma_bw(name, op, worker, window=nv.window):
     """Kernel ``name``, bench.cu's rma_bw for NVSHMEM call ``op`` (put or get at some scope) and
     ``worker`` (who moves which chunk): ``iters`` calls, each moving this worker's chunk of
     window ``i % nwin``, the window's offset carried from one iteration to the next.
-    (``window``: how the arrays are cut; bench/experiments/put_shapes.py tries another.)"""
+    (``window``: how the arrays are cut; other cuts measured against it:
+    tests/gpu/records/2026-11-22/put-shapes.txt.)"""
     def kernel(dst, src, nelems, iters, peer, nwin):
         s, n = worker(nelems)
         if n > 0:

@@ -206,14 +206,14 @@ MOE_PARAMS = {
 
 
 def test_moe_cpp_matches_layout():
-    """bench/cpp/moe.cu's constants are _layout's (THREADS, GRID_MAX, MAX_TOKENS), its kernels take the
+    """bench/cpp/moe.cu's constants are _layout's (THREADS, GRID_MAX, MAX_TOKENS, MAX_TOPK), its kernels take the
     Numba kernels' arguments in their order, and it launches grid = min(GRID_MAX, E) blocks of THREADS."""
     try:
         from nvshmem_dsl.kernels.moe import _layout
     except ImportError as exc:  # pragma: no cover
         pytest.skip(f"no nvshmem_dsl.kernels.moe: {exc}")
     src = (HERE / "cpp" / "moe.cu").read_text()
-    for name in ("THREADS", "GRID_MAX", "MAX_TOKENS"):
+    for name in ("THREADS", "GRID_MAX", "MAX_TOKENS", "MAX_TOPK"):
         got = re.search(rf"static const int {name} = (\d+);", src)
         assert got and int(got.group(1)) == getattr(_layout, name), name
     assert "__shared__ int order[MAX_TOKENS];" in src and "__shared__ int scan[THREADS];" in src

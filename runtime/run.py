@@ -45,13 +45,17 @@ from .host._bootstrap import (
     ENV_TIMEOUT, MPI_ENV_VARS, TORCHRUN_ENV_VARS,
 )
 
-__all__ = ["main", "launch", "rank_environment", "free_port"]
+__all__ = ["main", "launch", "rank_environment", "free_port", "RANK_VARS"]
 
 DEFAULT_GRACE = 5.0
 POLL_S = 0.02  #: how often the launcher looks at its PEs
 _STORE_HOST = "127.0.0.1"
 # Left over from an outer launch, these would make a rank believe it is part of that job.
 _OUTER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_LOCAL", "HYDRA_", "TORCHELASTIC_")
+#: What each rank gets from this launcher (besides CUDA_VISIBLE_DEVICES or LOCAL_RANK): a process
+#: with these in its environment takes itself for one of our ranks.
+RANK_VARS = (ENV_MODE, ENV_RANK, ENV_NRANKS, ENV_LOCAL_RANK, ENV_STORE_HOST, ENV_STORE_PORT, ENV_SECRET, ENV_TIMEOUT,
+             ENV_LAUNCHER_FD)
 _OUTER_NAMES = set(MPI_ENV_VARS) | set(TORCHRUN_ENV_VARS) | {"LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
 
 

@@ -56,3 +56,36 @@ def pytest_configure(config):
         rank = next((os.environ[v] for v in ("NVSHMEM_DSL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
                      if v in os.environ), "0")
         config.option.xmlpath = path.replace("%r", rank)
+
+
+@pytest.fixture
+def torch_standin(monkeypatch):
+    """A stand-in ``torch`` (no GPU here) for the kernels' launch tests: ``torch.cuda.stream(s)``
+    makes ``s`` the current stream, ``ExternalStream(handle)`` keeps its handle, the default stream
+    is "default". Yields a list whose item 0 is the current stream ("legacy" outside any)."""
+    import contextlib
+    import types
+
+    from nvshmem_dsl.kernels import _views
+
+    current = ["legacy"]
+
+    @contextlib.contextmanager
+    def stream(s):
+        before, current[0] = current[0], s
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    class ExternalStream:
+        def __init__(self, handle):
+            self.handle = handle
+
+    cuda = types.SimpleNamespace(ExternalStream=ExternalStream, default_stream=lambda: "default", stream=stream)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    _views._external_stream.cache_clear()
+    try:
+        yield current
+    finally:
+        _views._external_stream.cache_clear()

@@ -514,7 +514,7 @@ def close(world: World) -> None:
     """Leave no initialised runtime behind (while the C calls are still intercepted)."""
     from nvshmem_dsl.host import _init, _state, memory
     from nvshmem_dsl.core import _tracking
-    from nvshmem_dsl.core.nvshmem_types import _PREDEFINED_TEAMS, Teams
+    from nvshmem_dsl.core._types import _PREDEFINED_TEAMS, Teams
 
     _state.STATE.failed_init = None
     if _state.STATE.initialized:

@@ -48,6 +48,9 @@ import nvshmem_dsl.cute as nv  # noqa: E402
 from nvshmem_dsl import _optable  # noqa: E402
 import nvshmem_dsl.cute as cute_api  # noqa: E402  (the generated API, built)
 from nvshmem_dsl.cute import _compile  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_jobs import compile_jobs  # noqa: E402
 from nvshmem_dsl.errors import NvshmemTypeError  # noqa: E402
 
 try:
@@ -421,8 +424,8 @@ def _compile_all(batches):
     """Compile the batches, in worker processes when there are several CPUs (each
     compile is CPU-bound and single-threaded); the costliest first."""
     order = sorted(batches, key=lambda b: -_cost(b[1]))
-    workers = max(1, min(len(batches), os.cpu_count() or 1, 4))
-    if workers == 1 or os.environ.get("NVSHMEM_DSL_TEST_SERIAL"):
+    workers = min(len(batches), compile_jobs(min(os.cpu_count() or 1, 4)))
+    if workers == 1:
         return [_compile_batch(b) for b in order]
     import multiprocessing
 

@@ -44,6 +44,7 @@ try:
 except Exception as e:  # pragma: no cover
     pytest.skip(f"no NVSHMEM device bitcode: {e}", allow_module_level=True)
 
+from compile_jobs import compile_jobs  # noqa: E402
 from test_cute_api import PTX_OPTIONS, _called, _check_ptx, _slow_requested  # noqa: E402
 
 GPU_TESTS = Path(__file__).resolve().parent / "gpu"
@@ -68,8 +69,8 @@ def _compile_case(name: str):
 def _compile_all(names):
     """Compile the cases, in worker processes when there are 4 CPUs or more (each compile is
     single-threaded, but on 2 CPUs two workers took longer than one process: 112 s vs 97 s)."""
-    workers = max(1, min(len(names), (os.cpu_count() or 1) // 2, 4))
-    if workers == 1 or os.environ.get("NVSHMEM_DSL_TEST_SERIAL"):
+    workers = min(len(names), compile_jobs(min((os.cpu_count() or 1) // 2, 4)))
+    if workers == 1:
         results = [_compile_case(n) for n in names]
     else:
         import multiprocessing

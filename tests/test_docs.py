@@ -122,14 +122,32 @@ def test_docs_state_the_object_workers_the_code_has():
     assert f"``RuntimeWarning: {object_workers.FALLBACK_WARNING}``" in troubleshooting
 
 
+#: Where the code that reads NVSHMEM_DSL_* variables lives: the package, its tests (not the records of
+#: past runs, which name variables since removed) and its benchmarks.
+_CODE_SUFFIXES = {".py", ".sh", ".cu", ".cuh", ".h", ""}
+
+
+def _code_files():
+    for top in ("runtime", "tests", "bench"):
+        for path in (ROOT / top).rglob("*"):
+            if path.is_file() and path.suffix in _CODE_SUFFIXES and "records" not in path.relative_to(ROOT).parts:
+                yield path
+
+
 def test_environment_page_names_every_variable_the_code_reads():
-    """docs/environment.rst names each NVSHMEM_DSL_* variable that runtime/ reads, and no other."""
+    """docs/environment.rst names each NVSHMEM_DSL_* variable that runtime/, tests/ and bench/ name,
+    and no other."""
     pattern = re.compile(r"\bNVSHMEM_DSL_[A-Z0-9_]*[A-Z0-9]\b")
-    in_code = {m for path in (ROOT / "runtime").rglob("*.py") for m in pattern.findall(path.read_text())}
+    in_code: dict[str, set] = {}
+    for path in _code_files():
+        for name in pattern.findall(path.read_text(errors="replace")):
+            in_code.setdefault(name, set()).add(str(path.relative_to(ROOT)))
     documented = set(pattern.findall((DOCS / "environment.rst").read_text()))
-    assert in_code, "no NVSHMEM_DSL_ variable found in runtime/"
-    assert in_code - documented == set(), "read by the code, missing from docs/environment.rst"
-    assert documented - in_code == set(), "in docs/environment.rst, read by no code"
+    assert any(f.startswith("runtime/") for files in in_code.values() for f in files), "none found in runtime/"
+    assert any(f.startswith("tests/") and "NVSHMEM_DSL_TEST_" in n for n, files in in_code.items() for f in files)
+    missing = {name: sorted(files) for name, files in in_code.items() if name not in documented}
+    assert missing == {}, "named by the code, missing from docs/environment.rst"
+    assert documented - set(in_code) == set(), "in docs/environment.rst, read by no code"
 
 
 def test_environment_page_states_the_defaults_the_code_has():

@@ -32,17 +32,6 @@ _VECTOR = re.compile(r"\b(ld|st)\.global\.v[24]\.b(?:32|64)\b")
 _I32_ARITH = re.compile(r"arith\.(?:addi|subi|muli|remsi|divsi|andi|minsi|maxsi)\b[^\n]*:\s*i32\b")
 
 
-def _ptx_only_hook(ours):
-    def hook(*args, **kwargs):
-        if not args and not kwargs:
-            key, hsh = ours()
-            return key + "-ptx-only", hsh + "-ptx-only"
-        ours(*args, **kwargs)
-        args[1]["cubin"] = lambda src, metadata: b""
-
-    return hook
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """(kind, dtype, aligned) -> the compiled kernel (PTX only), compiled once in a fresh cache."""
@@ -56,7 +45,7 @@ def compiled(tmp_path_factory):
                 mp.setenv("TRITON_CACHE_DIR", cache)
                 mp.setenv("TRITON_DEFAULT_FP_FUSION", "1")
                 mp.setattr(triton.knobs.runtime, "add_stages_inspection_hook",
-                           _ptx_only_hook(triton.knobs.runtime.add_stages_inspection_hook))
+                           kt._ptx_only_hook(triton.knobs.runtime.add_stages_inspection_hook))
                 done[key] = kt.compile(kind, dtype, aligned=aligned)
         return done[key]
 
@@ -120,28 +109,9 @@ def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     assert defined["nvshmemi_device_state_d"] == 1
 
 
-def test_launch_passes_the_plan_on_the_stream(monkeypatch):
+def test_launch_passes_the_plan_on_the_stream(monkeypatch, torch_standin):
     """launch: grid, arguments and stream (a stand-in torch and kernel: no GPU here)."""
-    import contextlib
-    import sys
-    import types
-
-    current = ["legacy"]
-
-    @contextlib.contextmanager
-    def stream(s):
-        before, current[0] = current[0], s
-        try:
-            yield
-        finally:
-            current[0] = before
-
-    class ExternalStream:
-        def __init__(self, handle):
-            self.handle = handle
-
-    cuda = types.SimpleNamespace(ExternalStream=ExternalStream, default_stream=lambda: "default", stream=stream)
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    current = torch_standin
     calls = []
 
     class Kernel:
@@ -149,14 +119,10 @@ def test_launch_passes_the_plan_on_the_stream(monkeypatch):
             return lambda *args, **kw: calls.append((grid, args, kw, current[0]))
 
     monkeypatch.setitem(kt.KERNELS, "two_shot", Kernel())
-    kt._external_stream.cache_clear()
-    try:
-        plan = _plan.plan("two_shot", "bfloat16", 3 << 20, 4)
-        kt.launch("two_shot", plan, "out", "x", "stage", "sig", 7, 2, 0)
-        kt.launch("two_shot", plan, "out", "x", "stage", "sig", 8, 2, 0xABC)
-        kt.launch("two_shot", plan, "out", "x", "stage", "sig", 9, 2, 0xABC)
-    finally:
-        kt._external_stream.cache_clear()
+    plan = _plan.plan("two_shot", "bfloat16", 3 << 20, 4)
+    kt.launch("two_shot", plan, "out", "x", "stage", "sig", 7, 2, 0)
+    kt.launch("two_shot", plan, "out", "x", "stage", "sig", 8, 2, 0xABC)
+    kt.launch("two_shot", plan, "out", "x", "stage", "sig", 9, 2, 0xABC)
     opts = {"BLOCK": kt.BLOCK["bfloat16"], "num_warps": kt.NUM_WARPS}
     assert [c[:3] for c in calls] == [((plan.grid,), ("out", "x", "stage", "sig", *plan.args(e, 2)), opts)
                                       for e in (7, 8, 9)]

@@ -14,8 +14,7 @@ import pytest
 
 from nvshmem_dsl import run as launcher
 
-# NVSHMEM_DSL_WORKTREE: which checkout the development shim imports (absent elsewhere)
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_WORKTREE"}
+ENV = {k: v for k, v in os.environ.items() if k not in launcher.RANK_VARS}  # not a rank of an outer launch
 
 
 def write(tmp_path, name, body):

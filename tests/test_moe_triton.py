@@ -21,7 +21,6 @@ except Exception as e:  # pragma: no cover
     pytest.skip(f"no NVSHMEM device bitcode: {e}", allow_module_level=True)
 
 import nvshmem_dsl.triton as nv  # noqa: E402
-from nvshmem_dsl.kernels import triton as kt  # noqa: E402
 from nvshmem_dsl.kernels.moe import _layout  # noqa: E402
 from nvshmem_dsl.kernels.moe import numba as mn  # noqa: E402
 from nvshmem_dsl.kernels.moe import triton as mt  # noqa: E402
@@ -151,29 +150,10 @@ def test_kernels_to_cubins(tmp_path, monkeypatch, kind):
     assert defined["nvshmemi_device_state_d"] == 1
 
 
-def test_launches_pass_what_the_numba_launches_pass(monkeypatch):
+def test_launches_pass_what_the_numba_launches_pass(monkeypatch, torch_standin):
     """launch_dispatch / launch_combine: grid, the Numba launches' arguments, and the stream (a
     stand-in torch and kernels: no GPU here)."""
-    import contextlib
-    import sys
-    import types
-
-    current = ["legacy"]
-
-    @contextlib.contextmanager
-    def stream(s):
-        before, current[0] = current[0], s
-        try:
-            yield
-        finally:
-            current[0] = before
-
-    class ExternalStream:
-        def __init__(self, handle):
-            self.handle = handle
-
-    cuda = types.SimpleNamespace(ExternalStream=ExternalStream, default_stream=lambda: "default", stream=stream)
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    current = torch_standin
     calls = {"triton": [], "numba": []}
 
     class Kernel:
@@ -188,15 +168,11 @@ def test_launches_pass_what_the_numba_launches_pass(monkeypatch):
         monkeypatch.setattr(mn, kind, Kernel("numba", kind))
     monkeypatch.setattr(mn, "_stream", lambda handle: handle)
     lay = _layout.Layout(npes=4, local_experts=3, hidden=7168, topk=8, max_tokens=128)
-    kt._external_stream.cache_clear()
-    try:
-        for m in (mt, mn):
-            m.launch_dispatch(lay, "x", "topk", "recv_x", "recv_src", "sig", "recv_count", 5, 100, 2, 0)
-            m.launch_combine(lay, "y", "topk", "w", "recv_src", "comb_x", "sig", "recv_count", "out", 5, 100, 2,
-                             0xABC)
-            m.launch_dispatch(lay, "x", "topk", "recv_x", "recv_src", "sig", "recv_count", 6, 7, 2, 0xABC)
-    finally:
-        kt._external_stream.cache_clear()
+    for m in (mt, mn):
+        m.launch_dispatch(lay, "x", "topk", "recv_x", "recv_src", "sig", "recv_count", 5, 100, 2, 0)
+        m.launch_combine(lay, "y", "topk", "w", "recv_src", "comb_x", "sig", "recv_count", "out", 5, 100, 2,
+                         0xABC)
+        m.launch_dispatch(lay, "x", "topk", "recv_x", "recv_src", "sig", "recv_count", 6, 7, 2, 0xABC)
     got, want = calls["triton"], calls["numba"]
     assert [c[0] for c in got] == ["dispatch", "combine", "dispatch"]
     assert [c[2] for c in got] == [c[2] for c in want]  # the same arguments in the same order

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from nvshmem_dsl.host import _exit
+from nvshmem_dsl.run import RANK_VARS
 
 FAKE_PE = Path(__file__).resolve().parent / "fake_pe.py"
 
 
 def _env(**extra):
-    # NVSHMEM_DSL_WORKTREE: which checkout the development shim imports (absent elsewhere)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_WORKTREE"}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}  # not a rank of an outer launch
     env.update(NVSHMEM_DSL_CHECK_SYMMETRY="0", PYTHONPATH=os.environ.get("PYTHONPATH", ""), **extra)
     return env
 

@@ -53,6 +53,7 @@ from nvshmem_dsl.triton import _calls, _compile  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton_kernels as tk  # noqa: E402
+from compile_jobs import compile_jobs  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 OPS = _optable.device_ops()
@@ -147,7 +148,7 @@ def _check_results(kernels: dict, results: list) -> list:
 
 
 def _jobs() -> int:
-    return int(os.environ.get("NVSHMEM_DSL_TEST_JOBS") or min(4, os.cpu_count() or 1))
+    return compile_jobs(min(4, os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------- the API
@@ -263,9 +264,6 @@ def _write(path: Path, kernels: dict) -> Path:
 
 
 def _report(what: str, kernels: dict, results: list, wall: float) -> None:
-    if os.environ.get("NVSHMEM_DSL_TEST_TIMES"):
-        with open(os.environ["NVSHMEM_DSL_TEST_TIMES"], "a") as fh:
-            fh.write("".join(f"{r[0]} {len(kernels[r[0]])} {r[-1]:.2f}\n" for r in results))
     slowest = sorted(results, key=lambda r: -r[-1])[:3]
     print(f"{what}: {sum(len(v) for v in kernels.values())} forms in {len(kernels)} kernels to PTX, "
           f"{wall:.1f} s on {_jobs()} processes ({sum(r[-1] for r in results):.0f} s of compiles); "

@@ -62,6 +62,7 @@
 static const int THREADS = 512;        // _layout.THREADS
 static const int GRID_MAX = 32;        // _layout.GRID_MAX
 static const int MAX_TOKENS = 4096;    // _layout.MAX_TOKENS: dispatch's shared list of one expert's rows
+static const int MAX_TOPK = 32;        // _layout.MAX_TOPK: combine's shared slot list of one token
 static const int WARMUP = 10;
 
 typedef __nv_bfloat16 bf16;
@@ -91,7 +92,10 @@ __global__ void __launch_bounds__(THREADS)
         int count = 0;
         for (int64_t base = 0; base < T * K; base += nt) {  // block scan (Hillis-Steele) of topk == e, in order
             const int64_t idx = base + tid;
-            const bool hit = idx < T * K && topk[idx] == e;
+            bool hit = idx < T * K && topk[idx] == e;
+            if (hit) {  // a token's repeated expert: sent once (its first slot)
+                for (int64_t jj = idx - idx % K; jj < idx; jj++) hit = hit && topk[jj] != e;
+            }
             scan[tid] = hit ? 1 : 0;
             __syncthreads();
             for (int off = 1; off < nt; off *= 2) {
@@ -159,14 +163,37 @@ __global__ void __launch_bounds__(THREADS)
     }
     for (int64_t e = tid; e < E; e += blockDim.x) nvshmem_signal_wait_until(sig + L * npes + e, NVSHMEM_CMP_GE,
                                                                             (uint64_t)epoch);
-    __syncthreads();
+    __shared__ int slot[MAX_TOPK];  // slot j's row: that of its expert's first slot; -1: none
     for (int64_t t = b; t < T; t += gridDim.x) {
-        for (int64_t h = tid; h < H; h += blockDim.x) {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < K; j++) {
-                if (topk[t * K + j] >= 0) acc += weights[t * K + j] * __bfloat162float(comb_x[(t * K + j) * H + h]);
+        __syncthreads();
+        if (tid < K) {
+            const int64_t e = topk[t * K + tid];
+            int first = tid;
+            for (int jj = tid - 1; jj >= 0; jj--) if (topk[t * K + jj] == e) first = jj;
+            slot[tid] = e >= 0 ? first : -1;
+        }
+        __syncthreads();
+        const int64_t nt = blockDim.x;
+        for (int64_t h0 = tid; h0 < H; h0 += 4 * nt) {  // four elements a thread (h0 + i * nt): 4 K loads in flight
+            const int64_t h1 = min(h0 + nt, H - 1), h2 = min(h0 + 2 * nt, H - 1), h3 = min(h0 + 3 * nt, H - 1);
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            for (int64_t j = 0; j < K; j++) {  // loads not behind the mask's branch (a select after them)
+                const int r = slot[j];
+                const float wj = weights[t * K + j];
+                const bf16* row = comb_x + (t * K + max(r, 0)) * H;
+                const float v0 = wj * __bfloat162float(row[h0]), v1 = wj * __bfloat162float(row[h1]);
+                const float v2 = wj * __bfloat162float(row[h2]), v3 = wj * __bfloat162float(row[h3]);
+                if (r >= 0) {
+                    a0 += v0;
+                    a1 += v1;
+                    a2 += v2;
+                    a3 += v3;
+                }
             }
-            out[t * H + h] = __float2bfloat16_rn(acc);
+            out[t * H + h0] = __float2bfloat16_rn(a0);
+            if (h0 + nt < H) out[t * H + h1] = __float2bfloat16_rn(a1);
+            if (h0 + 2 * nt < H) out[t * H + h2] = __float2bfloat16_rn(a2);
+            if (h0 + 3 * nt < H) out[t * H + h3] = __float2bfloat16_rn(a3);
         }
     }
     finish();
@@ -371,10 +398,10 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    if (T < 1 || T > MAX_TOKENS || H < 1 || E < 1 || K < 1 || K > E || E > (int64_t)1 << 30) {
+    if (T < 1 || T > MAX_TOKENS || H < 1 || E < 1 || K < 1 || K > E || K > MAX_TOPK || E > (int64_t)1 << 30) {
         fprintf(stderr, "moe_cpp: bad sizes: tokens %lld (1..%d), hidden %lld (>= 1), experts %lld (>= 1), "
-                        "topk %lld (1..experts)\n",
-                (long long)T, MAX_TOKENS, (long long)H, (long long)E, (long long)K);
+                        "topk %lld (1..experts, at most %d)\n",
+                (long long)T, MAX_TOKENS, (long long)H, (long long)E, (long long)K, MAX_TOPK);
         usage(argv[0]);
         return 2;
     }

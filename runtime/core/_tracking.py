@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..host import _arrays, _state
 from .. import errors as _errors
-from .nvshmem_types import BufferTypes, NvshmemError, NvshmemInvalid, translate
+from ._types import BufferTypes, NvshmemError, NvshmemInvalid, translate
 
 __all__ = ["Entry", "ENTRIES", "translated", "core_buffer", "entry_of", "CAIView"]
 

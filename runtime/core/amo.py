@@ -17,7 +17,7 @@ from ..host import operations as _ops
 from . import _tracking
 from ._tracking import CAIView, translated
 from .collective import _NVSHMEM_DTYPES
-from .nvshmem_types import NvshmemInvalid
+from ._types import NvshmemInvalid
 
 __all__ = ["atomic_fetch", "atomic_set", "atomic_inc", "atomic_fetch_inc", "atomic_add", "atomic_fetch_add",
            "atomic_and", "atomic_fetch_and", "atomic_or", "atomic_fetch_or", "atomic_xor", "atomic_fetch_xor",

@@ -16,7 +16,7 @@ from .. import errors as _errors
 from ..host import operations as _ops
 from . import _tracking
 from ._tracking import CAIView, translated
-from .nvshmem_types import NvshmemInvalid, translate
+from ._types import NvshmemInvalid, translate
 from .teams import team_value
 
 __all__ = ["reduce", "reducescatter", "alltoall", "fcollect", "broadcast", "barrier", "sync", "barrier_all",

@@ -20,7 +20,7 @@ from ..host import _init as _native
 from ..linker import module_init as _modules
 from . import _tracking
 from ._tracking import translated
-from .nvshmem_types import _PREDEFINED_TEAMS, NvshmemInvalid, NvshmemKernelObject, Teams, Version
+from ._types import _PREDEFINED_TEAMS, NvshmemInvalid, NvshmemKernelObject, Teams, Version
 
 __all__ = ["get_unique_id", "init", "finalize", "get_name", "get_version", "module_init", "module_finalize",
            "library_init", "library_finalize", "UniqueID", "DeviceLibLanguage", "find_device_bitcode_library"]

@@ -17,7 +17,7 @@ from ..host import memory as _native
 from ..host import views as _views
 from . import _tracking
 from ._tracking import CAIView, Entry, translated
-from .nvshmem_types import BufferTypes, NvshmemError, NvshmemInvalid
+from ._types import BufferTypes, NvshmemError, NvshmemInvalid
 
 __all__ = [
     "buffer", "free", "get_peer_buffer", "get_multicast_buffer", "register_external_buffer",

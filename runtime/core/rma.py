@@ -16,7 +16,7 @@ from ..host import operations as _ops
 from . import _tracking
 from ._tracking import CAIView, byte_view, translated
 from .direct import ComparisonType, SignalOp
-from .nvshmem_types import NvshmemInvalid
+from ._types import NvshmemInvalid
 
 __all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_wait", "put", "put_nbi", "get", "get_nbi", "quiet",
            "flush", "signal_fetch", "SignalOp"]

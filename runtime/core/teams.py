@@ -19,8 +19,8 @@ from ..host import operations as _operations
 from ..host import teams as _native
 from . import _bindtypes
 from ._tracking import translated
-from .nvshmem_types import _PREDEFINED_TEAMS as _PREDEFINED
-from .nvshmem_types import NvshmemError, NvshmemInvalid, Teams
+from ._types import _PREDEFINED_TEAMS as _PREDEFINED
+from ._types import NvshmemError, NvshmemInvalid, Teams
 
 __all__ = [
     "team_split_strided", "team_split_2d", "team_destroy", "team_init", "team_translate_pe", "team_get_config",

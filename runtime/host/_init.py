@@ -30,6 +30,7 @@ import warnings
 from typing import Any
 
 from . import _bootstrap, _cuda, _exit, _lib, _state
+from ._state import STATE as _STATE
 from .. import _libs
 from .._generated.constants import (
     SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel,
@@ -87,9 +88,6 @@ def _attr_layout() -> int:
     Read from the installation's header when there is one; NVSHMEM 3.4 has v1
     only, 3.8 both.  Without headers: v1, which both accept.
     """
-    forced = os.environ.get("NVSHMEM_DSL_INIT_ATTR_VERSION", "").strip()
-    if forced in ("1", "2"):
-        return int(forced)
     try:
         inst = _libs.installation()
         if inst.include_dir is not None:
@@ -440,12 +438,14 @@ def _atexit() -> None:
 
 def my_pe() -> int:
     """This PE's number in TEAM_WORLD."""
-    return _state.require("my_pe()").my_pe
+    s = _STATE  # known since init: no C call; require() only to raise (one Python call less a call)
+    return s.my_pe if s.initialized else _state.require("my_pe()").my_pe
 
 
 def n_pes() -> int:
     """Number of PEs in TEAM_WORLD."""
-    return _state.require("n_pes()").n_pes
+    s = _STATE
+    return s.n_pes if s.initialized else _state.require("n_pes()").n_pes
 
 
 def team_my_pe(team: Any) -> int:

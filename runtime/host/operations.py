@@ -32,7 +32,6 @@ writes first (``cupy.cuda.runtime.deviceSynchronize()``,
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any
 
 from . import _arrays, _lib, _table, _state
@@ -671,9 +670,7 @@ def reducescatter(team: Any, dst: Any, src: Any, op: str = "sum", *, nreduce: in
 #
 # Host-initiated atomics work only where NVSHMEM reaches the target PE through a
 # network transport; to a PE reachable by load/store they raise
-# NvshmemUnsupportedError (see _amo), unless NVSHMEM_DSL_HOST_AMO_P2P=1 says the
-# NVSHMEM in use implements them there.
-_HOST_AMO_P2P = os.environ.get("NVSHMEM_DSL_HOST_AMO_P2P", "") == "1"
+# NvshmemUnsupportedError (see _amo).
 
 
 def _amo(api: str, target: Any, pe: Any, value: Any = None, compare: Any = None) -> Any:
@@ -682,7 +679,7 @@ def _amo(api: str, target: Any, pe: Any, value: Any = None, compare: Any = None)
     t = _single(target, fn, "target")
     r = _resolve(fn, api, t, "target", untyped=False)
     target_pe = _pe(pe, fn)
-    if not _HOST_AMO_P2P and _lib.call("nvshmem_ptr", t.ptr, target_pe):
+    if _lib.call("nvshmem_ptr", t.ptr, target_pe):
         # NVSHMEM's host library implements AMOs only through network transports; over
         # P2P it prints "not implemented" and returns garbage (seen with 3.4.5).
         raise NvshmemUnsupportedError(

@@ -97,6 +97,13 @@ class Plan:
         """The kernel's scalar arguments after (out, x, stage, sig)."""
         return (epoch, self.n, self.span, self.chunk, me, self.npes)
 
+    def agreement(self) -> tuple[tuple[str, ...], list[int]]:
+        """(names, codes) that every PE's first call of this shape must share."""
+        return ("kernel", "dtype", "size"), [KINDS.index(self.kind), DTYPES.index(self.dtype), self.n]
+
+    def describe(self) -> str:
+        return f"{self.kind}, {self.dtype}, {self.n} elements"
+
 
 def plan(kind: str, dtype: str, n: int, npes: int) -> Plan:
     """The launch shape of ``kind`` over ``n`` elements of ``dtype`` on ``npes`` PEs (n >= 1)."""

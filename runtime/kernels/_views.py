@@ -1,6 +1,7 @@
-"""What a kernel launch takes from the caller: its arrays (without a copy) and its default stream."""
+"""What a kernel launch takes from the caller: its arrays (without a copy) and its streams."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..host import _arrays, memory
@@ -35,3 +36,17 @@ def default_stream(info: _arrays.ArrayInfo) -> int:
         import cupy
         return cupy.cuda.get_current_stream().ptr
     return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _external_stream(handle: int):
+    import torch
+
+    return torch.cuda.ExternalStream(handle)
+
+
+def torch_stream(handle: int):
+    """The torch stream of an int handle (0: torch's default stream); one ExternalStream a handle."""
+    import torch
+
+    return _external_stream(handle) if handle else torch.cuda.default_stream()

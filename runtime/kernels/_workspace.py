@@ -31,25 +31,26 @@ class Workspace:
             self._views, self._agreed, self.epoch = {}, set(), 0
             self._generation = s.generation
 
-    def agree(self, plan: _plan.Plan, function: str) -> None:
-        """On the first call of a shape, check that every PE calls with it (one host collective)."""
-        key = (plan.kind, plan.dtype, plan.n)
+    def agree(self, plan, function: str) -> None:
+        """On the first call of a shape, check that every PE calls with it (one host collective).
+        ``plan``: a :class:`~nvshmem_dsl.kernels._plan.Plan` or any plan with ``agreement()``
+        (names and codes, at most 4) and ``describe()``."""
+        names, codes = plan.agreement()
+        key = tuple(codes)
         if key in self._agreed:
             return
-        codes = [_plan.KINDS.index(plan.kind), _plan.DTYPES.index(plan.dtype), plan.n]
         ranges = memory.value_ranges(codes)
         if ranges:
-            names = ("kernel", "dtype", "size")
             for name, mine, (lo, hi) in zip(names, codes, ranges):
                 if lo != hi:
                     raise NvshmemArgumentError(
                         f"{function}(): the PEs called with different arguments: {name} differs (this PE: "
-                        f"{plan.kind}, {plan.dtype}, {plan.n} elements; over all PEs the {name} code ranges "
+                        f"{plan.describe()}; over all PEs the {name} code ranges "
                         f"from {lo} to {hi}). Every PE must make the same calls, in the same order."
                     )
         self._agreed.add(key)
 
-    def prepare(self, plan: _plan.Plan, function: str, sync) -> int:
+    def prepare(self, plan, function: str, sync) -> int:
         """Make room for ``plan`` and return its epoch; ``sync()`` waits for the device before a
         buffer is replaced."""
         s = _state.require(f"{function}()")

@@ -10,13 +10,14 @@ bfloat16 (Triton's own); sums run in float32 in PE order.  Index arithmetic is i
 """
 from __future__ import annotations
 
-import functools
+import threading
 
 import triton
 import triton.language as tl
 
 from .. import triton as nv
 from . import _plan
+from ._views import torch_stream
 
 #: Warps of a program: one block of the protocol.
 NUM_WARPS = _plan.THREADS // 32
@@ -198,7 +199,6 @@ def compile(kind: str, dtype: str, target=None, aligned: bool = False):
     """``kind`` for ``dtype`` compiled for ``target`` (default: sm_90; no GPU needed).  ``aligned``:
     as launched with 16-byte aligned arrays and n, span, chunk multiples of 16 (Triton's
     specialisation; vector loads), else for any arguments."""
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     names = list(signature(dtype))
@@ -206,14 +206,42 @@ def compile(kind: str, dtype: str, target=None, aligned: bool = False):
              for a in ("out", "x", "stage", "sig", "n", "span", "chunk")} if aligned else None
     src = ASTSource(fn=KERNELS[kind], signature=signature(dtype), constexprs={"BLOCK": BLOCK[dtype]},
                     attrs=attrs)
-    return triton.compile(src, target=target or GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
+    return compile_source(src, {"num_warps": NUM_WARPS}, target)
 
 
-@functools.lru_cache(maxsize=None)
-def _external_stream(handle: int):
-    import torch
+_ptx_only_lock = threading.Lock()
 
-    return torch.cuda.ExternalStream(handle)
+
+def _ptx_only_hook(ours):
+    """Our stages inspection hook, with Triton's cubin stage left out (and said so in the key)."""
+
+    def hook(*args, **kwargs):
+        if not args and not kwargs:
+            key, hsh = ours()
+            return key + "-ptx-only", hsh + "-ptx-only"
+        ours(*args, **kwargs)
+        args[1]["cubin"] = lambda src, metadata: b""
+
+    return hook
+
+
+def compile_source(src, options: dict, target=None, ptx_only: bool = False):
+    """``triton.compile`` of ``src`` (an ASTSource) with ``options`` for ``target`` (default: sm_90;
+    no GPU needed). ``ptx_only``: Triton's cubin stage left out (ptxas of a kernel with NVSHMEM's
+    code inlined may take minutes), the cubin empty and the cache key marked so."""
+    from triton.backends.compiler import GPUTarget
+
+    args = dict(target=target or GPUTarget("cuda", 90, 32), options=options)
+    if not ptx_only:
+        return triton.compile(src, **args)
+    runtime = triton.knobs.runtime
+    with _ptx_only_lock:
+        hook = runtime.add_stages_inspection_hook
+        runtime.add_stages_inspection_hook = _ptx_only_hook(hook)
+        try:
+            return triton.compile(src, **args)
+        finally:
+            runtime.add_stages_inspection_hook = hook
 
 
 def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
@@ -221,7 +249,6 @@ def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int,
     contiguous torch tensors (stage of x's dtype, sig torch.uint64)."""
     import torch
 
-    s = _external_stream(stream) if stream else torch.cuda.default_stream()
-    with torch.cuda.stream(s):
+    with torch.cuda.stream(torch_stream(stream)):
         KERNELS[kind][(plan.grid,)](out, x, stage, sig, *plan.args(epoch, me), BLOCK=BLOCK[plan.dtype],
                                     num_warps=NUM_WARPS)

@@ -31,7 +31,8 @@ SUITES = {  # DSL -> test files
     "cute": ["tests/gpu/test_cute_gpu.py"],
     "triton": ["tests/gpu/test_triton_gpu.py"],
     "limited": ["tests/gpu/test_limited_mpg.py"],  # run with --no-mps and several PEs per GPU
-    "kernels": ["tests/gpu/test_kernels_gpu.py", "tests/gpu/test_moe_gpu.py"],  # nvshmem_dsl.kernels, every DSL
+    "kernels": ["tests/gpu/test_kernels_gpu.py", "tests/gpu/test_moe_gpu.py",  # nvshmem_dsl.kernels, every DSL
+                "tests/gpu/test_ag_gemm_gpu.py"],
 }
 #: Environment a suite needs beyond the others' (the kernels' staging at 64 MiB x 8 PEs).
 SUITE_ENV = {"kernels": {"NVSHMEM_SYMMETRIC_SIZE": "4G"}}

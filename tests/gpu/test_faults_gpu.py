@@ -91,8 +91,9 @@ def mps():
 
 
 def _env(mps: MpsDaemon, launcher: str) -> dict[str, str]:
-    kept = ("NVSHMEM_DSL_INIT_TIMEOUT", "NVSHMEM_DSL_WORKTREE")  # the second: the development shim's checkout
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k in kept}
+    from nvshmem_dsl.run import RANK_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}  # not a rank of an outer launch
     env.update(mps.env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(PYTHONUNBUFFERED="1", NVSHMEM_DISABLE_NVLS="1", NVSHMEM_DSL_FINALIZE_TIMEOUT=str(FINALIZE_TIMEOUT_S))

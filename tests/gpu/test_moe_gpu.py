@@ -1,8 +1,8 @@
 """MoE dispatch and combine (nvshmem_dsl.kernels.moe) on GPUs, any number of PEs, in every DSL that
 imports here: hidden 7168, top-8 routing over 16 experts spread over the PEs, each PE with its own
-number of tokens; random routing with masked slots, an overfull expert (every token's first choice)
-and an empty one; dispatch's rows and counts checked against the routing; combine against a torch
-reference; 100 dispatch/expert/combine rounds back to back on one stream, no host barrier.
+number of tokens; random routing with masked slots, an overfull expert (every token's first choice),
+an empty one, and tokens naming an expert twice; dispatch's rows and counts checked against the
+routing; combine against a torch reference; 100 dispatch/expert/combine rounds back to back on one stream, no host barrier.
 
 Run with the other kernel tests: tests/gpu/run_suite.py --dsl kernels
 """
@@ -34,16 +34,21 @@ def _tokens(pe, call, npes):
     return MAX_TOKENS - (pe + call) % 4  # every PE and call its own count
 
 
-def _case(pe, call, npes, overfull):
-    """(x, topk_idx, topk_weights) of one PE and call, the same wherever it is computed."""
+def _case(pe, call, npes, routing):
+    """(x, topk_idx, topk_weights) of one PE and call, the same wherever it is computed. ``routing``:
+    "random" (distinct experts a token), "overfull" (expert 0 every token's first choice) or "repeats"
+    (some tokens name an expert twice: sent once, its result counted for both slots)."""
     T = _tokens(pe, call, npes)
     g = torch.Generator(device="cuda").manual_seed(1000 * pe + call)
     t = torch.arange(T, device="cuda").view(-1, 1)
     h = torch.arange(HIDDEN, device="cuda").view(1, -1)
     x = (((t * 3 + h * 7 + pe * 5 + call) % 15) - 7).to(torch.bfloat16)
     topk = torch.rand(T, EXPERTS, generator=g, device="cuda").argsort(dim=1)[:, :TOPK].contiguous()
-    if overfull:
+    if routing == "overfull":
+        topk[topk == 0] = EXPERTS - 1  # (masked below)
         topk[:, 0] = 0  # expert 0 gets every token
+    elif routing == "repeats":
+        topk[::3, 2] = topk[::3, 0]
     topk[topk == EXPERTS - 1] = -1  # the last expert gets none
     topk[::5, TOPK - 1] = -1  # and some slots are masked
     weights = (1.0 / 2 ** (torch.arange(TOPK, device="cuda") % 4)).to(torch.float32).expand(T, TOPK).contiguous()
@@ -54,14 +59,14 @@ def _scale(e):
     return float(e + 1)
 
 
-def _expected_rows(e, src, call, npes, overfull):
-    x, topk, _ = _case(src, call, npes, overfull)
-    t, j = (topk == e).nonzero(as_tuple=True)  # row-major: (t, j) in order
+def _expected_rows(e, src, call, npes, routing):
+    x, topk, _ = _case(src, call, npes, routing)
+    t = (topk == e).any(dim=1).nonzero(as_tuple=True)[0]  # the tokens naming e, in order, once each
     return x[t]
 
 
-def _expected_out(me, call, npes, overfull):
-    x, topk, w = _case(me, call, npes, overfull)
+def _expected_out(me, call, npes, routing):
+    x, topk, w = _case(me, call, npes, routing)
     scale = torch.where(topk >= 0, topk.to(torch.float32) + 1, torch.zeros_like(w))
     acc = torch.zeros(x.shape, dtype=torch.float32, device="cuda")
     for j in range(TOPK):  # in order, as the kernels sum
@@ -76,8 +81,8 @@ def _experts(buf, recv_x, y, me):
     torch.mul(recv_x, scale.view(L, 1, 1, 1), out=y)
 
 
-@pytest.mark.parametrize("overfull", (False, True), ids=("random", "overfull"))
-def test_dispatch_and_combine(dsl, overfull):
+@pytest.mark.parametrize("routing", ("random", "overfull", "repeats"))
+def test_dispatch_and_combine(dsl, routing):
     import nvshmem_dsl as nvshmem
     from nvshmem_dsl.kernels.moe import MoEBuffer
     me, npes = nvshmem.my_pe(), nvshmem.n_pes()
@@ -85,20 +90,24 @@ def test_dispatch_and_combine(dsl, overfull):
     L = buf.layout.local_experts
     xs = nvshmem.array((MAX_TOKENS, HIDDEN), "bfloat16", like="torch")
     y = buf.expert_output()
-    x, topk, w = _case(me, 0, npes, overfull)
+    x, topk, w = _case(me, 0, npes, routing)
     xs[:x.shape[0]].copy_(x)
     torch.cuda.synchronize()
     recv_x, counts = buf.dispatch(xs[:x.shape[0]], topk, dsl=dsl)
     torch.cuda.synchronize()
+    wrong = []  # checked after combine: a PE that stopped here would leave its peers waiting in combine
     for l in range(L):
         for src in range(npes):
-            want = _expected_rows(me * L + l, src, 0, npes, overfull)
-            assert int(counts[l, src]) == want.shape[0], f"PE {me}: expert {me * L + l} from PE {src}: count"
-            assert torch.equal(recv_x[l, src, :want.shape[0]], want), f"PE {me}: expert {me * L + l} from PE {src}: rows"
+            want = _expected_rows(me * L + l, src, 0, npes, routing)
+            if int(counts[l, src]) != want.shape[0]:
+                wrong.append(f"expert {me * L + l} from PE {src}: count {int(counts[l, src])}, want {want.shape[0]}")
+            elif not torch.equal(recv_x[l, src, :want.shape[0]], want):
+                wrong.append(f"expert {me * L + l} from PE {src}: rows")
     _experts(buf, recv_x, y, me)
     out = buf.combine(y, topk, w, dsl=dsl)
     torch.cuda.synchronize()
-    assert torch.equal(out, _expected_out(me, 0, npes, overfull)), f"PE {me}: combine"
+    assert not wrong, f"PE {me}: dispatch: {wrong[:4]}"
+    assert torch.equal(out, _expected_out(me, 0, npes, routing)), f"PE {me}: combine"
     buf.free()
     nvshmem.free(xs)
 
@@ -112,7 +121,8 @@ def test_back_to_back(dsl):
     buf = MoEBuffer(MAX_TOKENS, HIDDEN, EXPERTS, TOPK)
     xs = nvshmem.array((MAX_TOKENS, HIDDEN), "bfloat16", like="torch")
     y = buf.expert_output()
-    cases = [_case(me, c, npes, c % 3 == 0) for c in range(rounds)]
+    routings = ("overfull", "random", "repeats")
+    cases = [_case(me, c, npes, routings[c % 3]) for c in range(rounds)]
     outs = [torch.empty_like(c[0]) for c in cases]
     stream = torch.cuda.Stream()
     torch.cuda.synchronize()
@@ -124,7 +134,7 @@ def test_back_to_back(dsl):
             buf.combine(y, topk, w, outs[c], dsl=dsl)
     stream.synchronize()
     for c in range(rounds):
-        assert torch.equal(outs[c], _expected_out(me, c, npes, c % 3 == 0)), f"PE {me}: round {c}"
+        assert torch.equal(outs[c], _expected_out(me, c, npes, routings[c % 3])), f"PE {me}: round {c}"
     buf.free()
     nvshmem.free(xs)
 
@@ -135,6 +145,8 @@ def test_bad_input(dsl):
     npes = nvshmem.n_pes()
     with pytest.raises(nvshmem.NvshmemArgumentError, match="'num_experts'"):
         MoEBuffer(MAX_TOKENS, HIDDEN, 16 * npes + 1 if npes > 1 else 0, TOPK)
+    with pytest.raises(nvshmem.NvshmemArgumentError, match="'topk' must be at most 32"):
+        MoEBuffer(MAX_TOKENS, HIDDEN, 64 * npes, 33)
     buf = MoEBuffer(8, HIDDEN, EXPERTS, TOPK)
     x = torch.zeros((4, HIDDEN), dtype=torch.bfloat16, device="cuda")
     topk = torch.zeros((4, TOPK), dtype=torch.int64, device="cuda")

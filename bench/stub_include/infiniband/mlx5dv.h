@@ -3,6 +3,6 @@
  * NVSHMEM 3.4 builds).  The benchmark does not use IBGDA/GPUNetIO, which need the real one;
  * this file only lets the headers parse.  It declares nothing on purpose: if a header needs
  * a definition from it, the compile fails loudly rather than building something wrong. */
-#ifndef NVSHMEM_DSL_BENCH_MLX5DV_STUB_H
-#define NVSHMEM_DSL_BENCH_MLX5DV_STUB_H
+#ifndef BENCH_STUB_INFINIBAND_MLX5DV_H
+#define BENCH_STUB_INFINIBAND_MLX5DV_H
 #endif

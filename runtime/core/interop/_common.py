@@ -11,7 +11,7 @@ from ...host import memory as _native
 from .. import _tracking
 from .. import memory as _memory
 from .._tracking import Entry
-from ..nvshmem_types import BufferTypes, NvshmemInvalid
+from .._types import BufferTypes, NvshmemInvalid
 
 
 def require_library(name: str, function: str) -> None:

@@ -19,7 +19,7 @@ from ...host import memory as _native
 from .. import _tracking
 from .. import memory as _memory
 from .._tracking import CAIView, translated
-from ..nvshmem_types import NvshmemInvalid, NvshmemKernelObject
+from .._types import NvshmemInvalid, NvshmemKernelObject
 from . import _common
 
 __all__ = ["bytetensor", "tensor", "free_tensor", "tensor_get_buffer", "get_peer_tensor", "get_multicast_tensor",

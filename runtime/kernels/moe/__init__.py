@@ -58,6 +58,8 @@ class MoEBuffer:
                 f"MoEBuffer(): argument 'max_tokens' must be at most {_layout.MAX_TOKENS}, got {max_tokens}")
         if topk > num_experts:
             raise NvshmemArgumentError(f"MoEBuffer(): argument 'topk' ({topk}) exceeds num_experts ({num_experts})")
+        if topk > _layout.MAX_TOPK:
+            raise NvshmemArgumentError(f"MoEBuffer(): argument 'topk' must be at most {_layout.MAX_TOPK}, got {topk}")
         self.layout = lay = _layout.Layout(s.n_pes, num_experts // s.n_pes, hidden, topk, max_tokens)
         self._me, self._generation = s.my_pe, s.generation
         rows = lay.recv_rows

@@ -15,8 +15,9 @@ at most ``T_max`` tokens a PE and call (each PE may send fewer, its own ``T``). 
   (combine: ``epoch``, set by expert ``e``'s PE once its results for this PE have landed).
 
 Dispatch (``epoch`` = the call's number, 1, 2, ...; ``grid`` blocks of ``THREADS``, each taking
-experts ``e = b, b + grid, ...``): list the (t, j) with ``topk[t][j] == e`` in order (a block scan),
-put each token row to ``recv_x[par][e % L][me][s]`` on PE ``e // L`` (a warp a row,
+experts ``e = b, b + grid, ...``): list the (t, j) with ``topk[t][j] == e`` in order (a block scan;
+a token that names ``e`` in several slots counts once, at its first ``j``), put each token row to
+``recv_x[par][e % L][me][s]`` on PE ``e // L`` (a warp a row,
 ``put_nbi_warp``) and its ``t * K + j`` to ``recv_src`` (``p``); then ``fence`` and set the word.
 Then each block waits for words ``w = b, b + grid, ...`` of its own PE and writes their counts to
 ``recv_count[w]``. Experts compute on ``recv_x[par]`` (rows below their counts), into ``y`` of the
@@ -26,7 +27,9 @@ Combine (same epoch as its dispatch): for each word ``w = l * npes + src`` of th
 above), put row ``s < recv_count[w]`` of ``y[l][src]`` to ``comb_x[recv_src[par][l][src][s]]`` on
 PE ``src``, then ``fence`` and set word ``L * npes + (me * L + l)`` on ``src`` to the epoch (also
 when ``count`` is 0); wait for all ``E`` combine words; ``out[t] = sum over j of w[t][j] *
-comb_x[t * K + j]`` in float32, j in order, skipping ``topk[t][j] < 0``.
+comb_x[t * K + j0]`` in float32, j in order, skipping ``topk[t][j] < 0``, where ``j0`` is the first slot of
+token ``t`` naming the expert of slot ``j`` (``j`` itself unless the expert repeats: its result
+came back once and counts for every slot naming it).
 
 Why no barrier: a PE's combine of call e waits for every expert's results, each sent after that
 expert's PE received this PE's dispatch of call e; so a PE dispatches call e + 1 only after every
@@ -45,6 +48,8 @@ GRID_MAX = 32
 THREADS = 512
 #: Tokens a PE may send in one call at most (the dispatch block's shared list).
 MAX_TOKENS = 4096
+#: Experts a token at most (the combine block's shared slot list).
+MAX_TOPK = 32
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from ..numba import _bf16_load, _bf16_store, _finish, _stream
 from . import _layout
 
 THREADS = _layout.THREADS
-MAX_TOKENS = _layout.MAX_TOKENS  # a global constant: Numba's shared arrays need a literal size
+MAX_TOKENS = _layout.MAX_TOKENS  # global constants: Numba's shared arrays need a literal size
+MAX_TOPK = _layout.MAX_TOPK
 ARRAYS = "numba"
 
 
@@ -32,6 +33,10 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
         for base in range(0, T * K, nt):  # block scan (Hillis-Steele) of topk == e, in order
             idx = base + tid
             hit = idx < T * K and topk[idx] == e
+            if hit:  # a token's repeated expert: sent once (its first slot)
+                for jj in range(idx - idx % K, idx):
+                    if topk[jj] == e:
+                        hit = False
             scan[tid] = 1 if hit else 0
             cuda.syncthreads()
             off = 1
@@ -91,14 +96,41 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
     for e in range(tid, E, cuda.blockDim.x):
         c = L * npes + e
         nv.signal_wait_until(sig[c:c + 1], nv.Cmp.CMP_GE, epoch)
-    cuda.syncthreads()
+    slot = cuda.shared.array(MAX_TOPK, int32)  # slot j's row: that of its expert's first slot; -1: none
     for t in range(b, T, cuda.gridDim.x):
-        for h in range(tid, H, cuda.blockDim.x):
-            acc = float32(0)
-            for j in range(K):
-                if topk[t * K + j] >= 0:
-                    acc += weights[t * K + j] * _bf16_load(comb_x[(t * K + j) * H + h])
-            out[t * H + h] = _bf16_store(acc)
+        cuda.syncthreads()
+        if tid < K:
+            e = topk[t * K + tid]
+            first = tid
+            for jj in range(tid - 1, -1, -1):
+                if topk[t * K + jj] == e:
+                    first = jj
+            slot[tid] = first if e >= 0 else -1
+        cuda.syncthreads()
+        nt = cuda.blockDim.x
+        for h0 in range(tid, H, 4 * nt):  # four elements a thread (h0 + i * nt): 4 K loads in flight
+            h1, h2, h3 = min(h0 + nt, H - 1), min(h0 + 2 * nt, H - 1), min(h0 + 3 * nt, H - 1)
+            a0 = a1 = a2 = a3 = float32(0)
+            for j in range(K):  # loads not behind the mask's branch (a select after them)
+                r = slot[j]
+                wj = weights[t * K + j]
+                row = (t * K + max(r, 0)) * H
+                v0 = wj * _bf16_load(comb_x[row + h0])
+                v1 = wj * _bf16_load(comb_x[row + h1])
+                v2 = wj * _bf16_load(comb_x[row + h2])
+                v3 = wj * _bf16_load(comb_x[row + h3])
+                if r >= 0:
+                    a0 += v0
+                    a1 += v1
+                    a2 += v2
+                    a3 += v3
+            out[t * H + h0] = _bf16_store(a0)
+            if h0 + nt < H:
+                out[t * H + h1] = _bf16_store(a1)
+            if h0 + 2 * nt < H:
+                out[t * H + h2] = _bf16_store(a2)
+            if h0 + 3 * nt < H:
+                out[t * H + h3] = _bf16_store(a3)
     _finish()
 
 

@@ -9,7 +9,8 @@ Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) rout
 ``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order),
 counts the vector's matches (``tl.sum``) and takes them one after the other, each the smallest
 entry past the previous one (``tl.min``, a program-wide reduction), which gives every match its
-slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending).  Each match's row
+slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending); a match whose
+token names the expert in an earlier slot is no match (``K - 1`` masked vector loads a vector).  Each match's row
 goes out right away, by the whole program (``put_nbi_block``: Triton makes block-scope calls
 with every thread), and its ``t * K + j`` by ``p`` (thread 0, not waited for).  Then ``fence`` and
 the word set to ``epoch << 32 | count``.  Cost beside the puts: ``T * K / SCAN`` vector loads and
@@ -23,13 +24,12 @@ rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as th
 """
 from __future__ import annotations
 
-import threading
-
 import triton
 import triton.language as tl
 
 from ... import triton as nv
-from ..triton import _external_stream, _finish, _i64
+from .._views import torch_stream
+from ..triton import _finish, _i64, compile_source
 from . import _layout
 
 THREADS = _layout.THREADS
@@ -74,6 +74,9 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
             offs = base + tl.arange(0, SCAN)
             inside = offs < TK
             hit = (tl.load(topk + offs, mask=inside, other=-1) == e) & inside
+            for jj in range(1, K):  # a token's repeated expert: sent once (its first slot)
+                ahead = tl.load(topk + offs - jj, mask=hit & (offs % K >= jj), other=-1)
+                hit = hit & (ahead != e)
             n = tl.sum(hit.to(tl.int64), axis=0)
             last = base - 1
             for i in range(0, n):
@@ -120,8 +123,12 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
             acc = tl.zeros([BLOCK_H], tl.float32)
             for j in range(0, K):
                 k = t * K + j
-                if tl.load(topk + k) >= 0:
-                    v = tl.load(comb_x + k * H + offs, mask=m, other=0.0).to(tl.float32)
+                e = tl.load(topk + k)
+                if e >= 0:
+                    first = k  # the row of the expert's first slot (its result came back once)
+                    for jj in range(t * K, k):
+                        first = tl.where((tl.load(topk + jj) == e) & (first == k), jj, first)
+                    v = tl.load(comb_x + first * H + offs, mask=m, other=0.0).to(tl.float32)
                     acc = _add_product(acc, tl.load(weights + k), v)
             tl.store(out + t * H + offs, acc.to(tl.bfloat16), mask=m)
     _finish()
@@ -147,28 +154,11 @@ def signature(kind: str) -> dict:
 
 CONSTEXPRS = {"dispatch": {"SCAN": SCAN}, "combine": {"BLOCK_H": BLOCK_H}}
 
-_ptx_only_lock = threading.Lock()
-
-
-def _ptx_only_hook(ours):
-    """Our stages inspection hook, with Triton's cubin stage left out (and said so in the key)."""
-
-    def hook(*args, **kwargs):
-        if not args and not kwargs:
-            key, hsh = ours()
-            return key + "-ptx-only", hsh + "-ptx-only"
-        ours(*args, **kwargs)
-        args[1]["cubin"] = lambda src, metadata: b""
-
-    return hook
-
-
 def compile(kind: str, target=None, aligned: bool = False, ptx_only: bool = False):
     """``kind`` compiled for ``target`` (default: sm_90; no GPU needed).  ``aligned``: as launched
     with 16-byte aligned arrays and ``H`` a multiple of 16 (Triton's specialisation; vector loads
     and stores of rows), else for any arguments.  ``ptx_only``: Triton's cubin stage left out
     (ptxas of the inlined NVSHMEM code takes minutes), the cubin empty."""
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     sig = signature(kind)
@@ -176,17 +166,7 @@ def compile(kind: str, target=None, aligned: bool = False, ptx_only: bool = Fals
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in names
              if sig[a].startswith("*") or a == "H"} if aligned else None
     src = ASTSource(fn=KERNELS[kind], signature=sig, constexprs=CONSTEXPRS[kind], attrs=attrs)
-    args = dict(target=target or GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
-    if not ptx_only:
-        return triton.compile(src, **args)
-    runtime = triton.knobs.runtime
-    with _ptx_only_lock:
-        hook = runtime.add_stages_inspection_hook
-        runtime.add_stages_inspection_hook = _ptx_only_hook(hook)
-        try:
-            return triton.compile(src, **args)
-        finally:
-            runtime.add_stages_inspection_hook = hook
+    return compile_source(src, {"num_warps": NUM_WARPS}, target, ptx_only)
 
 
 def compile_ptx(kind: str, target=None, aligned: bool = False) -> str:
@@ -195,18 +175,12 @@ def compile_ptx(kind: str, target=None, aligned: bool = False) -> str:
     return compile(kind, target, aligned=aligned, ptx_only=True).asm["ptx"]
 
 
-def _stream(stream: int):
-    import torch
-
-    return _external_stream(stream) if stream else torch.cuda.default_stream()
-
-
 def launch_dispatch(layout, x, topk, recv_x, recv_src, sig, recv_count, epoch, T, me, stream):
     """Dispatch on ``stream`` (an int handle, 0: the legacy default stream); arrays: flat 1-D
     contiguous torch tensors (x, recv_x bfloat16; topk int64; recv_src, recv_count int32; sig uint64)."""
     import torch
 
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         dispatch[(layout.grid,)](x, topk, recv_x, recv_src, sig, recv_count, epoch, T, layout.topk, layout.hidden,
                                  layout.local_experts, me, layout.npes, layout.max_tokens, SCAN=SCAN,
                                  num_warps=NUM_WARPS)
@@ -216,7 +190,7 @@ def launch_combine(layout, y, topk, weights, recv_src, comb_x, sig, recv_count, 
     """Combine on ``stream``; arrays as :func:`launch_dispatch`'s (y, comb_x, out bfloat16; weights float32)."""
     import torch
 
-    with torch.cuda.stream(_stream(stream)):
+    with torch.cuda.stream(torch_stream(stream)):
         combine[(layout.grid,)](y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, layout.topk,
                                 layout.hidden, layout.local_experts, me, layout.npes, layout.max_tokens,
                                 BLOCK_H=BLOCK_H, num_warps=NUM_WARPS)

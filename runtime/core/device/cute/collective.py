@@ -10,7 +10,7 @@ nvshmem_dsl's typed ones: ``reduce(team, dst, src, op)`` (``op`` a string: "sum"
 
 import nvshmem_dsl.cute as _nv
 
-from ...nvshmem_types import NvshmemInvalid
+from ..._types import NvshmemInvalid
 from .. import COLLECTIVE, DATA_COLLECTIVES, REDUCE_OPS, reexport
 
 __all__ = list(COLLECTIVE)
