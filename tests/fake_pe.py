@@ -11,13 +11,16 @@ Endings: normal, raise, sys_exit (3), sys_exit_text, sys_exit_0, os_exit (4), ke
 (sys.exit(7) caught, then a normal end), finalize, barrier, skip (finalize while the others wait in a
 barrier); ``with_<ending>`` runs it inside ``with nvshmem_dsl.init():``. ``HANG_FINALIZE=1``: NVSHMEM's
 finalize never returns (a peer that never arrives). The intercepted finalize and frees print
-``C call: <symbol>``. ``FAKE_PE_OUT=<dir>``: the PE writes its output to ``<dir>/rank<k>.txt`` (mpirun
+``C call: <symbol>``. ``FAKE_PE_NO_THREADS_AT_EXIT=1``: no thread can start at exit, as in Python
+3.12+. ``FAKE_PE_OUT=<dir>``: the PE writes its output to ``<dir>/rank<k>.txt`` (mpirun
 may lose the last lines of a rank that aborts the job). Under a launcher a PE whose ending is not ``barrier`` waits a second first,
 for the others to be waiting.
 """
 
+import atexit
 import os
 import sys
+import threading
 import time
 
 import nvshmem_dsl as nv
@@ -44,7 +47,16 @@ def intercept(symbol, args):
     return RESPONSES.get(symbol, 0)
 
 
+def _refuse_threads():
+    def start(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    threading.Thread.start = start
+
+
 def work(ending):
+    if os.environ.get("FAKE_PE_NO_THREADS_AT_EXIT"):  # as Python 3.12+ at exit (runs before our exit hook)
+        atexit.register(_refuse_threads)
     b = nv.buffer(256, check=False)  # a live symmetric allocation, as a tensor would be
     print("initialized PE", nv.my_pe(), "of", nv.n_pes(), flush=True)
     if LAUNCHED and ending != "barrier":

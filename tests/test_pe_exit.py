@@ -122,6 +122,14 @@ def test_finalize_waits_for_the_peers_within_the_bound(ending):
             "(NVSHMEM_DSL_FINALIZE_TIMEOUT): another PE never reached it") in proc.stderr
 
 
+def test_finalize_at_exit_is_bounded_where_no_thread_can_start_at_exit():
+    """Python 3.12+ starts no thread at exit, where the finalize of a program that did not call it runs:
+    the watchdog's thread was made at init."""
+    proc = run_child("normal", HANG_FINALIZE="1", NVSHMEM_DSL_FINALIZE_TIMEOUT="1.5", FAKE_PE_NO_THREADS_AT_EXIT="1")
+    assert proc.returncode == _exit.STALLED_STATUS, proc.stderr
+    assert "the collective NVSHMEM finalize did not complete within 1.5 s" in proc.stderr
+
+
 def test_malformed_finalize_timeout_fails_init():
     proc = run_child("normal", NVSHMEM_DSL_FINALIZE_TIMEOUT="soon")
     assert proc.returncode == 1

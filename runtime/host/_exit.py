@@ -240,34 +240,64 @@ def finalize_timeout(env=None) -> float | None:
 
 
 class FinalizeWatchdog:
-    """``with FinalizeWatchdog(pe, n_pes):`` around a collective finalize: if the block has not ended
-    after :func:`finalize_timeout` seconds, a thread writes why and :func:`leave` s with
-    :data:`STALLED_STATUS` (the main thread stays blocked in NVSHMEM until the process ends)."""
+    """``with FinalizeWatchdog(pe, n_pes, timeout):`` around a collective finalize: if the block has not
+    ended after ``timeout`` seconds (None: no limit), a thread writes why and :func:`leave` s with
+    :data:`STALLED_STATUS` (the main thread stays blocked in NVSHMEM until the process ends).
+
+    The thread is made once, by :func:`start_watchdog` at init, and waits for the blocks: at exit,
+    where the finalize of a program that did not call it runs, Python 3.12 refuses to start threads."""
+
+    _cond = threading.Condition()
+    _armed: tuple[float, str] | None = None  #: (deadline on time.monotonic(), the message)
+    _thread: threading.Thread | None = None
 
     def __init__(self, my_pe: int, n_pes: int, timeout: float | None) -> None:
         self.my_pe, self.n_pes, self.timeout = my_pe, n_pes, timeout
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def _watch(self) -> None:
-        if self._done.wait(self.timeout):
-            return
-        leave(STALLED_STATUS, (
-            f"nvshmem_dsl: PE {self.my_pe} of {self.n_pes}: the collective NVSHMEM finalize did not complete "
-            f"within {self.timeout:g} s ({ENV_FINALIZE_TIMEOUT}): another PE never reached it (it is still in "
-            f"a collective or a wait that this PE skipped, or hung, or left). Ending PE {self.my_pe} with "
-            f"status {STALLED_STATUS} without finalizing.\n"))
+    @classmethod
+    def start(cls) -> None:
+        """Make the watching thread, if not yet made (quietly none where Python refuses one)."""
+        with cls._cond:
+            if cls._thread is None:
+                thread = threading.Thread(target=cls._watch, name="nvshmem_dsl finalize watchdog", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # at interpreter shutdown
+                    return
+                cls._thread = thread
+
+    @classmethod
+    def _watch(cls) -> None:
+        with cls._cond:
+            while True:
+                if cls._armed is None:
+                    cls._cond.wait()
+                    continue
+                deadline, message = cls._armed
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    cls._cond.wait(remaining)
+                    continue
+                break
+        leave(STALLED_STATUS, message)
 
     def __enter__(self) -> "FinalizeWatchdog":
         if self.timeout is not None and self.n_pes > 1:
-            self._thread = threading.Thread(target=self._watch, name="nvshmem_dsl finalize watchdog", daemon=True)
-            self._thread.start()
+            self.start()
+            message = (
+                f"nvshmem_dsl: PE {self.my_pe} of {self.n_pes}: the collective NVSHMEM finalize did not complete "
+                f"within {self.timeout:g} s ({ENV_FINALIZE_TIMEOUT}): another PE never reached it (it is still "
+                f"in a collective or a wait that this PE skipped, or hung, or left). Ending PE {self.my_pe} with "
+                f"status {STALLED_STATUS} without finalizing.\n")
+            with self._cond:
+                type(self)._armed = (time.monotonic() + self.timeout, message)
+                self._cond.notify_all()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
+        with self._cond:
+            type(self)._armed = None
+            self._cond.notify_all()
 
 
 # --------------------------------------------------------------------------- telling the launcher

@@ -283,6 +283,7 @@ def init(
             _finalize_locked(report=False)
             raise
         _install_exit_hooks()
+        _exit.FinalizeWatchdog.start()  # now: at exit Python 3.12 starts no thread
         _exit.tell_launcher("initialized")
     try:
         from ..linker import module_init
