@@ -15,10 +15,15 @@ With ``--as-nvshmem4py`` every rank runs the program through :mod:`nvshmem_dsl.c
 that ``import nvshmem.core`` (NVSHMEM4Py) imports ``nvshmem_dsl.core``; it refuses when a real
 ``nvshmem`` package is importable, unless given as ``--as-nvshmem4py=force``.
 
-Output is forwarded line by line with a ``[rank i] `` prefix.  When a rank fails,
-the others get SIGTERM, then SIGKILL after ``--grace`` seconds; the exit status is
-the first failing rank's (128 + N for a rank killed by signal N).  Ctrl-C is
-passed on to the ranks the same way (a second Ctrl-C kills them at once).
+Output is forwarded line by line with a ``[rank i] `` prefix (rank i is PE i).  When a PE fails,
+the launcher says which (``PE 1 exited with status 3``) and the others get SIGTERM, then SIGKILL
+after ``--grace`` seconds: every PE has ended within ``--grace`` seconds (default 5) and a polling
+interval (0.02 s) of the first failure. The exit status is the first failing PE's (128 + N for a PE
+killed by signal N). A PE fails when it exits with a status other than 0, is killed, or exits with
+status 0 after ``nvshmem_dsl.init()`` without finalizing (its peers would wait for it forever; the
+job's status is then 1): each PE tells the launcher when it has initialised and finalized, on a pipe
+whose descriptor it gets in ``NVSHMEM_DSL_LAUNCHER_FD``. Ctrl-C is passed on to the PEs the same way
+(a second Ctrl-C kills them at once).
 """
 
 from __future__ import annotations
@@ -36,16 +41,21 @@ from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
 from .host._bootstrap import (
-    ENV_LOCAL_RANK, ENV_MODE, ENV_NRANKS, ENV_RANK, ENV_SECRET, ENV_STORE_HOST, ENV_STORE_PORT,
+    ENV_LAUNCHER_FD, ENV_LOCAL_RANK, ENV_MODE, ENV_NRANKS, ENV_RANK, ENV_SECRET, ENV_STORE_HOST, ENV_STORE_PORT,
     ENV_TIMEOUT, MPI_ENV_VARS, TORCHRUN_ENV_VARS,
 )
 
-__all__ = ["main", "launch", "rank_environment", "free_port"]
+__all__ = ["main", "launch", "rank_environment", "free_port", "RANK_VARS"]
 
 DEFAULT_GRACE = 5.0
+POLL_S = 0.02  #: how often the launcher looks at its PEs
 _STORE_HOST = "127.0.0.1"
 # Left over from an outer launch, these would make a rank believe it is part of that job.
 _OUTER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_LOCAL", "HYDRA_", "TORCHELASTIC_")
+#: What each rank gets from this launcher (besides CUDA_VISIBLE_DEVICES or LOCAL_RANK): a process
+#: with these in its environment takes itself for one of our ranks.
+RANK_VARS = (ENV_MODE, ENV_RANK, ENV_NRANKS, ENV_LOCAL_RANK, ENV_STORE_HOST, ENV_STORE_PORT, ENV_SECRET, ENV_TIMEOUT,
+             ENV_LAUNCHER_FD)
 _OUTER_NAMES = set(MPI_ENV_VARS) | set(TORCHRUN_ENV_VARS) | {"LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"}
 
 
@@ -137,6 +147,60 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+class _Pe:
+    """One PE's process, and what it said on its pipe to the launcher (``initialized``, ``finalized``)."""
+
+    def __init__(self, rank: int, proc: subprocess.Popen, pipe: int) -> None:
+        self.rank, self.proc, self._pipe = rank, proc, pipe
+        self.state = ""  #: the last word: "", "initialized" or "finalized"
+        self._partial = b""
+
+    def read(self) -> None:
+        """Take what the PE wrote (never blocks; all of it once the process has ended)."""
+        while self._pipe is not None:
+            try:
+                chunk = os.read(self._pipe, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.close()
+                return
+            *lines, self._partial = (self._partial + chunk).split(b"\n")
+            for line in lines:
+                if line.strip() in (b"initialized", b"finalized"):
+                    self.state = line.strip().decode()
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+
+    def failure(self) -> tuple[int, str] | None:
+        """(job status, what happened) when this PE has ended as a failure, else None."""
+        code = self.proc.returncode
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return _exit_status(code), f"PE {self.rank} was killed by {name} (status {_exit_status(code)})"
+        if code > 0:
+            return code, f"PE {self.rank} exited with status {code}"
+        self.read()
+        if self.state == "initialized":
+            return 1, (f"PE {self.rank} exited with status 0 without finalizing NVSHMEM (the other PEs would wait "
+                       "for it forever)")
+        return None
+
+
+def _pe_names(pes: Sequence[_Pe]) -> str:
+    return ("PE " if len(pes) == 1 else "PEs ") + ", ".join(str(p.rank) for p in pes)
+
+
 def launch(
     command: Sequence[str],
     nranks: int,
@@ -161,7 +225,7 @@ def launch(
     out, err = _binary(stdout or sys.stdout), _binary(stderr or sys.stderr)
     lock = threading.Lock()
 
-    procs: list[subprocess.Popen] = []
+    pes: list[_Pe] = []
     forwarders: list[_Forwarder] = []
     interrupted: list[int] = []
 
@@ -176,25 +240,36 @@ def launch(
     try:
         for rank in range(nranks):
             renv = rank_environment(base, rank=rank, nranks=nranks, secret=secret, port=port, gpus=gpus, timeout=timeout)
-            proc = subprocess.Popen(
-                list(command),
-                env=renv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            procs.append(proc)
+            pipe, pipe_w = os.pipe()
+            renv[ENV_LAUNCHER_FD] = str(pipe_w)
+            try:
+                proc = subprocess.Popen(
+                    list(command),
+                    env=renv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    pass_fds=(pipe_w,),
+                )
+            except BaseException:
+                os.close(pipe)
+                raise
+            finally:
+                os.close(pipe_w)
+            os.set_blocking(pipe, False)
+            pes.append(_Pe(rank, proc, pipe))
             prefix = f"[rank {rank}] ".encode()
-            for pipe, sink in ((proc.stdout, out), (proc.stderr, err)):
-                forwarder = _Forwarder(pipe, sink, prefix, lock)
+            for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
+                forwarder = _Forwarder(stream, sink, prefix, lock)
                 forwarder.start()
                 forwarders.append(forwarder)
-        status = _supervise(procs, interrupted, grace, err, lock)
+        status = _supervise(pes, interrupted, grace, err, lock)
     finally:
-        for proc in procs:  # never leave a rank behind, whatever happened above
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
+        for pe in pes:  # never leave a rank behind, whatever happened above
+            _signal_group(pe.proc, signal.SIGKILL)
+            pe.proc.wait()
+            pe.close()
         for forwarder in forwarders:
             forwarder.join(timeout=2.0)
         for sig, handler in previous.items():
@@ -202,17 +277,25 @@ def launch(
     return status
 
 
-def _supervise(procs, interrupted: list[int], grace: float, err: BinaryIO, lock: threading.Lock) -> int:
-    """Wait for the ranks; on the first failure or signal stop the others."""
+def _supervise(pes: list[_Pe], interrupted: list[int], grace: float, err: BinaryIO, lock: threading.Lock) -> int:
+    """Wait for the PEs; on the first failure or signal stop the others."""
     first_failure: int | None = None
     stop_signal: int | None = None
+    failed_at = 0.0
     while True:
-        running = [p for p in procs if p.poll() is None]
+        for pe in pes:
+            pe.read()
+        running = [pe for pe in pes if pe.proc.poll() is None]
         if first_failure is None:
-            for rank, proc in enumerate(procs):
-                if proc.returncode not in (None, 0):
-                    first_failure = _exit_status(proc.returncode)
-                    _note(err, lock, f"rank {rank} exited with status {first_failure}; stopping the other ranks")
+            for pe in pes:
+                failure = pe.failure()
+                if failure is not None:
+                    first_failure, what = failure
+                    failed_at = time.monotonic()
+                    others = [p for p in running if p is not pe]
+                    if others:
+                        what += (f"; stopping {_pe_names(others)} (SIGTERM, then SIGKILL after {grace:g} s)")
+                    _note(err, lock, what)
                     stop_signal = signal.SIGTERM
                     break
         if interrupted and stop_signal is None:
@@ -220,31 +303,40 @@ def _supervise(procs, interrupted: list[int], grace: float, err: BinaryIO, lock:
         if not running:
             break
         if stop_signal is not None:
-            _stop(running, stop_signal, grace, interrupted)
+            killed = _stop(running, stop_signal, grace, interrupted)
+            if killed:
+                _note(err, lock, f"{_pe_names(killed)} did not end within {grace:g} s of SIGTERM: SIGKILL")
             break
-        time.sleep(0.02)
+        time.sleep(POLL_S)
     if first_failure is not None:
+        for pe in pes:
+            pe.proc.wait()
+        _note(err, lock, f"every PE has ended, {time.monotonic() - failed_at:.1f} s after the first failure; "
+                         f"exit status {first_failure}")
         return first_failure
     if interrupted:
         return 128 + int(interrupted[0])
-    for proc in procs:
-        if proc.returncode:
-            return _exit_status(proc.returncode)
+    for pe in pes:
+        if pe.proc.returncode:
+            return _exit_status(pe.proc.returncode)
     return 0
 
 
-def _stop(running, sig: int, grace: float, interrupted: list[int]) -> None:
-    """``sig`` to every running rank, then SIGKILL after ``grace`` s (or a second signal)."""
-    for proc in running:
-        _signal_group(proc, sig)
+def _stop(running: list[_Pe], sig: int, grace: float, interrupted: list[int]) -> list[_Pe]:
+    """``sig`` to every running PE, then SIGKILL after ``grace`` s (or a second signal); the PEs that
+    needed the SIGKILL."""
+    for pe in running:
+        _signal_group(pe.proc, sig)
     seen = len(interrupted)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and len(interrupted) <= seen:
-        if all(p.poll() is not None for p in running):
-            return
-        time.sleep(0.02)
-    for proc in running:
-        _signal_group(proc, signal.SIGKILL)
+        if all(pe.proc.poll() is not None for pe in running):
+            return []
+        time.sleep(POLL_S)
+    stubborn = [pe for pe in running if pe.proc.poll() is None]
+    for pe in stubborn:
+        _signal_group(pe.proc, signal.SIGKILL)
+    return stubborn
 
 
 def _note(err: BinaryIO, lock: threading.Lock, text: str) -> None:

@@ -152,12 +152,13 @@ def test_environment_page_names_every_variable_the_code_reads():
 
 def test_environment_page_states_the_defaults_the_code_has():
     """The numbers docs/environment.rst gives as defaults are the code's constants."""
-    from nvshmem_dsl.host import _bootstrap
+    from nvshmem_dsl.host import _bootstrap, _exit
     from nvshmem_dsl.linker import abi, cache, loop_split, object_workers, store_build
 
     page = " ".join((DOCS / "environment.rst").read_text().split())
     expected = {
         "NVSHMEM_DSL_INIT_TIMEOUT": f"(default {_bootstrap.DEFAULT_TIMEOUT:g})",
+        "NVSHMEM_DSL_FINALIZE_TIMEOUT": f"(default {_exit.DEFAULT_FINALIZE_TIMEOUT:g};",
         "NVSHMEM_DSL_CACHE_DAYS": f"(default {cache.DEFAULT_DAYS:g};",
         "NVSHMEM_DSL_BUILD_JOBS": f"at most {store_build._MAX_JOBS},",
         "NVSHMEM_DSL_OBJECT_WORKERS": f"at most {object_workers.DEFAULT_MAX};",
@@ -168,3 +169,15 @@ def test_environment_page_states_the_defaults_the_code_has():
         entry = page[page.index(f"``{var}`` "):]
         entry = entry[:entry.index("``NVSHMEM", 2)] if "``NVSHMEM" in entry[2:] else entry
         assert phrase in entry, f"docs/environment.rst, {var}: expected {phrase!r}"
+
+
+def test_troubleshooting_states_how_a_job_ends_as_the_code_does():
+    """The bounds and statuses docs/troubleshooting.rst gives for PEs that leave are the code's."""
+    from nvshmem_dsl import run
+    from nvshmem_dsl.host import _exit
+
+    page = " ".join((DOCS / "troubleshooting.rst").read_text().split())
+    assert f"SIGKILL after ``--grace`` seconds (default {run.DEFAULT_GRACE:g})" in page
+    assert f"within ``--grace`` seconds and {run.POLL_S:g} s of polling" in page
+    assert f"at most ``NVSHMEM_DSL_FINALIZE_TIMEOUT`` seconds (default {_exit.DEFAULT_FINALIZE_TIMEOUT:g};" in page
+    assert f"exits with status {_exit.STALLED_STATUS}," in page

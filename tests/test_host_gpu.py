@@ -816,9 +816,9 @@ def test_exit_without_finalize(pe):
         nv.init()
         raise RuntimeError("boom")
     """)
-    assert proc.returncode != 0
+    assert proc.returncode == 1, proc.stderr[-3000:]  # Python's status, no signal of the teardown
     assert "RuntimeError: boom" in proc.stderr
-    assert "skipping the collective NVSHMEM finalize" in proc.stderr
+    assert "PE 0: finalize() was not called; finalized at exit" in proc.stderr  # one PE: nobody to wait for
 
 
 def test_context_manager_session(pe):

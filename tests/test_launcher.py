@@ -8,12 +8,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from nvshmem_dsl import run as launcher
 
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_")}
+ENV = {k: v for k, v in os.environ.items() if k not in launcher.RANK_VARS}  # not a rank of an outer launch
 
 
 def write(tmp_path, name, body):
@@ -145,7 +146,9 @@ def test_failure_propagates_and_kills_the_others(tmp_path):
     assert "[rank 1] rank 1 fails" in proc.stdout
     assert "[rank 0] rank 0 sleeps" in proc.stdout
     assert "woke up" not in proc.stdout
-    assert "rank 1 exited with status 3" in proc.stderr
+    assert "[nvshmem_dsl.run] PE 1 exited with status 3; stopping PE 0 (SIGTERM, then SIGKILL after 2 s)" \
+        in proc.stderr
+    assert "every PE has ended" in proc.stderr and "exit status 3" in proc.stderr
 
 
 def test_sigterm_ignored_leads_to_sigkill(tmp_path):
@@ -162,6 +165,7 @@ def test_sigterm_ignored_leads_to_sigkill(tmp_path):
     proc = nvrun("-n", 2, "--grace", 1, script)
     assert proc.returncode == 1
     assert time.monotonic() - start < 20
+    assert "PE 0 did not end within 1 s of SIGTERM: SIGKILL" in proc.stderr
 
 
 def test_killed_rank_reports_signal_status(tmp_path):
@@ -172,6 +176,7 @@ def test_killed_rank_reports_signal_status(tmp_path):
     """)
     proc = nvrun("-n", 2, script)
     assert proc.returncode == 128 + signal.SIGKILL
+    assert "PE 1 was killed by SIGKILL (status 137)" in proc.stderr
 
 
 def test_ctrl_c_stops_everything(tmp_path):
@@ -248,3 +253,83 @@ def test_rank_environment_unit():
     assert "LOCAL_RANK" not in env and "NVSHMEM_DSL_INIT_TIMEOUT" not in env
     assert not {"OMPI_COMM_WORLD_RANK", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"} & set(env)
     assert env["NVSHMEM_DSL_STORE_PORT"] == "1234" and env["NVSHMEM_DSL_SECRET"] == "abc"
+
+
+# --------------------------------------------------------------------------- PEs that leave the job (issue 43)
+
+FAKE_PE = Path(__file__).resolve().parent / "fake_pe.py"  # nvshmem_dsl initialised with NVSHMEM intercepted
+
+
+def nvrun_timed(*args, **kw):
+    start = time.monotonic()
+    proc = nvrun(*args, **kw)
+    proc.seconds = time.monotonic() - start
+    return proc
+
+
+def fake_env(**extra):
+    return {**ENV, "NVSHMEM_DSL_CHECK_SYMMETRY": "0", **extra}
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_one_pe_exits_the_others_are_ended_within_the_grace(tmp_path, nranks):
+    """A child that exits 3 while the others sleep: they are ended within --grace, status 3, naming the PE."""
+    script = write(tmp_path, "one_exits.py", """
+        import os, sys, time
+        if os.environ["NVSHMEM_DSL_RANK"] == "1":
+            time.sleep(0.5)
+            sys.exit(3)
+        time.sleep(120)
+    """)
+    proc = nvrun_timed("-n", nranks, "--grace", 2, script)
+    assert proc.returncode == 3, proc.stderr
+    others = "PE 0" if nranks == 2 else "PEs 0, 2, 3"
+    assert f"PE 1 exited with status 3; stopping {others} (SIGTERM, then SIGKILL after 2 s)" in proc.stderr
+    assert proc.seconds < 0.5 + 2 + 10  # sleeping children end on SIGTERM at once
+
+
+@pytest.mark.parametrize("ending, status, words", [
+    ("raise", 1, "PE 1 exited with status 1"),
+    ("sys_exit", 3, "PE 1 exited with status 3"),
+    ("os_exit", 4, "PE 1 exited with status 4"),
+    ("with_sys_exit", 3, "PE 1 exited with status 3"),
+])
+def test_pe_leaving_after_init_ends_the_job_with_its_status(ending, status, words):
+    """Item 1 on the CPU: PE 1 leaves after init (NVSHMEM intercepted) while PE 0 waits in a barrier
+    for ever; the launcher ends PE 0 within the grace and exits with PE 1's status."""
+    proc = nvrun_timed("-n", 2, "--grace", 2, "--timeout", 30, FAKE_PE, f"1:{ending},0:barrier", env=fake_env())
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    assert "[rank 0] waiting in barrier_all" in proc.stdout
+    assert f"{words}; stopping PE 0" in proc.stderr
+    assert "C call: nvshmemx_hostlib_finalize" not in proc.stdout  # nobody finalized collectively
+    assert proc.seconds < 30
+
+
+def test_pe_exiting_0_without_finalize_is_a_failure():
+    """A PE that exits with status 0 after init without finalizing (os._exit(0), or the exit
+    finalize turned off) leaves its peers waiting for ever: the launcher ends them, status 1."""
+    proc = nvrun_timed("-n", 2, "--grace", 2, "--timeout", 30, FAKE_PE, "1:normal,0:barrier",
+                       env=fake_env(NVSHMEM_DSL_ATEXIT_FINALIZE="0"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("PE 1 exited with status 0 without finalizing NVSHMEM (the other PEs would wait for it forever); "
+            "stopping PE 0") in proc.stderr
+    assert proc.seconds < 30
+
+
+def test_finalized_pes_exiting_0_is_success():
+    proc = nvrun("-n", 2, "--timeout", 30, FAKE_PE, "finalize", env=fake_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("C call: nvshmemx_hostlib_finalize") == 2
+    assert "[nvshmem_dsl.run]" not in proc.stderr
+
+
+def test_pe_skipping_a_collective_ends_the_job_within_the_finalize_bound():
+    """PE 1 skips the barrier PE 0 waits in and finalizes: its finalize never completes (no peer),
+    so after NVSHMEM_DSL_FINALIZE_TIMEOUT it says so and leaves with 124, and the launcher ends PE 0."""
+    proc = nvrun_timed("-n", 2, "--grace", 2, "--timeout", 30, FAKE_PE, "1:skip,0:barrier",
+                       env=fake_env(HANG_FINALIZE="1", NVSHMEM_DSL_FINALIZE_TIMEOUT="1.5"))
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    assert "[rank 1] nvshmem_dsl: PE 1 of 2: the collective NVSHMEM finalize did not complete within 1.5 s" \
+        in proc.stderr
+    assert "PE 1 exited with status 124; stopping PE 0" in proc.stderr
+    assert 1.5 < proc.seconds < 30

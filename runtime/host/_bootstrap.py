@@ -91,6 +91,9 @@ ENV_NRANKS = "NVSHMEM_DSL_NRANKS"
 ENV_LOCAL_RANK = "NVSHMEM_DSL_LOCAL_RANK"
 ENV_STORE_HOST = "NVSHMEM_DSL_STORE_HOST"
 ENV_STORE_PORT = "NVSHMEM_DSL_STORE_PORT"
+#: The write end of a pipe on which a PE tells ``python -m nvshmem_dsl.run`` it has initialised and
+#: finalized (:func:`nvshmem_dsl.host._exit.tell_launcher`).
+ENV_LAUNCHER_FD = "NVSHMEM_DSL_LAUNCHER_FD"
 DEFAULT_TIMEOUT = 60.0
 
 #: Variables set by MPI launchers (Open MPI, MPICH/Hydra, Intel MPI, MVAPICH, PMIx/srun).
@@ -137,19 +140,27 @@ def select_device(local_rank: int, device_count: int) -> int:
     return local_rank % device_count
 
 
-def init_timeout(env: Mapping[str, str] | None = None) -> float:
-    """Seconds to wait for the other ranks: ``$NVSHMEM_DSL_INIT_TIMEOUT`` or 60."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_TIMEOUT, "").strip()
+def seconds_setting(env: Mapping[str, str], name: str, default: float, *, zero: bool = False) -> float:
+    """The number of seconds in ``env[name]`` (``default`` when unset or empty); ValueError naming the
+    variable unless it is a number > 0 (>= 0 with ``zero``)."""
+    text = env.get(name, "").strip()
     if not text:
-        return DEFAULT_TIMEOUT
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise NvshmemInitError(f"{ENV_TIMEOUT}={text!r} is not a positive number of seconds")
+    if not (value >= 0 if zero else value > 0):
+        raise ValueError(f"{name}={text!r} is not a {'number of seconds >= 0' if zero else 'positive number of seconds'}")
     return value
+
+
+def init_timeout(env: Mapping[str, str] | None = None) -> float:
+    """Seconds to wait for the other ranks: ``$NVSHMEM_DSL_INIT_TIMEOUT`` or 60."""
+    try:
+        return seconds_setting(os.environ if env is None else env, ENV_TIMEOUT, DEFAULT_TIMEOUT)
+    except ValueError as exc:
+        raise NvshmemInitError(str(exc)) from None
 
 
 def _int_env(env: Mapping[str, str], name: str, mode: str) -> int:

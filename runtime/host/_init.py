@@ -13,10 +13,12 @@ manager::
         ...
 
 If the program forgets ``finalize()``, an atexit hook finalizes (with a
-warning), and reports symmetric allocations that were never freed; after an
-uncaught exception it skips the collective finalize rather than risk a hang.
-For the same reason, leaving the ``with`` block by an exception finalizes only a
-single-PE job.
+warning), and reports symmetric allocations that were never freed. A PE of a
+multi-PE job that ends with an uncaught exception or ``sys.exit(n)``, n != 0,
+skips the collective finalize (the other PEs may never reach it) and leaves at
+once with the status Python would give (:mod:`nvshmem_dsl.host._exit`). For the same reason, leaving the
+``with`` block by an exception finalizes only a single-PE job. A collective
+finalize waits at most ``NVSHMEM_DSL_FINALIZE_TIMEOUT`` seconds for the other PEs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import warnings
 from typing import Any
 
-from . import _bootstrap, _cuda, _lib, _state
+from . import _bootstrap, _cuda, _exit, _lib, _state
 from ._state import STATE as _STATE
 from .. import _libs
 from .._generated.constants import (
@@ -60,7 +62,6 @@ ENV_ATEXIT = "NVSHMEM_DSL_ATEXIT_FINALIZE"
 _UID_IFNAME = "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"
 
 _atexit_registered = False
-_uncaught: list[BaseException] = []
 _prev_excepthook = None
 
 
@@ -147,8 +148,8 @@ class Session:
             return
         if exc_type is not None and self.n_pes > 1:
             # finalize is collective: the other PEs may never get here; let the error propagate
-            # (the exit hook skips finalize after an uncaught exception as well)
-            _uncaught.append(exc)
+            # (if it ends the program, the exit hook leaves without the collective finalize)
+            _exit.note_leaving(exc, sys._getframe(1))
             return
         finalize()
 
@@ -201,6 +202,10 @@ def init(
                 "NVSHMEM cannot be initialised again after a failure: start a new process"
             )
         _lib.lib()  # NvshmemNotFoundError with the places looked at
+        try:
+            finalize_timeout = _exit.finalize_timeout()
+        except ValueError as exc:
+            raise NvshmemInitError(f"init(): {exc}") from None
         try:
             count = _cuda.device_count()
         except NvshmemInitError as exc:
@@ -267,6 +272,7 @@ def init(
         s.mode, s.my_pe, s.n_pes = bs.mode, pe, npes
         s.local_rank, s.device_id, s.device, s.bootstrap = bs.local_rank, device_id, dev, bs
         s.attr_version = layout
+        s.extra["finalize_timeout"] = finalize_timeout
         s.generation += 1
         _read_mpg_mode(s, device_id)
         try:
@@ -277,6 +283,8 @@ def init(
             _finalize_locked(report=False)
             raise
         _install_exit_hooks()
+        _exit.FinalizeWatchdog.start()  # now: at exit Python 3.12 starts no thread
+        _exit.tell_launcher("initialized")
     try:
         from ..linker import module_init
 
@@ -344,11 +352,14 @@ def _finalize_locked(report: bool) -> str | None:
     s = _state.STATE
     s.finalizing = True
     text = None
+    timeout = None if s.fake else s.extra.get("finalize_timeout", _exit.DEFAULT_FINALIZE_TIMEOUT)
     try:
-        module_init._on_finalize()
-        text = memory._on_finalize(free_internal=not s.fake)
-        if not s.fake:
-            _lib.call("nvshmemx_hostlib_finalize")
+        with _exit.FinalizeWatchdog(s.my_pe, s.n_pes, timeout):  # nvshmem_free and finalize are collective
+            module_init._on_finalize()
+            text = memory._on_finalize(free_internal=not s.fake)
+            if not s.fake:
+                _lib.call("nvshmemx_hostlib_finalize")
+                _exit.tell_launcher("finalized")
     finally:
         s.initialized = False
         s.finalizing = False
@@ -369,7 +380,12 @@ def is_initialized() -> bool:
 
 
 def _excepthook(exc_type, exc, tb):
-    _uncaught.append(exc)
+    _exit.note_uncaught(exc)
+    if _state.STATE.initialized:
+        # the program ends: our exit hook first, before handlers registered after init() run
+        # against a library that will never be finalized
+        atexit.unregister(_atexit)
+        atexit.register(_atexit)
     hook = _prev_excepthook or sys.__excepthook__
     hook(exc_type, exc, tb)
 
@@ -382,19 +398,29 @@ def _install_exit_hooks() -> None:
     atexit.register(_atexit)
     _prev_excepthook = sys.excepthook
     sys.excepthook = _excepthook
+    _exit.install()
+
+
+def _leaving_words(exc: BaseException, status: int | None) -> str:
+    if status is None:
+        return "an uncaught KeyboardInterrupt: ending by SIGINT, as Python does"
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    return f"an uncaught {type(exc).__name__}"
 
 
 def _atexit() -> None:
     s = _state.STATE
     if not s.initialized or s.fake:
         return
+    ending = _exit.pending_exit()
+    if ending is not None and ending[1] != 0 and s.n_pes > 1:  # one PE: no peer to wait for, finalize
+        exc, status = ending
+        _exit.leave(status, (
+            f"nvshmem_dsl: PE {s.my_pe} of {s.n_pes} is exiting with status "
+            f"{'SIGINT' if status is None else status} ({_leaving_words(exc, status)}) without finalize(): "
+            "skipping the collective NVSHMEM finalize (the other PEs may never reach it) and leaving at once\n"))
     if os.environ.get(ENV_ATEXIT, "1").strip().lower() in ("0", "false", "no", "off"):
-        return
-    if _uncaught:
-        sys.stderr.write(
-            f"nvshmem_dsl: PE {s.my_pe} is exiting after an uncaught exception without finalize(); "
-            "skipping the collective NVSHMEM finalize (the other PEs may never reach it)\n"
-        )
         return
     me = s.my_pe  # finalizing resets it
     try:

@@ -12,6 +12,9 @@
 #   nv38         carry .dw/base + .dw/nv38 (+ .dw/cute2 after cute-part1 for CuTe): NVSHMEM 3.8.0, what pip
 #                installs, instead of the image's 3.4.5; the suites (DSLS, PES, default numba at 2 PEs)
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
+#   faults       tests/gpu/test_faults_gpu.py: PEs that raise, exit, are SIGKILLed or skip a collective (it starts
+#                its own jobs under its own MPS daemon); FAULT_LAUNCHERS (default all found), FAULT_PES (default
+#                2,4); the table of times to end in faults.rst
 #   core         tests/gpu/test_core_gpu.py (the NVSHMEM4Py programs through nvshmem_dsl.core; it starts its
 #                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
 #   bench        bench/run.py with the step's arguments (make bench's first half; e.g. --quick, --impls,
@@ -116,6 +119,13 @@ case "$step" in
     timeout 200 python3 tests/gpu/run_suite.py --pes 2 --pes-per-gpu 2 --no-mps --dsl limited --launchers launcher \
       --out "$work" --timeout 190 > "$work/suite.txt" 2>&1 || rc=$?
     cat "$work/suite.txt"
+    ;;
+  faults)
+    NVSHMEM_DSL_FAULT_TABLE="$work/faults.jsonl" NVSHMEM_DSL_FAULT_LAUNCHERS=${FAULT_LAUNCHERS:-launcher,torchrun,mpirun} \
+      NVSHMEM_DSL_FAULT_PES=${FAULT_PES:-2,4} timeout ${STEP_TIMEOUT:-560} python3 -m pytest -q -m gpu \
+      -p no:cacheprovider tests/gpu/test_faults_gpu.py --junitxml="$work/faults.xml" "$@" > "$work/faults.txt" 2>&1 || rc=$?
+    tail -30 "$work/faults.txt"
+    [ -f "$work/faults.jsonl" ] && python3 tests/gpu/test_faults_gpu.py "$work/faults.jsonl" > "$work/faults.rst" && cat "$work/faults.rst"
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

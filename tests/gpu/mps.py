@@ -110,6 +110,18 @@ class MpsDaemon:
         return subprocess.run([self.control, *args], input=stdin, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=60)
 
+    def clients(self) -> list[int]:
+        """The PIDs of the processes attached to our daemon's MPS servers now (`get_server_list`,
+        then `get_client_list` of each); [] when we run no daemon."""
+        if self._dir is None or "CUDA_MPS_PIPE_DIRECTORY" not in self.env:
+            return []
+        servers = self._control([], stdin="get_server_list\n").stdout.split()
+        pids: list[int] = []
+        for server in filter(str.isdigit, servers):
+            listing = self._control([], stdin=f"get_client_list {server}\n").stdout
+            pids += [int(word) for word in listing.split() if word.isdigit()]
+        return pids
+
     def _stop(self, keep_dir: bool = False) -> None:
         """`echo quit | nvidia-cuda-mps-control`; a second SIGTERM meanwhile is ignored."""
         if self._dir is None:

@@ -25,6 +25,10 @@ from pathlib import Path
 
 import pytest
 
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import gpu_count, launched_as_pe, mpirun  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,28 +39,12 @@ TIMEOUT = float(os.environ.get("NVSHMEM_DSL_CORE_GPU_TIMEOUT", "400"))
 RANK_MARGIN_S = 60  # an MPI rank still running this long before TIMEOUT is stopped (rank_output.py)
 
 
-def _launched_as_pe() -> bool:
-    for name in ("NVSHMEM_DSL_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        if os.environ.get(name, "1") not in ("", "1"):
-            return True
-    return False
-
-
-def _gpus() -> int:
-    try:
-        from cuda.core import system
-
-        return system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
-    except Exception:
-        return 0
-
-
 @pytest.fixture(scope="module", autouse=True)
-def two_gpus():
-    if _launched_as_pe():
+def twogpu_count():
+    if launched_as_pe():
         pytest.skip("launches its own 2-PE jobs: run tests/gpu/test_core_gpu.py in one process")
     mps = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control").exists()
-    if _gpus() < 2 and not (_gpus() == 1 and mps):
+    if gpu_count() < 2 and not (gpu_count() == 1 and mps):
         pytest.skip("needs 2 GPUs, or one shared by 2 PEs under MPS (python tests/gpu/mps.py --pes-per-gpu 2 -- ...)")
 
 
@@ -70,11 +58,10 @@ def _env() -> dict:
 
 def _mpirun() -> list[str]:
     """``mpirun -n 2`` (Open MPI or MPICH)."""
-    exe = shutil.which("mpirun") or shutil.which("mpiexec")
-    if exe is None:
+    cmd = mpirun()
+    if cmd is None:
         pytest.skip("the program starts MPI and no mpirun is installed")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    return [exe, "-n", "2", *(["--oversubscribe"] if "Open MPI" in version or "OpenRTE" in version else [])]
+    return [*cmd, "-n", "2"]
 
 
 def _job(*args: str, mpi: bool = False) -> dict[int, list[str]]:
@@ -87,7 +74,7 @@ def _job(*args: str, mpi: bool = False) -> dict[int, list[str]]:
             cmd = [*_mpirun(), sys.executable, str(RANK_OUTPUT), logs, "--", sys.executable,
                    *(["-m", "nvshmem_dsl.core.alias"] if alias else []), *target]
         else:
-            gpus = ["--gpus", "0,1"] if _gpus() >= 2 else []  # one GPU: both PEs on it (under MPS)
+            gpus = ["--gpus", "0,1"] if gpu_count() >= 2 else []  # one GPU: both PEs on it (under MPS)
             cmd = [sys.executable, "-m", "nvshmem_dsl.run", "-n", "2", *gpus, *args]
         env = _env()
         if mpi:  # a hung rank writes its threads' tracebacks and ends before the job's timeout
@@ -204,7 +191,7 @@ def test_seed004_torch_peer_tensors():
     if torchrun is None or importlib.util.find_spec("torch.distributed") is None:
         pytest.skip("torchrun is not installed")
     seed = str(PORTS / "seed004_torch_peer_tensors.py")
-    if _gpus() >= 2:
+    if gpu_count() >= 2:
         procs = [subprocess.Popen([torchrun, "--nproc-per-node", "2", seed], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT)]
     else:
@@ -229,7 +216,7 @@ def test_seed004_torch_peer_tensors():
     assert all(p.returncode == 0 for p in procs), text[-8000:]
     for pe, left in ((0, 1), (1, 0)):
         assert f"PE {pe}: PE {left} stored {float(left + 1)} into my tensor through its peer tensor" in text, text
-        device = pe if _gpus() >= 2 else 0  # peer tensors on this PE's device
+        device = pe if gpu_count() >= 2 else 0  # peer tensors on this PE's device
         assert f"devices ['cuda:{device}', 'cuda:{device}']" in text, text
         # multicast only where NVSHMEM has it: a tensor at the multicast address, or NVSHMEM's refusal
         assert f"PE {pe}: multicast tensor (128, 256) at 0x" in text or f"PE {pe}: no multicast tensor:" in text
