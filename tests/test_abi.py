@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nvshmem_dsl.linker import abi
+from nvshmem_dsl.linker import abi, link
 
 def NVSHMEM(name: str) -> bool:
     """Any NVSHMEM function, API or helper."""
@@ -110,7 +110,7 @@ def test_supported_needs_cuda_13_ptxas_and_driver(monkeypatch):
     (tests/test_link_ptxas.py)."""
     from nvshmem_dsl.linker import link, outline
 
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(abi, "_driver_ptx_ok", lambda: True)
     for major, isa, want in ((13, 90, True), (12, 90, False), (13, 88, True), (13, None, True), (None, 90, False)):
         monkeypatch.setattr(abi, "_ptxas_major", lambda path, m=major: m)
@@ -180,7 +180,7 @@ def cuda13(tmp_path, monkeypatch):
     ptxas, nvlink, nvdisasm = _cuda13("ptxas"), _cuda13("nvlink"), _nvdisasm()
     if not (HAVE_BITCODE and ptxas and nvlink and nvdisasm):
         pytest.skip("needs NVSHMEM's bitcode, CUDA 13's ptxas and nvlink, and nvdisasm")
-    monkeypatch.setattr(outline, "ptxas", lambda: ptxas)
+    monkeypatch.setattr(link, "ptxas", lambda: ptxas)
     monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
     monkeypatch.delenv(outline.ENV, raising=False)
     return {"ptxas": ptxas, "nvlink": nvlink, "nvdisasm": nvdisasm, "tmp": tmp_path}
@@ -252,7 +252,7 @@ def test_explain_names_what_keeps_the_default_abi(monkeypatch):
     from nvshmem_dsl.linker import link, outline
 
     monkeypatch.delenv(abi.ENV, raising=False)
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(abi, "_driver_ptx_ok", lambda: True)
     monkeypatch.setattr(abi, "_ptxas_major", lambda path: 13)
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 90)
@@ -278,8 +278,8 @@ def test_a_cuda13_driver_with_an_older_ptxas_is_told_the_remedy_once(monkeypatch
 
     monkeypatch.setattr(abi, "_advised", False)
     monkeypatch.setenv(abi.ENV, env)
-    monkeypatch.setattr(abi, "driver_major", lambda: driver)
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "driver_major", lambda: driver)
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(abi, "_ptxas_major", lambda path: ptxas)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -25,7 +25,7 @@ from cutlass import Int32  # noqa: E402
 
 import nvshmem_dsl.cute as nv  # noqa: E402
 from nvshmem_dsl.cute import _link  # noqa: E402
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import link, outline, pipeline  # noqa: E402
 from nvshmem_dsl.linker.link import NvshmemLinkError  # noqa: E402
 
 try:
@@ -35,7 +35,7 @@ try:
 except Exception as e:  # pragma: no cover
     pytest.skip(f"no NVSHMEM device bitcode: {e}", allow_module_level=True)
 
-if outline.ptxas() is None:  # pragma: no cover
+if link.ptxas() is None:  # pragma: no cover
     pytest.skip("no ptxas to build NVSHMEM's objects", allow_module_level=True)
 
 REDUCE, P = "nvshmem_int32_sum_reduce", "nvshmem_int32_p"
@@ -98,7 +98,7 @@ def test_collective_is_called_out_of_line(hybrid):
     # NVSHMEM's transport helpers that the inlined p calls are in their objects, linked (specialised
     # on the modes the PTX passes them, as the link names them)
     assert hybrid.outlined == outline.extern_calls(outline.specialise_helper_calls(ptx))
-    defined, _ = outline.cubin_info(hybrid.linked_cubin)
+    defined, _ = link.cubin_info(hybrid.linked_cubin)
     assert all(defined[n] == 1 for n in hybrid.outlined)
 
 
@@ -106,7 +106,7 @@ def test_linked_cubin(hybrid):
     cubin = hybrid.__cubin__
     assert cubin == hybrid.linked_cubin and cubin[:4] == b"\x7fELF"
     assert struct.unpack_from("<H", cubin, 16)[0] == 2  # ET_EXEC: what CuTe loads
-    defined, registers = outline.cubin_info(cubin)
+    defined, registers = link.cubin_info(cubin)
     assert defined[REDUCE] == 1
     assert defined[STATE] == 1
     assert not _undefined(cubin)
@@ -168,7 +168,7 @@ def test_only_small_functions_inlined():
     helpers = outline.extern_calls(outline.specialise_helper_calls(k.__ptx__))
     assert not _calls(k.__ptx__) and all(outline.is_helper(n) for n in helpers)
     assert k.outlined == helpers
-    defined, _ = outline.cubin_info(k.__cubin__)
+    defined, _ = link.cubin_info(k.__cubin__)
     assert defined[STATE] == 1 and all(defined[n] == 1 for n in helpers)
     assert (k.linked_cubin is not None) == bool(helpers)
     with outline.override("none"):  # everything inlined: no helper object
@@ -179,7 +179,7 @@ def test_only_small_functions_inlined():
 def test_user_register_cap():
     with outline.override("auto"):
         k = _compile(options="--ptxas-options=-maxrregcount=32")
-    defined, registers = outline.cubin_info(k.linked_cubin)
+    defined, registers = link.cubin_info(k.linked_cubin)
     assert defined[REDUCE] == 1 and registers[REDUCE] <= 32
     assert max(v for n, v in registers.items() if n.startswith("kernel")) <= 32
 
@@ -473,7 +473,7 @@ def test_ptx_newer_than_nvjitlink_is_lowered(monkeypatch):
 
     ptx = "//\n.version 9.4\n.target sm_90a\n.address_size 64\n"
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 90)
-    assert link.ptx_for_nvjitlink(ptx) == ptx.replace("9.4", "9.0")
-    assert link.ptx_for_nvjitlink(ptx.replace("9.4", "8.8")) == ptx.replace("9.4", "8.8")
+    assert pipeline.ptx_for_nvjitlink(ptx) == ptx.replace("9.4", "9.0")
+    assert pipeline.ptx_for_nvjitlink(ptx.replace("9.4", "8.8")) == ptx.replace("9.4", "8.8")
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: None)
-    assert link.ptx_for_nvjitlink(ptx) == ptx
+    assert pipeline.ptx_for_nvjitlink(ptx) == ptx

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvshmem_dsl.linker import helper_archive, outline, store_file
+from nvshmem_dsl.linker import helper_archive, link, outline, store_file
 from nvshmem_dsl.linker.object_llvm import split_specialised
 
 try:
@@ -193,13 +193,13 @@ def test_a_kernel_links_with_the_member_and_built_helpers(answers):
     assert {split_specialised(n)[0] for n in calls if n != RMA_P_HALF} >= {RMA, AMO_FETCH}
     assert any(split_specialised(n)[0] == RMA_P_HALF for n in calls)
     assert AMO_FETCH not in calls  # specialised on its modes, or "$p": not NVIDIA's amo_fetch
-    cpu, features = outline.ptx_target(ptx)
+    cpu, features = link.ptx_target(ptx)
     paths = outline.objects(calls, 90, cpu, features)
     member = helper_archive.path(90, BC)
     assert member in paths and all(p.suffix == ".cubin" for p in paths if p != member)
     assert not any(p.name.startswith(RMA) for p in paths)  # not built: NVIDIA's
     cubin = link.nvjitlink_cubin(cpu, [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths])
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert defined[RMA] == 1 and all(c == 1 for n, c in defined.items() if n.startswith(("_Z", "nvshmem")))
 
 
@@ -216,12 +216,12 @@ def test_ptx_prepared_otherwise_links_without_the_member(answers, monkeypatch):
     assert RMA in calls
     known = helper_archive.known
     monkeypatch.setattr(helper_archive, "known", lambda sm, n, bc=None: None if n == RMA else known(sm, n, bc))
-    cpu, features = outline.ptx_target(ptx)
+    cpu, features = link.ptx_target(ptx)
     paths = outline.objects(calls, 90, cpu, features)
     assert helper_archive.path(90, BC) not in paths
     assert any(p.name.startswith(RMA) for p in paths)  # built here
     cubin = link.nvjitlink_cubin(cpu, [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths])
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert defined[RMA] == 1 and all(c == 1 for n, c in defined.items() if n.startswith(("_Z", "nvshmem")))
 
 

@@ -21,7 +21,7 @@ except Exception as e:  # pragma: no cover
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl.kernels import _plan  # noqa: E402
 from nvshmem_dsl.kernels import triton as kt  # noqa: E402
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import link, outline  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 CASES = [(kind, dtype) for kind in _plan.KINDS for dtype in _plan.DTYPES]
@@ -110,13 +110,13 @@ def test_aligned_arrays_get_vector_copies(compiled, kind, dtype):
 
 
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     ck = kt.compile("two_shot", "bfloat16")
     assert ck.asm["cubin"][:4] == b"\x7fELF"
-    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    defined, _ = link.cubin_info(ck.asm["cubin"])
     assert defined["nvshmemi_device_state_d"] == 1
 
 

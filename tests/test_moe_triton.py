@@ -25,7 +25,7 @@ from nvshmem_dsl.kernels import triton as kt  # noqa: E402
 from nvshmem_dsl.kernels.moe import _layout  # noqa: E402
 from nvshmem_dsl.kernels.moe import numba as mn  # noqa: E402
 from nvshmem_dsl.kernels.moe import triton as mt  # noqa: E402
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import link, outline  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 KINDS = ("dispatch", "combine")
@@ -141,13 +141,13 @@ def test_compile_ptx_leaves_tritons_hooks_as_they_were(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_kernels_to_cubins(tmp_path, monkeypatch, kind):
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     ck = mt.compile(kind)
     assert ck.asm["cubin"][:4] == b"\x7fELF"
-    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    defined, _ = link.cubin_info(ck.asm["cubin"])
     assert defined["nvshmemi_device_state_d"] == 1
 
 

@@ -26,7 +26,7 @@ from numba.cuda import codegen as numba_codegen  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl.linker import link, nvvm, pieces, store, store_file# noqa: E402
+from nvshmem_dsl.linker import link, _llvm, nvvm, pieces, pipeline, store, store_file# noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
@@ -165,14 +165,14 @@ def test_thread_scope_loops_unroll_collective_ones_do_not():
     ptx, _ = cuda.compile_ptx(p_loop, (types.float32[::1], types.int64, types.int32), cc=(9, 0))
     stores = re.findall(r"^\s*st(?:\.global)?\.b32\s", _entry(ptx), re.M)
     assert len(stores) >= 4, _entry(ptx)
-    assert link._unconstrained() >= {"nvshmem_float_p", "nvshmem_float_put"}
-    assert "nvshmemx_float_put_warp" not in link._unconstrained()
+    assert pipeline._unconstrained() >= {"nvshmem_float_p", "nvshmem_float_put"}
+    assert "nvshmemx_float_put_warp" not in pipeline._unconstrained()
 
     decls = ("declare void @nvshmemx_float_put_warp(ptr, ptr, i64, i32)\n"
              "declare void @nvshmem_float_p(ptr, float, i32)\n"
              "declare void @nvshmemx_barrier_all_block()\n"
              "declare void @nvshmem_not_in_the_spec()\n")
-    marked = link.DECLARATION.sub(link.mark_declaration, decls).splitlines()
+    marked = pipeline.DECLARATION.sub(pipeline.mark_declaration, decls).splitlines()
     assert [line.endswith(" convergent nounwind") for line in marked] == [True, False, True, True]
     assert all(line.endswith(" nounwind") for line in marked)
 
@@ -267,7 +267,7 @@ def test_unswitching_option_is_on_only_for_nvshmem_kernels(monkeypatch):
     """LLVM's non-trivial unswitching is a process-wide option: on while an NVSHMEM kernel's
     second O3 runs, off after it, so that other code compiled with llvmlite is not changed."""
     monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
-    with link.nontrivial_unswitching():
+    with _llvm.nontrivial_unswitching():
         assert _unswitched_by_o3()
     assert not _unswitched_by_o3()
     cuda.compile_ptx(k_all, SIG3, cc=(9, 0))

@@ -24,12 +24,12 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import store, outline  # noqa: E402
+from nvshmem_dsl.linker import link, _llvm, outline, store  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
 from bitcode_available import HAVE_BITCODE  # noqa: E402
-pytestmark = pytest.mark.skipif(not HAVE_BITCODE or outline.ptxas() is None,
+pytestmark = pytest.mark.skipif(not HAVE_BITCODE or link.ptxas() is None,
                                 reason="no NVSHMEM device bitcode or no ptxas")
 
 CC = (9, 0)
@@ -149,7 +149,7 @@ def test_collective_is_called_in_its_object(objects_dir, built_helpers):
     assert {COLLECTIVE, "nvshmem_sync_all", helper} <= set(made) and outline.stats["builds"] == builds + len(made)
     assert all(m.startswith("_Z") and "nvshmemi_transfer" in m for m in set(made) - {COLLECTIVE, "nvshmem_sync_all"})
 
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert all(defined[m] == 1 for m in made), made  # every object linked, each function once
     assert defined[COLLECTIVE] == 1
     for name in store.EXPORTED_GLOBALS:  # the kernel's, once: the objects only declare them
@@ -169,7 +169,7 @@ def test_collective_is_called_in_its_object(objects_dir, built_helpers):
         todo += sorted(new)
     assert len(calls) > 1 and calls <= set(made)
     assert outline.stats["builds"] == builds + len(made) and outline.stats["hits"] == hits + len(calls)
-    defined, registers = outline.cubin_info(cubin)
+    defined, registers = link.cubin_info(cubin)
     assert defined[COLLECTIVE] == 1 and defined["nvshmemi_device_state_d"] == 1
     # callees included (the first kernel's p calls NVSHMEM's transport helper, an object capped
     # as the collective's): 1024 threads a block
@@ -214,7 +214,7 @@ def test_forcing(objects_dir):
     with nv.outline("all"):  # every NVSHMEM function in an object: the kernel still defines the state
         ptx, cubin, _ = cubin_of(k)
     assert outline.extern_calls(ptx) == {"nvshmem_my_pe", "nvshmem_int32_p"}
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert defined["nvshmemi_device_state_d"] == 1 and defined["nvshmem_int32_p"] == 1
 
     def k_none(dst, src):
@@ -260,7 +260,7 @@ def test_a_kernel_of_a_newer_ptx_isa_than_llvmlite_writes_gets_objects_ptxas_rea
     assert top >= 90 and _llvm._writes(top)
     newer = f"+ptx{top + 4}"
     ptx = outline.object_ptx(["nvshmem_sync_all"], 90, "sm_90", outline.object_features(newer))
-    assert outline.ptx_isa(ptx) == min(top, link.ptxas_ptx_isa())  # what LLVM writes and ptxas reads
+    assert link.ptx_isa(ptx) == min(top, link.ptxas_ptx_isa())  # what LLVM writes and ptxas reads
     assert "not a recognized feature" not in capfd.readouterr().err
     paths = outline.objects(["nvshmem_sync_all"], 90, "sm_90", newer)
     assert paths and all(p.exists() for p in paths)
@@ -272,7 +272,7 @@ def test_kernel_register_limit_caps_the_objects(objects_dir):
     assert any(p.name.startswith("nvshmem_sync_all-") for p in paths)  # with its helpers' objects
     for path in paths:
         assert "-r32-" in path.name and path.parent == objects_dir
-        registers = outline.cubin_info(path.read_bytes())[1]
+        registers = link.cubin_info(path.read_bytes())[1]
         assert registers and max(registers.values()) <= 32
     # a cached object linked again counts as used now (what the cache's pruning reads)
     from nvshmem_dsl.linker import store_file
@@ -293,10 +293,10 @@ def test_a_failing_ptxas_leaves_no_object_and_names_the_function(objects_dir, mo
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'ptxas fatal : Unresolved extern function nope' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(outline, "ptxas", lambda: str(fake))
-    monkeypatch.setattr(outline, "_ptxas_options", lambda: ())
-    with pytest.raises(outline.PtxasError, match="Unresolved extern function nope"):
-        outline.assemble(".version 8.5", "sm_90")
+    monkeypatch.setattr(link, "ptxas", lambda: str(fake))
+    monkeypatch.setattr(link, "_ptxas_options", lambda: ())
+    with pytest.raises(link.PtxasError, match="Unresolved extern function nope"):
+        link.assemble(".version 8.5", "sm_90")
     path = objects_dir / "nvshmem_sync_all-test.cubin"
     with pytest.raises(RuntimeError, match=r"ptxas failed on NVSHMEM's nvshmem_sync_all for sm_90 \(NVSHMEM_DSL_OUTLINE=none"
                                            r"[^)]*\):\nptxas fatal : Unresolved extern function nope"):
@@ -333,7 +333,7 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     monkeypatch.setenv(outline.OPT_ENV, "fast")
     with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, quick, light, o3"):
         outline.opt_level()
-    if outline.ptxas() is None:
+    if link.ptxas() is None:
         pytest.skip("no ptxas")
     bc = Path(__file__)  # any file: the key reads its size and mtime
     monkeypatch.setattr(outline.store_file, "_cache_key", lambda path: "k")
@@ -488,7 +488,7 @@ def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir, built_helpers
     names = [p.name.split("-")[0] for p in paths]
     assert quiet in names and len(names) > 1 and names == sorted(names)
     for p in paths:
-        defined = {n for n, d in outline.elf_symbols(p.read_bytes()) if d}
+        defined = {n for n, d in link.elf_symbols(p.read_bytes()) if d}
         assert p.name.split("-")[0] in defined
     assert set(names) <= st.helpers
     # the helpers the store's call graph reaches from it, no more (none of its calls is specialised)
@@ -589,7 +589,7 @@ def test_put_signal_links_specialised_dispatch_objects(objects_dir, built_helper
     assert len(ops) == 2  # SIGNAL_SET and SIGNAL_ADD
     built = {p.name.split("-")[0]: p for p in objects_dir.iterdir() if p.suffix == ".cubin"}
     for name in dispatch:
-        assert name in {n for n, d in outline.elf_symbols(built[name].read_bytes()) if d}
+        assert name in {n for n, d in link.elf_symbols(built[name].read_bytes()) if d}
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -600,7 +600,7 @@ def test_objects_share_the_helpers_they_call(objects_dir, built_helpers):
     own = next(p for p in first if p.name.startswith(COLLECTIVE + "-"))
     helpers = set(first) - {own}
     assert helpers and outline.object_calls(own) <= {p.name.split("-")[0] for p in helpers}
-    undefined = {n for n, d in outline.elf_symbols(own.read_bytes()) if not d and n.startswith("_Z")}
+    undefined = {n for n, d in link.elf_symbols(own.read_bytes()) if not d and n.startswith("_Z")}
     assert undefined == set(outline.object_calls(own))
     own.with_suffix(".calls").unlink()  # a cache without the list: read from the object's symbols
     assert outline.object_calls(own) == undefined
@@ -661,7 +661,7 @@ def test_objects_ask_about_their_helpers_before_their_ptx(monkeypatch, tmp_path)
     real_ptx = outline.object_ptx
     monkeypatch.setattr(helper_archive, "_probe", probe)
     monkeypatch.setattr(outline, "object_ptx", lambda *a, **k: (events.append(("ptx", len(probes))), real_ptx(*a, **k))[1])
-    monkeypatch.setattr(outline, "assemble", lambda ptx, cpu, options=(): b"")  # no ptxas: what is asked, not built
+    monkeypatch.setattr(link, "assemble", lambda ptx, cpu, options=(): b"")  # no ptxas: what is asked, not built
     monkeypatch.setattr(outline, "object_calls", lambda path: frozenset())
     name = "nvshmemx_barrier_all_block"
     text = outline.object_ir([name], 90)
@@ -758,7 +758,7 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     second = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     whole = next(p for p in second if p.name.startswith(COLLECTIVE + "-"))
     assert whole != split and whole.exists() and not later and not outline.provisional(second)
-    functions = [len(outline.elf_symbols(p.read_bytes())) for p in (split, whole)]
+    functions = [len(link.elf_symbols(p.read_bytes())) for p in (split, whole)]
     assert functions[0] > functions[1]  # whole: no loops made functions of their own
     assert set(second) - {whole} == set(first) - {split}
     assert outline.object_calls(whole) == outline.object_calls(split)
@@ -774,7 +774,7 @@ def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypat
 
     monkeypatch.delenv(outline.OPT_ENV, raising=False)
     monkeypatch.delenv(loop_split.ENV, raising=False)
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)  # as where a CUDA driver is
+    monkeypatch.setattr(link, "driver_major", lambda: 13)  # as where a CUDA driver is
     monkeypatch.setattr(store_build, "_lower_priority", lambda: None)
     later = []
     monkeypatch.setattr(outline, "_build_final_later", lambda forms, *rest: later.append((forms, rest)))
@@ -805,7 +805,7 @@ def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypat
     monkeypatch.setenv(outline.OPT_ENV, "auto")
     assert not outline.opt_tiered() and outline._first_form(name, 90, None) is None
     monkeypatch.delenv(outline.OPT_ENV)
-    monkeypatch.setattr(abi, "driver_major", lambda: None)  # no driver: only compile time counts
+    monkeypatch.setattr(link, "driver_major", lambda: None)  # no driver: only compile time counts
     assert not outline.opt_tiered()
 
 
@@ -814,7 +814,7 @@ def test_info_says_what_a_cold_kernel_waits_for(monkeypatch):
 
     monkeypatch.delenv(outline.OPT_ENV, raising=False)
     monkeypatch.delenv(loop_split.ENV, raising=False)
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)
+    monkeypatch.setattr(link, "driver_major", lambda: 13)
     assert outline.explain_tiers().startswith(
         "a cold kernel links first forms (the largest with their loops split, quick, those at O3 built light)")
     monkeypatch.setenv(outline.OPT_ENV, "auto")
@@ -823,7 +823,7 @@ def test_info_says_what_a_cold_kernel_waits_for(monkeypatch):
     assert outline.explain_tiers().startswith("a cold kernel waits for its objects' final forms")
     monkeypatch.delenv(outline.OPT_ENV)
     monkeypatch.delenv(loop_split.ENV)
-    monkeypatch.setattr(abi, "driver_major", lambda: None)
+    monkeypatch.setattr(link, "driver_major", lambda: None)
     assert "no CUDA driver here" in outline.explain_tiers()
 
 
@@ -872,13 +872,13 @@ def test_final_builds_start_once_a_process_in_the_background(monkeypatch, tmp_pa
 def test_tiering_needs_the_default_threshold_and_a_driver(monkeypatch):
     from nvshmem_dsl.linker import abi, loop_split
 
-    monkeypatch.setattr(abi, "driver_major", lambda: 12)
+    monkeypatch.setattr(link, "driver_major", lambda: 12)
     monkeypatch.delenv(loop_split.ENV, raising=False)
     assert loop_split.tiered()
     monkeypatch.setenv(loop_split.ENV, "16000")  # a value set decides alone
     assert not loop_split.tiered()
     monkeypatch.delenv(loop_split.ENV)
-    monkeypatch.setattr(abi, "driver_major", lambda: None)  # no driver: only compile time counts
+    monkeypatch.setattr(link, "driver_major", lambda: None)  # no driver: only compile time counts
     assert not loop_split.tiered()
 
 

@@ -47,7 +47,7 @@ from triton.compiler.errors import CompilationError  # noqa: E402
 
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import link, outline  # noqa: E402
 from nvshmem_dsl.errors import NvshmemTypeError  # noqa: E402
 from nvshmem_dsl.triton import _calls, _compile  # noqa: E402
 
@@ -323,7 +323,7 @@ def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     assert not _CALL.findall(ptx)
     assert cubin[:4] == b"\x7fELF"
-    from nvshmem_dsl.linker.outline import cubin_info
+    from nvshmem_dsl.linker.link import cubin_info
 
     defined, _ = cubin_info(cubin)
     assert defined["nvshmemi_device_state_d"] == 1
@@ -355,7 +355,7 @@ def test_ptx_alone_builds_no_objects(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     before = _compile.stats["cubins_linked"]
@@ -391,7 +391,7 @@ def _barrier(dst):
 def test_a_kernel_linked_with_provisional_objects_leaves_tritons_cache_at_exit(tmp_path, monkeypatch, provisional):
     """A kernel linked with split objects whose whole form is still being built serves this
     process; at its exit its cache group goes, so that the next process compiles it again."""
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(outline, "provisional", lambda paths: provisional and bool(paths))
@@ -777,13 +777,13 @@ def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
     """A fine-grained kernel calls NVSHMEM's transport helpers in their objects (nvJitLink links
     them): Triton's maxnreg (a .maxnreg in the PTX) caps the objects too, and ptx_options reach
     the ptxas inside nvJitLink."""
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}
     ck = _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, maxnreg=40)
     assert outline.helper_calls(ck.asm["ptx"]) and ".maxnreg 40" in ck.asm["ptx"]
-    _, registers = outline.cubin_info(ck.asm["cubin"])
+    _, registers = link.cubin_info(ck.asm["cubin"])
     assert registers and max(registers.values()) <= 40, registers
     with pytest.raises(Exception, match="no-such-option|Unknown option|unrecognized"):
         _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, ptx_options="--no-such-option")

@@ -61,8 +61,9 @@ import threading
 import warnings
 from typing import Optional
 
-from ..linker import outline
-from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin, ptx_for_nvjitlink
+from ..linker import link, outline
+from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin
+from ..linker.pipeline import ptx_for_nvjitlink
 
 __all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations",
            "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats", "undefined_symbols"]
@@ -394,7 +395,7 @@ def _binaries(module):
 
 def undefined_symbols(cubin: bytes) -> frozenset:
     """The symbols an ELF cubin references but does not define."""
-    return frozenset(n for n, defined in outline.elf_symbols(cubin) if n and not defined)
+    return frozenset(n for n, defined in link.elf_symbols(cubin) if n and not defined)
 
 
 def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:

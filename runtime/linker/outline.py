@@ -41,8 +41,7 @@ DSL can link the same objects.
 Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
 :func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
 :func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`helper_declarations`, :func:`ask_archive_ahead`, :func:`specialised_name`,
-:func:`split_specialised`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
-:func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`, :func:`elf_sections`, :func:`elf_string`;
+:func:`split_specialised`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`, :func:`register_cap`, :func:`block_cap`;
 constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
 """
 
@@ -51,30 +50,26 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import functools
 import hashlib
 import json
 import math
 import os
 import re
-import shutil
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import abi, code_env, helper_archive, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
+from . import abi, code_env, helper_archive, link, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
-__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helper_declarations", "helper_declares", "ask_archive_ahead", "ask_archive_ahead_declares", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "opt_tiered", "explain_tiers", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
-           "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
+__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "extern_calls",
+           "is_large", "helper_calls", "helper_declarations", "helper_declares", "ask_archive_ahead", "ask_archive_ahead_declares", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
+           "objects_for", "opt_tiered", "explain_tiers", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "register_cap", "registers_a_thread",
+           "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
 
 ENV = code_env.OUTLINE
 MODES = ("auto", "none", "all")
@@ -226,7 +221,7 @@ def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
     how = mode()
     if how == "none" or not names:
         return names, frozenset()
-    if ptxas() is None:
+    if link.ptxas() is None:
         if not _warned_no_ptxas:
             _warned_no_ptxas = True
             warnings.warn("no ptxas found (CUDA's nvidia-cuda-nvcc wheel or CUDA_HOME): NVSHMEM's "
@@ -393,7 +388,6 @@ def _ir_arguments(text: str) -> list:
     return [_ir_constant(arg.decode()) for arg in pieces._split_top(text.encode())]
 
 
-
 def prepare_calls(ptx: str, bc_path=None) -> str:
     """PTX ``ptx``, a kernel's or an object's, made ready to call NVSHMEM's objects: its calls of
     the helpers specialised (:func:`specialise_helper_calls`; not where the helpers are NVIDIA's
@@ -420,7 +414,7 @@ def archived_helpers(ptx: str, bc_path=None) -> dict:
     (:func:`nvshmem_dsl.linker.helper_archive.provided`): True where it defines one with the same
     prototype (linked from it, not specialised), :data:`~nvshmem_dsl.linker.helper_archive.MISMATCH`
     where it defines one with another (the bitcode's is renamed: NVIDIA's other helpers call theirs)."""
-    sm = store_file._arch_number(ptx_target(ptx)[0])
+    sm = store_file._arch_number(link.ptx_target(ptx)[0])
     if helper_archive.path(sm, bc_path) is None:  # the default: nothing to ask
         return {}
     declared = {n: m.group(0).rstrip("\n") for n in helper_calls(ptx) if SPECIALISED not in n
@@ -447,10 +441,8 @@ def object_features(features: str) -> str:
     a PTX ISA of at least :data:`nvshmem_dsl.linker.abi.MIN_PTX` where the objects preserve
     registers (``.abi_preserve`` is PTX 9.0), and at most what their ptxas reads (a DSL's own
     compiler may write a newer one: Triton 3.9 and CuTe built for CUDA 13 write 9.4)."""
-    from .link import ptxas_ptx_isa
-
     least = abi.MIN_PTX if abi.preserve() is not None else 0
-    most = ptxas_ptx_isa() or 10 ** 6
+    most = link.ptxas_ptx_isa() or 10 ** 6
     return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(min(int(m.group(1)), most), least)}", features)
 
 def predicted_helper_calls(text: str) -> frozenset:
@@ -530,7 +522,7 @@ def helpers_out() -> bool:
     :attr:`nvshmem_dsl.linker.store_file._Store.helpers`) in cached objects instead of compiling
     them again each (most of a fine-grained kernel's PTX, docs/concepts.rst): as hybrid linking,
     unless :func:`mode` is ``none`` or there is no ptxas."""
-    return mode() != "none" and ptxas() is not None
+    return mode() != "none" and link.ptxas() is not None
 
 
 def extern_calls(ptx) -> frozenset:
@@ -543,58 +535,6 @@ def extern_calls(ptx) -> frozenset:
 
 # --------------------------------------------------------------------------
 # Objects
-
-
-@functools.lru_cache(maxsize=None)
-def ptxas() -> str | None:
-    """The ptxas that assembles the objects.  Of those found (:func:`_ptxas_found`), where there is a
-    CUDA driver the newest of a CUDA release it runs the code of (the major version at most the
-    driver's: a CUDA 13 toolkit, or the ``nvidia-cuda-nvcc`` 13 wheel, beside the ``cu12`` wheels gives
-    the objects CUDA 13's calling convention, :mod:`nvshmem_dsl.linker.abi`; on a CUDA 12 driver the
-    ``cu12`` wheel's is used); without one, the first."""
-    found = _ptxas_found()
-    if not found:
-        return None
-    driver = abi.driver_major()
-    if driver is None:
-        return found[0]
-    usable = [(version, -k, path) for k, path in enumerate(found)
-              if (version := abi._ptxas_version(path)) is not None and version[0] <= driver]
-    return max(usable)[2] if usable else found[0]
-
-
-#: Where NVIDIA's nvcc wheels put ptxas under a site-packages folder: CUDA 13's, CUDA 12's.
-_WHEEL_PTXAS = (("nvidia", "cu13", "bin", "ptxas"), ("nvidia", "cuda_nvcc", "bin", "ptxas"))
-
-
-def _ptxas_found() -> list:
-    """The ptxas executables of this machine that :func:`ptxas` chooses from, in its order of preference:
-    ``cuda.pathfinder``'s, those of the nvcc wheels on ``sys.path`` (both where the CUDA 12 and 13 ones are
-    installed, e.g. ``nvidia-cuda-nvcc`` 13 beside the ``cu12`` wheels), CUDA_HOME's, PATH's, /usr/local/cuda's."""
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-
-        first = find_nvidia_binary_utility("ptxas")
-    except Exception:  # noqa: BLE001 - an older cuda.pathfinder, or none found
-        first = None
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    wheels = [os.path.join(entry, *parts) for entry in sys.path if entry for parts in _WHEEL_PTXAS]
-    out = []
-    for path in (first, *wheels, home and os.path.join(home, "bin", "ptxas"), shutil.which("ptxas"),
-                 "/usr/local/cuda/bin/ptxas"):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            real = os.path.realpath(path)
-            if real not in (os.path.realpath(p) for p in out):
-                out.append(path)
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _ptxas_options() -> tuple:
-    """``--split-compile=0`` where ptxas has it (CUDA 12.3+): it optimises the functions of an
-    object in threads, one per CPU (a broadcast's object: 5.7 -> 3.1 s on 2 CPUs)."""
-    help_text = subprocess.run([ptxas(), "--help"], capture_output=True, text=True).stdout
-    return ("--split-compile=0",) if "--split-compile" in help_text else ()
 
 
 def _objects_dir() -> Path:
@@ -622,10 +562,10 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, sp
                  opt: str | None = None) -> Path:
     """Where the object of ``name`` is cached; ``split``: its loops' :func:`nvshmem_dsl.linker.loop_split.key`
     (default: the one in effect); ``opt``: how it is optimised (default: :func:`opt_level`)."""
-    st = os.stat(ptxas())
+    st = os.stat(link.ptxas())
     split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt or opt_level(name), split, abi.preserve(),
+             cpu, features, cap, link.ptxas(), st.st_size, st.st_mtime_ns, opt or opt_level(name), split, abi.preserve(),
              helper_archive.key(store_file._arch_number(cpu), bc_path)]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
@@ -651,29 +591,6 @@ def is_helper(name: str) -> bool:
     return re.fullmatch(_NVSHMEM_FUNCTION, name) is not None and not is_api_function(name)
 
 
-#: A PTX file's ``.version``: (major, minor).
-PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
-
-
-def ptx_isa(ptx: str) -> int | None:
-    """The PTX ISA (x10) that ``ptx`` says in its ``.version`` (None: none written)."""
-    m = PTX_VERSION.search(ptx)
-    return None if m is None else int(m.group(1)) * 10 + int(m.group(2))
-
-
-def with_ptx_isa(ptx: str, isa: int) -> str:
-    """``ptx`` with its ``.version`` saying ISA ``isa`` (x10)."""
-    m = PTX_VERSION.search(ptx)
-    return f"{ptx[:m.start()]}.version {isa // 10}.{isa % 10}{ptx[m.end():]}"
-
-
-def ptx_target(ptx: str) -> tuple[str, str]:
-    """``(cpu, features)`` of PTX ``ptx`` as LLVM names them (``sm_90a``, ``+ptx85``): its
-    ``.target`` and ``.version``, what objects linked with it are built for."""
-    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
-    return cpu, f"+ptx{ptx_isa(ptx)}"
-
-
 def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     """The objects (paths) a kernel's PTX ``ptx`` (for SM ``arch``'s bitcode) is to be linked
     with: those of the NVSHMEM functions it calls out of line (:func:`extern_calls`), for its
@@ -683,7 +600,7 @@ def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     names = extern_calls(ptx)
     if not names:
         return []
-    cpu, features = ptx_target(ptx)
+    cpu, features = link.ptx_target(ptx)
     archived_helpers(ptx, bc_path)  # (asked already where the PTX was prepared: prepare_calls)
     return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
@@ -759,18 +676,14 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                 if archive is not None and is_helper(n):
                     found = helper_archive.known(sm, split_specialised(n)[0], bc_path)
                     if found == helper_archive.MISMATCH and SPECIALISED not in n:
-                        from .link import NvshmemLinkError
-
-                        raise NvshmemLinkError(f"NVSHMEM's helper {n} is called by its name, which NVIDIA's "
+                        raise link.NvshmemLinkError(f"NVSHMEM's helper {n} is called by its name, which NVIDIA's "
                                                f"compiled helpers ({archive.name}) define with another prototype; "
                                                f"{helper_archive.ENV}=build builds them all instead")
                     if found is True:
                         paths[n] = archive
                         continue
                     if found is None and SPECIALISED not in n:  # every kernel's and object's helpers are asked
-                        from .link import NvshmemLinkError
-
-                        raise NvshmemLinkError(f"NVSHMEM's helper {n}: not known whether NVIDIA's compiled helpers "
+                        raise link.NvshmemLinkError(f"NVSHMEM's helper {n}: not known whether NVIDIA's compiled helpers "
                                                f"({archive.name}) define it; {helper_archive.ENV}=build builds them all "
                                                "instead")
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
@@ -845,7 +758,7 @@ def opt_tiered() -> bool:
     object took 1.1 s of LLVM and 2.8 s of ptxas where O3 took 2.75 and 3.4 s on an H200 host
     (tests/gpu/records/2026-12-01/h200-cold-o3-objects-light-first.txt), and ran 1.05x of C++ where O3
     ran 1.00x (tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt)."""
-    return not os.environ.get(OPT_ENV, "").strip() and abi.driver_major() is not None
+    return not os.environ.get(OPT_ENV, "").strip() and link.driver_major() is not None
 
 
 def explain_tiers() -> str:
@@ -952,7 +865,7 @@ def object_calls(path: Path) -> frozenset:
             raise FileNotFoundError
         return frozenset(text.split())
     except FileNotFoundError:
-        return frozenset(n for n, defined in elf_symbols(path.read_bytes())
+        return frozenset(n for n, defined in link.elf_symbols(path.read_bytes())
                          if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(_NVSHMEM_FUNCTION, n))
 
 
@@ -973,32 +886,13 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
         if on_calls is not None:
             on_calls(calls)
         try:
-            cubin = assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *_ptxas_options()))
-        except PtxasError as e:
+            cubin = link.assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *link._ptxas_options()))
+        except link.PtxasError as e:
             raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
                                f"instead):\n{e}") from None
         store_file.write_atomically(path.with_suffix(".calls"), "".join(f"{n}\n" for n in sorted(calls)).encode())
         store_file.write_atomically(path, cubin)  # after its calls: an object's calls are known once it is there
         return True
-
-
-class PtxasError(RuntimeError):
-    """ptxas failed; the message is the end of what it printed."""
-
-
-def assemble(ptx, arch: str, options=()) -> bytes:
-    """The relocatable cubin ``ptxas -c -arch=<arch> <options>`` (:func:`ptxas`) makes of PTX ``ptx``
-    (text or bytes), compiled in a temporary folder; :class:`PtxasError` when it fails.  The one
-    place that runs ptxas on PTX: NVSHMEM's objects (:func:`_build`) and kernels whose PTX
-    nvJitLink does not read (:func:`nvshmem_dsl.linker.link.ptxas_object`)."""
-    with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-ptxas-") as tmp:
-        src, out = Path(tmp, "in.ptx"), Path(tmp, "out.cubin")
-        src.write_bytes(ptx.encode() if isinstance(ptx, str) else ptx)
-        done = subprocess.run([ptxas(), "-c", f"-arch={arch}", *options, str(src), "-o", str(out)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise PtxasError(done.stderr[-3000:])
-        return out.read_bytes()
 
 
 def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
@@ -1036,59 +930,4 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
 # --------------------------------------------------------------------------
 # Reading a cubin (no CUDA tools needed)
 
-_EIATTR_REGCOUNT = 0x2F
 
-
-def elf_sections(cubin: bytes):
-    """``(section names, [(name offset, type, offset, size, link)], data(i))`` of a 64-bit ELF file
-    (a cubin, or a host object)."""
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize) for i in range(shnum)]
-
-    def data(i):
-        return cubin[secs[i][2]:secs[i][2] + secs[i][3]]
-
-    return data(shstrndx), secs, data
-
-
-def elf_string(blob: bytes, at: int) -> str:
-    """The string at ``at`` of an ELF string table ``blob``."""
-    return blob[at:blob.index(b"\0", at)].decode()
-
-
-def elf_symbols(cubin: bytes) -> list:
-    """``(name, defined)`` of every entry of an ELF cubin's symbol table, in order (unnamed ones
-    with the name "")."""
-    cubin = bytes(cubin)
-    _, secs, data = elf_sections(cubin)
-    out = []
-    for i, (_, kind, _, _, link) in enumerate(secs):
-        if kind == 2:  # SHT_SYMTAB
-            strtab, table = data(link), data(i)
-            for at in range(0, len(table), 24):
-                st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, at)
-                out.append((elf_string(strtab, st_name), st_shndx != 0))
-    return out
-
-
-def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
-    """``(defined, registers)`` of an ELF cubin: how many times each symbol is defined, and the
-    registers of each function (``.nv.info``'s REGCOUNT; a linked kernel's counts its callees)."""
-    cubin = bytes(cubin)
-    entries = elf_symbols(cubin)
-    symbols = [name for name, _ in entries]
-    defined = collections.Counter(name for name, is_defined in entries if is_defined)
-    names, secs, data = elf_sections(cubin)
-    registers = {}
-    for i, sec in enumerate(secs):
-        if elf_string(names, sec[0]) == ".nv.info":
-            blob, at = data(i), 0
-            while at + 4 <= len(blob):
-                fmt, attr, size = struct.unpack_from("<BBH", blob, at)
-                size = size if fmt == 4 else 0  # EIFMT_SVAL carries `size` bytes
-                if attr == _EIATTR_REGCOUNT and size == 8:
-                    sym, count = struct.unpack_from("<II", blob, at + 4)
-                    registers[symbols[sym]] = count
-                at += 4 + size
-    return defined, registers

@@ -88,9 +88,9 @@ from ..linker._llvm import internalize as _internalize
 from ..linker._llvm import run as _run
 from ..linker._llvm import target_machine as _target_machine
 from ..linker.hooks import ModuleHooks
-from ..linker.link import UNSWITCH_ENV  # noqa: F401 (read by tests and bench scripts here)
-from ..linker.link import (DECLARATION, NvshmemLinkError, inline_nvshmem, mark_declaration, default_ptx,
-                           nvjitlink_reads, nvshmem_functions, ptxas_object, unswitching)
+from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_reads, ptxas_object
+from ..linker.pipeline import UNSWITCH_ENV  # noqa: F401 (read by tests and bench scripts here)
+from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration, nvshmem_functions, unswitching
 
 __all__ = [
     "NvshmemCodeLibrary",

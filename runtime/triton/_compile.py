@@ -432,7 +432,7 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     register cap of ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid``
     and ``.maxnreg``, which :func:`link_cubin` reads)."""
     from ..linker import outline, store
-    from ..linker.link import DECLARATION, inline_nvshmem, mark_declaration, unswitching
+    from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration, unswitching
 
     llvm = _llvm()
     externs = nvshmem_externs(llir)
@@ -525,10 +525,9 @@ def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     out of line (:func:`nvshmem_dsl.linker.outline.objects`).  ``metadata``: the compile's (Triton's
     stages pass it), whose ``hash`` names the kernel in Triton's cache, for
     :func:`_forget_provisional`."""
-    from ..linker import outline
-    from ..linker.link import nvjitlink_cubin
+    from ..linker import link, outline
 
-    cpu, _ = outline.ptx_target(ptx)
+    cpu, _ = link.ptx_target(ptx)
     paths = outline.objects_for(ptx, _sm(capability))
     from triton import knobs
 
@@ -541,7 +540,7 @@ def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     # in the PTX, which outline.register_cap reads for the objects)
     opts += [f"-Xptxas={o}" for o in (getattr(options, "ptx_options", None) or "").split()]
     inputs = [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths]
-    cubin = nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
+    cubin = link.nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
     stats["cubins_linked"] += 1
     if metadata is not None and metadata.get("hash") and outline.provisional(paths):
         _keep_from_cache(metadata["hash"])
