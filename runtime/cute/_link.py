@@ -49,7 +49,6 @@ installed nvidia-cutlass-dsl and the way out, ``NVSHMEM_DSL_OUTLINE=none``.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import glob
 import hashlib
@@ -64,6 +63,7 @@ from typing import Optional
 from ..linker import link, outline
 from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin
 from ..linker.pipeline import ptx_for_nvjitlink
+from ._compile import current_arch, linked_binaries
 
 __all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations",
            "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats", "undefined_symbols"]
@@ -74,10 +74,6 @@ stats = {"linked": 0}
 _lock = threading.Lock()
 _installed: Optional[bool] = None
 _HINT = f"{outline.ENV}=none (or `with nvshmem_dsl.cute.outline('none'):`) inlines everything instead"
-
-#: Set by :func:`nvshmem_dsl.cute.compile`: a list the hook appends ``(outlined names, linked
-#: cubin)`` to, one per binary linked.
-linked_binaries: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_cute_linked", default=None)
 
 
 def _cute_version() -> str:
@@ -352,8 +348,6 @@ def _pipeline_arch(pipeline: str) -> str:
     m = re.search(r"cubin-chip='?(sm_\w+)", pipeline)
     if m:
         return m.group(1)
-    from ._compile import current_arch
-
     return current_arch()
 
 
