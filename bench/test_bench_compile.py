@@ -302,9 +302,9 @@ def _coll_symbol(name: str) -> str:
 def _large_outlined(ptx: str, name: str) -> frozenset:
     """The NVSHMEM functions kernel ``name``'s PTX calls in their objects (nvshmem_dsl.linker.outline links
     NVSHMEM's large routines so): at most the kernel's own collective or barrier, the rest is inlined."""
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls
 
-    outlined = outline.extern_calls(ptx) - outline.helper_calls(ptx)  # NVSHMEM's transport helpers aside
+    outlined = calls.extern_calls(ptx) - calls.helper_calls(ptx)  # NVSHMEM's transport helpers aside
     large = {_coll_symbol(name)} if name.startswith("coll_") else {"nvshmemx_barrier_all_block"}
     assert outlined <= large, (name, sorted(outlined))
     return outlined
@@ -438,9 +438,9 @@ def test_cute_p_loop_is_unswitched_inlining_everything():
     (nvshmem_dsl.linker.nvvm.nvvm_bitcode) has the same rewrite."""
     _need("cutlass.cute", "sm_90a")
     import cute_bench as cb
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import plan
 
-    with outline.override("none"):
+    with plan.override("none"):
         ck = cb.compile_all(cb.fake_tensors(1 << 20), arch="sm_90a", names=["p_lat"], keep_ptx=True)["p_lat"]
     assert [b for b in _loops(ck.__ptx__) if len(re.findall(rf"^\s*{_P2P_OPS['p_lat']}", b, re.M)) >= 2
             and "call" not in b]

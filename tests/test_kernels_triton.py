@@ -21,7 +21,7 @@ except Exception as e:  # pragma: no cover
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl.kernels import _plan  # noqa: E402
 from nvshmem_dsl.kernels import triton as kt  # noqa: E402
-from nvshmem_dsl.linker import link, outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link, plan  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 CASES = [(kind, dtype) for kind in _plan.KINDS for dtype in _plan.DTYPES]
@@ -88,7 +88,7 @@ def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind, dtype):
         put, nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]}
     # NVSHMEM's API inlined: no call of an API function, only its out-of-line transport helpers
     assert not _CALL.findall(ptx)
-    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert all(calls.is_helper(name) for name in calls.extern_calls(ptx)), calls.extern_calls(ptx)
     assert "nvshmemi_device_state_d" in ptx
     assert "ld.volatile" in ptx  # the signal wait polls its word
     assert "bar.sync" in ptx

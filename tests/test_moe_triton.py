@@ -25,7 +25,7 @@ from nvshmem_dsl.kernels import triton as kt  # noqa: E402
 from nvshmem_dsl.kernels.moe import _layout  # noqa: E402
 from nvshmem_dsl.kernels.moe import numba as mn  # noqa: E402
 from nvshmem_dsl.kernels.moe import triton as mt  # noqa: E402
-from nvshmem_dsl.linker import link, outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 KINDS = ("dispatch", "combine")
@@ -89,7 +89,7 @@ def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind):
     assert set(_compile.nvshmem_externs(llir)) == CALLS[kind]
     # NVSHMEM's API inlined: no call of an API function, only its out-of-line transport helpers
     assert not _CALL.findall(ptx)
-    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert all(calls.is_helper(name) for name in calls.extern_calls(ptx)), calls.extern_calls(ptx)
     assert "nvshmemi_device_state_d" in ptx
     assert "membar.sys" in ptx  # the fence before each signal
     assert "ld.volatile" in ptx  # the signal wait polls its word

@@ -7,7 +7,7 @@
   ``cubin`` stage left out (ptxas of ~1 MB of inlined NVSHMEM per kernel would add minutes).
   Each kernel's LLVM IR must declare exactly the C functions of the dispatch table (through
   their ``__nvshmem_dsl_tt_`` externs), and its PTX must call no NVSHMEM API function but the
-  large ones linked out of line (:func:`nvshmem_dsl.linker.outline.split`, declared ``.extern``): the
+  large ones linked out of line (:func:`nvshmem_dsl.linker.plan.split`, declared ``.extern``): the
   fine-grained ones are inlined.
 * The externs' definitions (shims) of all 2731 device C functions are valid LLVM IR.
 * One kernel to a cubin (Triton's ptxas) and one with a collective to a cubin linked by
@@ -47,7 +47,7 @@ from triton.compiler.errors import CompilationError  # noqa: E402
 
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import link, outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link, outline  # noqa: E402
 from nvshmem_dsl.errors import NvshmemTypeError  # noqa: E402
 from nvshmem_dsl.triton import _calls, _compile  # noqa: E402
 
@@ -782,7 +782,7 @@ def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}
     ck = _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, maxnreg=40)
-    assert outline.helper_calls(ck.asm["ptx"]) and ".maxnreg 40" in ck.asm["ptx"]
+    assert calls.helper_calls(ck.asm["ptx"]) and ".maxnreg 40" in ck.asm["ptx"]
     _, registers = link.cubin_info(ck.asm["cubin"])
     assert registers and max(registers.values()) <= 40, registers
     with pytest.raises(Exception, match="no-such-option|Unknown option|unrecognized"):

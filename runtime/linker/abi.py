@@ -27,7 +27,7 @@ from typing import Callable
 
 from . import code_env, link
 
-__all__ = ["ENV", "PRESERVE", "MIN_PTX", "advise", "declared", "explain", "mark", "marked",
+__all__ = ["ENV", "PRESERVE", "MIN_PTX", "advise", "declared", "explain", "mark", "marked", "object_features",
            "preserve", "supported"]
 
 ENV = code_env.ABI_PRESERVE
@@ -186,3 +186,13 @@ def _missing() -> list:
     if not _driver_ptx_ok():
         missing.append("driver older than CUDA 13")
     return missing
+
+
+def object_features(features: str) -> str:
+    """The LLVM features of the objects for a kernel of ``features`` (``+ptx85``): the same, with
+    a PTX ISA of at least :data:`MIN_PTX` where the objects preserve
+    registers (``.abi_preserve`` is PTX 9.0), and at most what their ptxas reads (a DSL's own
+    compiler may write a newer one: Triton 3.9 and CuTe built for CUDA 13 write 9.4)."""
+    least = MIN_PTX if preserve() is not None else 0
+    most = link.ptxas_ptx_isa() or 10 ** 6
+    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(min(int(m.group(1)), most), least)}", features)

@@ -25,7 +25,7 @@ import re
 
 import llvmlite.binding as llvm
 
-from . import abi, code_env, link, outline, store
+from . import abi, calls, code_env, link, outline, plan, store
 from ._llvm import function_shape, internalize, nontrivial_unswitching, run
 from .link import NvshmemLinkError
 
@@ -129,17 +129,17 @@ def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool
     (:func:`nvshmem_dsl.linker.outline.prefetch`).  NVSHMEM's own out-of-line helpers, already
     optimised by clang, are not run through the optimiser a second time unless ``unswitch`` (that
     would cost ~0.3 s a kernel)."""
-    inline, outlined = outline.split(names, sm) if outline_objects else (frozenset(names), frozenset())
+    inline, outlined = plan.split(names, sm) if outline_objects else (frozenset(names), frozenset())
     if outlined and objects_target is not None:
         outline.prefetch(outlined, sm, *objects_target)
     try:
         api = store.api_module(inline, sm, unswitch=unswitch,
-                               helpers_out=outline_objects and outline.helpers_out())
+                               helpers_out=outline_objects and plan.helpers_out())
     except KeyError as e:
         raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
     check_declarations(main, api, inline, outlined)
     if objects_target is not None:  # the kernel's PTX will ask NVIDIA's compiled helpers about these: now
-        outline.ask_archive_ahead(api, *objects_target[:2])
+        calls.ask_archive_ahead(api, *objects_target[:2])
     main.link_in(api)
     internalize(main, set(keep) | set(store.EXPORTED_GLOBALS))
     run(main, pb, "always_inliner", "global_dead_code_eliminate")

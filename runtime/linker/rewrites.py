@@ -236,7 +236,7 @@ _ATTRS = re.compile(ATTRIBUTE_GROUP, re.M)
 # `#1 section ".text.compute" {`)
 _HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)((?: [^\n#{]+)? \{)$', re.M)
 _HELPER_CALL = re.compile(r'(call [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
-# a helper linked from its object (nvshmem_dsl.linker.outline.helpers_out) is declared
+# a helper linked from its object (nvshmem_dsl.linker.plan.helpers_out) is declared
 _HELPER_DECLARE = re.compile(r'^(declare [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
 _GROUP_INSTANCE = re.compile(r'threadgroup_t[123]')  # NVSHMEM's warp, warpgroup, block instances
 

@@ -25,7 +25,7 @@ path to PTX, inside Numba's own code library:
      block scope are, so loops around thread-scope calls unroll as in C++);
    * links in the NVSHMEM functions it calls, taken from a cached, pre-split
      copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.linker.store`, a few ms) -- but for the large
-     ones (collectives, barriers: :func:`nvshmem_dsl.linker.outline.split`), which stay
+     ones (collectives, barriers: :func:`nvshmem_dsl.linker.plan.split`), which stay
      declarations: the kernel calls them in relocatable objects built once and cached
      (:mod:`nvshmem_dsl.linker.outline`), which :meth:`NvshmemCodeLibrary._link_all` adds to the
      link (it reads which from the PTX's ``.extern .func`` declarations);
@@ -83,7 +83,7 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
-from ..linker import outline, store
+from ..linker import calls, outline, store
 from ..linker._llvm import internalize as _internalize
 from ..linker._llvm import run as _run
 from ..linker._llvm import target_machine as _target_machine
@@ -175,16 +175,16 @@ _linking: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_numba_lin
 def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
-    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.outline.prepare_calls`).
+    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.calls.prepare_calls`).
     ``prefetch``: the PTX is to be linked: its objects start building meanwhile."""
     module, tm = link(llvm_strs, cc, opt, max_registers, prefetch)
-    return outline.prepare_calls(tm.emit_assembly(module))
+    return calls.prepare_calls(tm.emit_assembly(module))
 
 
 def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
-    target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.outline.split` says to call
+    target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.plan.split` says to call
     out of line stay declarations (the module still defines the device state); with ``prefetch``,
     their objects start building meanwhile, at the register cap of the kernels' launch bounds and
     ``max_registers`` (:func:`nvshmem_dsl.linker.outline.prefetch`).
@@ -327,7 +327,7 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
         # the NVSHMEM functions the PTX calls out of line (read from the PTX, which may come from
         # Numba's cache): their objects
         ptx = self.get_asm_strs(cc=cc)
-        outlined = outline.extern_calls(ptx)
+        outlined = calls.extern_calls(ptx)
         if outlined:
             cpu, features = _target(cc)
             cap = outline.register_cap(ptx, self._max_registers)

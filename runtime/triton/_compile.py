@@ -26,7 +26,7 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
    (:func:`_needs_short_pointers`); Triton's own post-processing of PTX is repeated (kernel name
    into the metadata, ``.version``, ``.target``).  Kernels without NVSHMEM externs take Triton's
    stages unchanged.
-3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.linker.outline.split`) stay
+3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.linker.plan.split`) stay
    calls into relocatable objects compiled once (:mod:`nvshmem_dsl.linker.outline`, the Numba path's
    cache); when the PTX calls one, the ``cubin`` stage is ours too: nvJitLink links the PTX with
    those objects (:func:`link_cubin`).  Without nvJitLink they are inlined instead.
@@ -495,14 +495,14 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
     """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring);
     ``prefetch``: our cubin stage follows, so the objects of what it calls out of line start
     building meanwhile."""
-    from ..linker import outline
+    from ..linker import calls, plan
 
     if getattr(options, "num_ctas", 1) > 1:
         raise NvshmemLinkError(
             f"kernel {metadata.get('name') or ''}: NVSHMEM calls in a kernel with num_ctas="
             f"{options.num_ctas} (a cluster per program) are not supported; use num_ctas=1")
     cpu, features, ptx_version = _triton_target(options, capability)
-    objects = outline.helpers_out()  # hybrid linking on, and a ptxas for the objects
+    objects = plan.helpers_out()  # hybrid linking on, and a ptxas for the objects
     link_ptx = nvjitlink_ptx_isa() if objects else None  # the highest PTX ISA nvJitLink reads
     if objects and link_ptx is None:
         objects = False  # no nvJitLink to link the objects: everything inlined
@@ -515,7 +515,7 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
                                 getattr(options, "maxnreg", None), prefetch)
     # the calls' convention after Triton's .version: a kernel that calls objects may need PTX 9.0
     # (nvJitLink links it), one that calls none keeps Triton's (Triton's ptxas compiles it)
-    ptx = outline.prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
+    ptx = calls.prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
     stats["kernels"] += 1
     return ptx
 
@@ -583,9 +583,9 @@ def _forget_provisional() -> None:
 
 #: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
 #: the generated op table.
-_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/store.py",
-            "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/loop_split.py", "linker/_llvm.py",
-            "linker/object_llvm.py", "linker/abi.py")
+_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/pipeline.py", "linker/plan.py", "linker/link.py",
+            "linker/store.py", "linker/pieces.py", "linker/rewrites.py", "linker/calls.py", "linker/outline.py",
+            "linker/loop_split.py", "linker/_llvm.py", "linker/object_llvm.py", "linker/abi.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -651,10 +651,10 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
     ours = None  # our cubin stage, when Triton has one
     if triton_cubin is not None:
-        from ..linker import outline
+        from ..linker import calls
 
         def cubin_stage(src, metadata):
-            if isinstance(src, str) and outline.extern_calls(src):
+            if isinstance(src, str) and calls.extern_calls(src):
                 return link_cubin(src, cap, options, metadata)
             return triton_cubin(src, metadata)
 

@@ -195,7 +195,7 @@ case "$step" in
     elif [ "$step" = opt-ab ]; then var=NVSHMEM_DSL_OUTLINE_OPT; modes=${OPT_MODES:-light o3}
     elif [ "$step" = helpers-ab ]; then var=NVSHMEM_DSL_HELPERS; modes=${HELPERS_MODES:-build archive}
     else var=NVSHMEM_DSL_ABI_PRESERVE; modes=${ABI_MODES:-off default}
-      python3 -c "from nvshmem_dsl.linker import abi, link, outline; print('ptxas', outline.ptxas(), abi._ptxas_major(outline.ptxas()), 'nvJitLink ISA', link.nvjitlink_ptx_isa(), 'driver PTX 9.0', abi._driver_ptx_ok(), 'preserve', abi.preserve())" 2>&1 | tee "$work/abi.txt"
+      python3 -c "from nvshmem_dsl.linker import abi, link; print('ptxas', link.ptxas(), abi._ptxas_major(link.ptxas()), 'nvJitLink ISA', link.nvjitlink_ptx_isa(), 'driver PTX 9.0', abi._driver_ptx_ok(), 'preserve', abi.preserve())" 2>&1 | tee "$work/abi.txt"
     fi
     ngpu=$(nvidia-smi -L | wc -l); per=$(( (2 + ngpu - 1) / ngpu )); build=""
     for m in $modes; do
