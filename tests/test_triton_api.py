@@ -273,12 +273,11 @@ def _report(what: str, kernels: dict, results: list, wall: float) -> None:
 
 
 def test_every_form_compiles_to_ptx_with_nvshmem_inlined(tmp_path):
-    """Every form, through the lighter second optimisation (``NVSHMEM_DSL_UNSWITCH=0``) and
-    without line info: the same link and inlining, half the compile time."""
+    """Every form, without line info: the same link and inlining, less compile time."""
     kernels = _all_kernels()
     path = _write(tmp_path / "all_forms.py", kernels)
     results, wall = _compile_all(path, kernels, tmp_path / "cache",
-                                 {"NVSHMEM_DSL_UNSWITCH": "0", "TRITON_DISABLE_LINE_INFO": "1"})
+                                 {"TRITON_DISABLE_LINE_INFO": "1"})
     _report("every form", kernels, results, wall)
     assert len(results) == len(kernels)
     problems = _check_results(kernels, results)
@@ -287,10 +286,10 @@ def test_every_form_compiles_to_ptx_with_nvshmem_inlined(tmp_path):
 
 
 def test_every_family_and_scope_compiles_with_the_default_pipeline(tmp_path):
-    """One form of every family and scope through the default pipeline (unswitching, line info)."""
+    """One form of every family and scope through the default pipeline (line info)."""
     kernels = _representative_kernels()
     path = _write(tmp_path / "representative.py", kernels)
-    env = {k: os.environ.get(k, "") for k in ("NVSHMEM_DSL_UNSWITCH", "TRITON_DISABLE_LINE_INFO")}
+    env = {"TRITON_DISABLE_LINE_INFO": os.environ.get("TRITON_DISABLE_LINE_INFO", "")}
     results, wall = _compile_all(path, kernels, tmp_path / "cache", env)
     _report("every family and scope", kernels, results, wall)
     problems = _check_results(kernels, results)
@@ -551,7 +550,7 @@ def test_hook_is_installed_and_keys_triton_cache():
 
 def test_identity_follows_the_environment(monkeypatch):
     a = _compile.identity()
-    monkeypatch.setenv("NVSHMEM_DSL_UNSWITCH", "0")
+    monkeypatch.setenv("NVSHMEM_DSL_OUTLINE", "none")
     assert _compile.identity() != a
 
 

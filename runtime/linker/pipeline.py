@@ -19,18 +19,14 @@ kernel as an llvmlite module whose NVSHMEM functions are declarations (marked by
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 
-import llvmlite.binding as llvm
-
-from . import abi, calls, code_env, link, outline, plan, store
+from . import abi, calls, link, outline, plan, store
 from ._llvm import function_shape, internalize, nontrivial_unswitching, run
 from .link import NvshmemLinkError
 
-__all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
-           "mark_declaration", "nvshmem_functions", "ptx_for_nvjitlink", "unswitching"]
+__all__ = ["DECLARATION", "NvshmemLinkError", "check_declarations", "inline_nvshmem", "mark_declaration",
+           "nvshmem_functions", "ptx_for_nvjitlink"]
 
 
 #: A whole declaration line of an nvshmem* function; group 1 is its name.
@@ -78,62 +74,37 @@ def check_declarations(main, api, names, outlined=frozenset()) -> None:
         )
 
 
-@functools.lru_cache(maxsize=None)
-def _unconstrained() -> frozenset:
-    """The NVSHMEM functions any subset of a warp's threads may call: those of scopes that the
-    spec does not mark ``convergent`` (thread scope)."""
-    from .. import _optable
-
-    scopes = _optable.table()["scopes"]
-    return frozenset(sym for sym, op in _optable.device_ops().items()
-                     if not scopes[op["scope"]]["convergent"])
-
-
-def mark_declaration(m, all_convergent: bool = False) -> str:
-    """For ``DECLARATION.sub``: declarations of NVSHMEM functions get ``nounwind``; those of
-    warp/block scope (and any function the op table does not know) ``convergent`` too, so that
-    O3 keeps every thread of the group on the same call.  Loops around thread-scope calls may be
-    unrolled with a remainder, unless ``all_convergent``."""
-    if not all_convergent and m.group(1) in _unconstrained():
-        return m.group(0) + " nounwind"
+def mark_declaration(m) -> str:
+    """For ``DECLARATION.sub``: declarations of NVSHMEM functions get ``convergent nounwind``, so that
+    O3 keeps every thread of a group on the same call while only their declarations are visible, and
+    a loop around a thread-scope call reaches the second O3 (:func:`inline_nvshmem`) whole, to be
+    unswitched before it is unrolled."""
     return m.group(0) + " convergent nounwind"
 
 
-#: Loop unswitching (on unless ``NVSHMEM_DSL_UNSWITCH=0``): after NVSHMEM is inlined, the whole
-#: O3 pipeline runs once more with LLVM's non-trivial loop unswitching, so that a loop of
-#: ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
-#: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
-#: (bench/experiments/unswitch.py; what it gains and costs: BENCHMARKS.md).  See
-#: :func:`nontrivial_unswitching`.
-UNSWITCH_ENV = code_env.UNSWITCH
-
-
-def unswitching() -> bool:
-    """Whether NVSHMEM kernels are compiled with loop unswitching (``$NVSHMEM_DSL_UNSWITCH``,
-    on unless it says 0/off/no/false)."""
-    return os.environ.get(UNSWITCH_ENV, "").strip().lower() not in ("0", "off", "no", "false")
-
-
-def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool, opt: bool = True,
-                   outline_objects: bool = True, before_simplify=(), objects_target=None) -> frozenset:
+def inline_nvshmem(main, names, sm: int, keep, pb, *, opt: bool = True, outline_objects: bool = True,
+                   objects_target=None) -> frozenset:
     """Link the NVSHMEM functions ``names`` that ``main`` declares into it and inline them; returns
     those left out of line (their objects go into the link).
 
     ``keep``: what stays externally visible (the kernel's own definitions; the device state
     :data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS` is added); ``pb``: the pass builder for the
-    kernel's target; ``kernel_fns``: the front-end's own functions, which the lighter second pass
-    (``unswitch`` off) simplifies and unrolls; ``before_simplify``: passes (names for
-    :func:`nvshmem_dsl.linker._llvm.run`) run before that lighter pass; ``outline_objects``
-    False: everything inlined; ``objects_target``: ``(cpu, features, register cap)`` of the
-    kernel, to start building the objects of what it calls out of line meanwhile
-    (:func:`nvshmem_dsl.linker.outline.prefetch`).  NVSHMEM's own out-of-line helpers, already
-    optimised by clang, are not run through the optimiser a second time unless ``unswitch`` (that
-    would cost ~0.3 s a kernel)."""
+    kernel's target; ``outline_objects`` False: everything inlined; ``objects_target``: ``(cpu,
+    features, register cap)`` of the kernel, to start building the objects of what it calls out of
+    line meanwhile (:func:`nvshmem_dsl.linker.outline.prefetch`).
+
+    After NVSHMEM is inlined the whole O3 pipeline runs once more (``opt``) with LLVM's non-trivial
+    loop unswitching (:func:`nvshmem_dsl.linker._llvm.nontrivial_unswitching`), so that a loop of
+    ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
+    loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels (NVSHMEM's
+    thread-scope helpers are not ``convergent`` in the bitcode linked: ``unswitch`` of
+    :func:`nvshmem_dsl.linker.store.api_module`; bench/experiments/unswitch.py; what it gains and
+    costs: BENCHMARKS.md)."""
     inline, outlined = plan.split(names, sm) if outline_objects else (frozenset(names), frozenset())
     if outlined and objects_target is not None:
         outline.prefetch(outlined, sm, *objects_target)
     try:
-        api = store.api_module(inline, sm, unswitch=unswitch,
+        api = store.api_module(inline, sm, unswitch=True,
                                helpers_out=outline_objects and plan.helpers_out())
     except KeyError as e:
         raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
@@ -143,21 +114,8 @@ def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool
     main.link_in(api)
     internalize(main, set(keep) | set(store.EXPORTED_GLOBALS))
     run(main, pb, "always_inliner", "global_dead_code_eliminate")
-    if opt and unswitch:
+    if opt:
         with nontrivial_unswitching():
             pb.getModulePassManager().run(main, pb)
-    elif opt:
-        if before_simplify:
-            run(main, pb, *before_simplify)
-        fpm = pb.getFunctionPassManager()
-        # the simplification pipeline has no runtime unrolling: NVSHMEM's copy loops, now in the
-        # kernel (and freed of their unroll.disable by the copy rewrite), get it here
-        unroll = llvm.create_new_function_pass_manager()
-        unroll.add_loop_unroll_pass()
-        unroll.add_simplify_cfg_pass()
-        for fn in main.functions:
-            if fn.name in kernel_fns and not fn.is_declaration:
-                fpm.run(fn, pb)
-                unroll.run(fn, pb)
     run(main, pb, "global_dead_code_eliminate")
     return outlined

@@ -20,7 +20,7 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
    call are linked from the cached piece store (:mod:`nvshmem_dsl.linker.store`, the one the Numba
    path builds), everything from NVSHMEM is internalized but the device-state globals, NVSHMEM's
    API is inlined, and the module optimised once more at O3 (with the same non-trivial loop
-   unswitching as Numba kernels, ``NVSHMEM_DSL_UNSWITCH``).  LLVM's NVPTX backend then emits the
+   unswitching as Numba kernels).  LLVM's NVPTX backend then emits the
    PTX, for the kernel's SM and Triton's PTX ISA, with NVSHMEM's (LLVM's default) data layout,
    or with Triton's 32-bit shared pointers where its inline assembly needs them
    (:func:`_needs_short_pointers`); Triton's own post-processing of PTX is repeated (kernel name
@@ -432,7 +432,7 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     register cap of ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid``
     and ``.maxnreg``, which :func:`link_cubin` reads)."""
     from ..linker import outline, store
-    from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration, unswitching
+    from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration
 
     llvm = _llvm()
     externs = nvshmem_externs(llir)
@@ -450,23 +450,17 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     main = llvm.parse_assembly(llir)
     main.triple = TRIPLE
     main.data_layout = str(tm.target_data)
-    kernel_fns = {f.name for f in main.functions if not f.is_declaration}
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration and v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private)}
     keep.update(store.EXPORTED_GLOBALS)
     keep -= {SHIM_PREFIX + s for s in externs}
 
-    unswitch = unswitching()
-    mark = functools.partial(mark_declaration, all_convergent=unswitch)
-    shims = llvm.parse_assembly(DECLARATION.sub(mark, shim_module(externs, num_warps)))
+    shims = llvm.parse_assembly(DECLARATION.sub(mark_declaration, shim_module(externs, num_warps)))
     shims.data_layout = main.data_layout
     main.link_in(shims)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
-    # by-value parameters of NVSHMEM's helpers: see _needs_short_pointers
     cap = outline.block_cap([num_warps * 32 if num_warps else None], [max_registers])
-    outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, kernel_fns, unswitch=unswitch,
-                              outline_objects=outline_objects,
-                              before_simplify=("argument_promotion",) if short_ptr else (),
+    outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, outline_objects=outline_objects,
                               objects_target=(cpu, features, cap) if prefetch else None)
     return main, tm, outlined
 
