@@ -107,7 +107,7 @@ def _mangled_modes(name: str):
 
 
 def specialise_helper_calls(ptx: str, keep=frozenset(), rename=frozenset()) -> str:
-    """PTX ``ptx`` with its calls of NVSHMEM's out-of-line helpers (:func:`helpers_out`) that pass
+    """PTX ``ptx`` with its calls of NVSHMEM's out-of-line helpers (:func:`nvshmem_dsl.linker.plan.helpers_out`) that pass
     constants as the helpers' modes (their bool and enum parameters, read from the C++ names:
     signal or atomic op, nbi ...) calling :func:`specialised_name` versions instead, whose objects are built with those constants
     folded in: ``nvshmemi_transfer_put_signal_dispatch`` is 932 KiB of PTX and 6.9 s of ptxas
@@ -239,7 +239,7 @@ def _declaration(ptx: str, name: str):
 
 def predicted_helper_calls(text: str) -> frozenset:
     """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
-    PTX) that the IR ``text`` (an object's :func:`object_ir`) calls and declares: read before any
+    PTX) that the IR ``text`` (an object's :func:`nvshmem_dsl.linker.outline.object_ir`) calls and declares: read before any
     LLVM runs on it, so that their objects can start building at once.  A call the PTX passes a
     mode in a register (not a constant: IPSCCP may fold one more) is named otherwise there; the
     PTX's names are what links."""
@@ -256,7 +256,7 @@ def _declares(text: str) -> dict:
 
 def helper_declarations(text: str, cpu: str, features: str) -> dict:
     """``{helper: its PTX declaration}`` of the NVSHMEM helpers the IR ``text`` (an object's
-    :func:`object_ir`) declares, as the PTX that LLVM emits for ``cpu``/``features`` declares them
+    :func:`nvshmem_dsl.linker.outline.object_ir`) declares, as the PTX that LLVM emits for ``cpu``/``features`` declares them
     (:func:`archived_helpers` asks NVIDIA's compiled object about those), from a module of those
     declarations alone: known before the object's own PTX is.  Helpers whose prototype names a type
     of the IR's own are left to the PTX."""
@@ -311,7 +311,7 @@ def ask_archive_ahead(module, cpu: str, features: str, bc_path=None) -> None:
 
 def extern_calls(ptx) -> frozenset:
     """The NVSHMEM functions that PTX ``ptx`` (text or a list of texts) declares external: the
-    outlined ones its link needs :func:`objects` for."""
+    outlined ones its link needs :func:`nvshmem_dsl.linker.outline.objects` for."""
     texts = [ptx] if isinstance(ptx, (str, bytes)) else ptx
     return frozenset(n for t in texts
                      for n in _EXTERN.findall(t.decode() if isinstance(t, bytes) else t))

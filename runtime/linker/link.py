@@ -219,7 +219,7 @@ class PtxasError(RuntimeError):
 def assemble(ptx, arch: str, options=()) -> bytes:
     """The relocatable cubin ``ptxas -c -arch=<arch> <options>`` (:func:`ptxas`) makes of PTX ``ptx``
     (text or bytes), compiled in a temporary folder; :class:`PtxasError` when it fails.  The one
-    place that runs ptxas on PTX: NVSHMEM's objects (:func:`_build`) and kernels whose PTX
+    place that runs ptxas on PTX: NVSHMEM's objects (:func:`nvshmem_dsl.linker.outline._build`) and kernels whose PTX
     nvJitLink does not read (:func:`nvshmem_dsl.linker.link.ptxas_object`)."""
     with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-ptxas-") as tmp:
         src, out = Path(tmp, "in.ptx"), Path(tmp, "out.cubin")

@@ -1,29 +1,17 @@
-"""Hybrid linking: NVSHMEM's large device routines as calls into cached relocatable objects.
+"""The objects stage of hybrid linking: NVSHMEM's large device routines as calls into cached
+relocatable objects.
 
-Kernels get NVSHMEM's device functions inlined (:mod:`nvshmem_dsl.numba._linker`).  For the small
-ones (p/g, put/get at every scope, atomics, signals, waits, fence/quiet, queries) that is what
-makes them as fast as C++.  NVSHMEM 3.8's collectives are another matter: each one inlined is
-about 1 MiB of PTX, 9-13 s from a kernel to its cubin on a 2-CPU machine, and well over 64
-registers (a 512-thread block reduction no longer launched).  So the large routines are compiled
-once per (NVSHMEM bitcode, target, register cap), each into a relocatable cubin kept in the cache
-directory, and linked into the kernel as out-of-line calls, the way ``nvcc -rdc`` links a device
-library: the kernel's PTX declares them ``.extern .func``, the link adds their objects.
-
-Which functions: :func:`split`, by one criterion, :func:`is_large`: the number of instructions of
-the function's own body in NVSHMEM's bitcode (what inlining copies into the caller; not its
-out-of-line helpers, which are calls either way), at least :data:`MIN_INSTRUCTIONS`.  Measured on
-NVSHMEM 3.8 (bench/results/outline-cpu-2026-11-24.txt): the small operations have at most 477
-(``put_signal_block``), syncs and barriers 811-991, collectives 1668-12581.
-``NVSHMEM_DSL_OUTLINE`` forces it: ``auto`` (the criterion, default), ``none`` (all inlined, as
-before), ``all`` (every NVSHMEM function out of line); per kernel, ``with override("none"):``
-around the kernel's compilation (its first launch or ``compile()``).
+NVSHMEM's small device functions are inlined into kernels; its large routines (collectives,
+barriers: which, :mod:`nvshmem_dsl.linker.plan`) are compiled once per (NVSHMEM bitcode, target,
+register cap), each into a relocatable cubin kept in the cache directory, and linked into the
+kernel as out-of-line calls, the way ``nvcc -rdc`` links a device library: the kernel's PTX
+declares them ``.extern .func``, the link adds their objects.
 
 An object (:func:`objects`, built by :func:`object_ptx` and ``ptxas -c``): the function, external,
 and everything it calls from the piece store (:mod:`nvshmem_dsl.linker.store`), internal, except
 NVSHMEM's ``noinline`` transport helpers, which are linked from NVIDIA's compiled ones
 (:mod:`nvshmem_dsl.linker.helper_archive`, the default) or are objects of their own shared by every object
-and kernel calling them (specialised on the calls' constant modes: :func:`specialise_helper_calls`;
-a broadcast's object: 1144 -> 421 KiB of PTX, bench/results/object-sizes-cpu-2026-11-24.txt; its helpers built once for every collective), with
+and kernel calling them (specialised on the calls' constant modes: :mod:`nvshmem_dsl.linker.calls`), with
 the same rewrites as inlined code, lightly optimised (interprocedural constant propagation; the
 rest was optimised by clang), emitted by LLVM's NVPTX backend for the kernel's SM and PTX ISA, and
 assembled by ``ptxas -c`` with at most the registers the kernel's declared block size leaves a
@@ -32,17 +20,18 @@ thread (:func:`register_cap`: ``.maxntid``/``.reqntid``, or the kernel's ``max_r
 included, can be launched with the threads it may be launched with (any: 1024 a block).
 The device-state globals (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are declared, not defined,
 in the objects: the kernel's module defines them, once per loaded module, where
-``nvshmemx_culibrary_init`` finds them.
+``nvshmemx_culibrary_init`` finds them.  How an object is optimised (:func:`opt_level`), and the
+first forms a cold kernel links while the final ones build in the background (:func:`opt_tiered`,
+:func:`provisional`), are here too.
 
-Linkers use it through :func:`extern_calls` (the outlined functions a kernel's PTX calls) and
-:func:`objects` (their cubins, to add to the link); nothing here depends on Numba, so that the CuTe
-DSL can link the same objects.
+Linkers use it through :func:`nvshmem_dsl.linker.calls.extern_calls` (the outlined functions a
+kernel's PTX calls) and :func:`objects` (their cubins, to add to the link), or :func:`objects_for`
+(both); nothing here depends on Numba, so that the CuTe DSL can link the same objects.
 
-Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
-:func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
-:func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`helper_declarations`, :func:`ask_archive_ahead`, :func:`specialised_name`,
-:func:`split_specialised`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`, :func:`register_cap`, :func:`block_cap`;
-constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
+Public: :func:`objects`, :func:`objects_for`, :func:`prefetch`, :func:`object_ir`, :func:`object_ptx`,
+:func:`object_calls`, :func:`opt_level`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`,
+:func:`register_cap`, :func:`block_cap`, :func:`registers_a_thread`; constants :data:`MAX_REGISTERS`;
+counters :data:`stats`.
 """
 
 from __future__ import annotations
@@ -63,10 +52,9 @@ from .. import _optable
 from . import abi, calls, code_env, helper_archive, link, loop_split, object_workers, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
-__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "SPECIALISED", "block_cap", "extern_calls",
-           "is_large", "helper_calls", "helper_declarations", "helper_declares", "ask_archive_ahead", "ask_archive_ahead_declares", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "opt_tiered", "explain_tiers", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "register_cap", "registers_a_thread",
-           "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats"]
+__all__ = ["MAX_REGISTERS", "SPECIALISED", "block_cap", "explain_tiers", "object_calls", "object_ir", "object_ptx",
+           "objects", "objects_for", "opt_level", "opt_tiered", "prefetch", "provisional", "register_cap",
+           "registers_a_thread", "specialised_name", "split_specialised", "stats"]
 
 
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
@@ -207,7 +195,7 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, sp
 
 def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     """The objects (paths) a kernel's PTX ``ptx`` (for SM ``arch``'s bitcode) is to be linked
-    with: those of the NVSHMEM functions it calls out of line (:func:`extern_calls`), for its
+    with: those of the NVSHMEM functions it calls out of line (:func:`nvshmem_dsl.linker.calls.extern_calls`), for its
     ``.target`` and ``.version``, at the register cap its declared block size leaves
     (:func:`register_cap`); none when it calls none.  For PTX linked by hand (nvJitLink, the
     driver's linker) rather than through a DSL's own link."""
@@ -260,7 +248,7 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     :func:`register_cap`).
 
     Builds run at once, largest IR first: those of the helpers an object will call start with
-    it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
+    it (:func:`nvshmem_dsl.linker.calls.predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
     PTX is there), since a collective's object and its put_signal helper take about as long."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     abi.advise()  # where a CUDA 13 ptxas would make them faster
@@ -470,7 +458,7 @@ def _cached(path: Path) -> bool:
 def object_calls(path: Path) -> frozenset:
     """The NVSHMEM functions the object ``path`` calls in other objects (written beside it when
     built: ``<object>.calls``; where that is missing, its undefined functions); none for NVIDIA's
-    compiled helpers (:func:`helpers_archive`, a host object: they call each other in it)."""
+    compiled helpers (:func:`nvshmem_dsl.linker.calls.helpers_archive`, a host object: they call each other in it)."""
     if Path(path).suffix == ".o":
         return frozenset()
     try:
