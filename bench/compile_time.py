@@ -204,16 +204,10 @@ def _triton(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -
 
 
 def _outline_mode() -> str:
-    """How NVSHMEM's large routines were linked: nvshmem_dsl.linker.outline's mode (NVSHMEM_DSL_OUTLINE), or
-    "n/a" where nvshmem_dsl has no outlining (every routine inlined)."""
-    import importlib
+    """How NVSHMEM's large routines were linked: nvshmem_dsl.linker.plan's mode (NVSHMEM_DSL_OUTLINE)."""
+    from nvshmem_dsl.linker import plan
 
-    for name in ("nvshmem_dsl.linker.outline", "nvshmem_dsl.linker.outline"):
-        try:
-            return importlib.import_module(name).mode()
-        except ImportError:
-            continue
-    return "n/a"
+    return plan.mode()
 
 
 def main(argv=None) -> int:

@@ -302,9 +302,9 @@ def _coll_symbol(name: str) -> str:
 def _large_outlined(ptx: str, name: str) -> frozenset:
     """The NVSHMEM functions kernel ``name``'s PTX calls in their objects (nvshmem_dsl.linker.outline links
     NVSHMEM's large routines so): at most the kernel's own collective or barrier, the rest is inlined."""
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls
 
-    outlined = outline.extern_calls(ptx) - outline.helper_calls(ptx)  # NVSHMEM's transport helpers aside
+    outlined = calls.extern_calls(ptx) - calls.helper_calls(ptx)  # NVSHMEM's transport helpers aside
     large = {_coll_symbol(name)} if name.startswith("coll_") else {"nvshmemx_barrier_all_block"}
     assert outlined <= large, (name, sorted(outlined))
     return outlined
@@ -329,7 +329,7 @@ def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name, monkeypatch):
     declaration: 66-72 at 1024 threads, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
     import bench_shapes as shapes
 
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import link, outline
 
     comp = pytest.importorskip("numba.cuda.compiler")
     s = shapes.SHAPES[name]
@@ -340,7 +340,7 @@ def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name, monkeypatch):
     except Exception as exc:  # noqa: BLE001 - no nvJitLink here
         pytest.skip(f"no cubin without a GPU here: {exc}")
     cubin = bytes(getattr(cubin, "code", cubin))
-    _, registers = outline.cubin_info(cubin)
+    _, registers = link.cubin_info(cubin)
     assert registers[lib._entry_name] <= outline.registers_a_thread(s.block), (name, s.block)
     _assert_no_spills(cubin, lib._entry_name, monkeypatch)
 
@@ -438,9 +438,9 @@ def test_cute_p_loop_is_unswitched_inlining_everything():
     (nvshmem_dsl.linker.nvvm.nvvm_bitcode) has the same rewrite."""
     _need("cutlass.cute", "sm_90a")
     import cute_bench as cb
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import plan
 
-    with outline.override("none"):
+    with plan.override("none"):
         ck = cb.compile_all(cb.fake_tensors(1 << 20), arch="sm_90a", names=["p_lat"], keep_ptx=True)["p_lat"]
     assert [b for b in _loops(ck.__ptx__) if len(re.findall(rf"^\s*{_P2P_OPS['p_lat']}", b, re.M)) >= 2
             and "call" not in b]
@@ -541,13 +541,13 @@ def test_triton_warp_programs_keep_the_cpp_blocks_registers(triton_bench, name, 
     import bench_shapes as shapes
     import triton
 
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import link, outline
     from nvshmem_dsl.triton import _compile
 
     # not the fixture's PTX-only hook: a real cubin here
     monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", _compile._stages_hook)
     cubin = triton_bench.compile_kernel(name).asm["cubin"]
-    _, registers = outline.cubin_info(cubin)
+    _, registers = link.cubin_info(cubin)
     assert registers["rma_bw"] <= outline.registers_a_thread(shapes.SHAPES[name].block) == 64
     _assert_no_spills(cubin, "rma_bw", monkeypatch)
 
@@ -755,10 +755,10 @@ def test_bench_env_measures_the_final_objects(monkeypatch):
     steps' "default" mode); a value given is kept."""
     import run
 
-    from nvshmem_dsl.linker import abi, outline
+    from nvshmem_dsl.linker import link, outline
 
     for given in (None, ""):
-        monkeypatch.setattr(abi, "driver_major", lambda: 13)  # as on a GPU host, where objects are tiered
+        monkeypatch.setattr(link, "driver_major", lambda: 13)  # as on a GPU host, where objects are tiered
         if given is None:
             monkeypatch.delenv(outline.OPT_ENV, raising=False)
         else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nvshmem_dsl.linker import abi
+from nvshmem_dsl.linker import abi, calls, link, plan
 
 def NVSHMEM(name: str) -> bool:
     """Any NVSHMEM function, API or helper."""
@@ -110,7 +110,7 @@ def test_supported_needs_cuda_13_ptxas_and_driver(monkeypatch):
     (tests/test_link_ptxas.py)."""
     from nvshmem_dsl.linker import link, outline
 
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(abi, "_driver_ptx_ok", lambda: True)
     for major, isa, want in ((13, 90, True), (12, 90, False), (13, 88, True), (13, None, True), (None, 90, False)):
         monkeypatch.setattr(abi, "_ptxas_major", lambda path, m=major: m)
@@ -127,14 +127,14 @@ def test_objects_features_and_keys_follow_the_count(monkeypatch):
 
     monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 95)  # CUDA 13.5's
     monkeypatch.setenv(abi.ENV, "off")
-    assert outline.object_features("+ptx85") == "+ptx85"
+    assert abi.object_features("+ptx85") == "+ptx85"
     monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 88)  # CUDA 12.9's, under a kernel of CUDA 13's
-    assert outline.object_features("+ptx94") == "+ptx88"
+    assert abi.object_features("+ptx94") == "+ptx88"
     monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 95)
     off = outline._object_path("nvshmem_int_sum_reduce", Path(__file__), "sm_90a", "+ptx85", 64)
     monkeypatch.setenv(abi.ENV, "2")
-    assert outline.object_features("+ptx85") == "+ptx90"
-    assert outline.object_features("+ptx92") == "+ptx92"
+    assert abi.object_features("+ptx85") == "+ptx90"
+    assert abi.object_features("+ptx92") == "+ptx92"
     on = outline._object_path("nvshmem_int_sum_reduce", Path(__file__), "sm_90a", "+ptx85", 64)
     assert on != off
 
@@ -180,9 +180,9 @@ def cuda13(tmp_path, monkeypatch):
     ptxas, nvlink, nvdisasm = _cuda13("ptxas"), _cuda13("nvlink"), _nvdisasm()
     if not (HAVE_BITCODE and ptxas and nvlink and nvdisasm):
         pytest.skip("needs NVSHMEM's bitcode, CUDA 13's ptxas and nvlink, and nvdisasm")
-    monkeypatch.setattr(outline, "ptxas", lambda: ptxas)
+    monkeypatch.setattr(link, "ptxas", lambda: ptxas)
     monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
-    monkeypatch.delenv(outline.ENV, raising=False)
+    monkeypatch.delenv(plan.ENV, raising=False)
     return {"ptxas": ptxas, "nvlink": nvlink, "nvdisasm": nvdisasm, "tmp": tmp_path}
 
 
@@ -233,17 +233,17 @@ def test_a_kernel_links_only_with_objects_of_its_convention(cuda13, monkeypatch)
 
 
 def test_only_api_functions_take_the_objects_convention(monkeypatch):
-    """outline.prepare_calls marks NVSHMEM's API functions (nvshmem_, nvshmemx_), not its helpers:
+    """calls.prepare_calls marks NVSHMEM's API functions (nvshmem_, nvshmemx_), not its helpers:
     an object calling a helper under .abi_preserve would save what it keeps live around every
     call (a broadcast 1.15 -> 1.34x of C++, tests/gpu/records/2026-11-25/h200-abi-preserve.txt)."""
     from nvshmem_dsl.linker import outline
 
     ptx = KERNEL.replace(") .abi_preserve 16\n;", ")\n;")
     monkeypatch.setenv(abi.ENV, "2")
-    got = abi.declared(outline.prepare_calls(ptx), NVSHMEM)
+    got = abi.declared(calls.prepare_calls(ptx), NVSHMEM)
     assert got == {"nvshmem_float_broadcast": 2, "nvshmem_int_sum_reduce": 2, "_Z20nvshmemi_helper_callPvi": None}
     monkeypatch.setenv(abi.ENV, "off")
-    assert outline.prepare_calls(ptx) == ptx
+    assert calls.prepare_calls(ptx) == ptx
 
 
 def test_explain_names_what_keeps_the_default_abi(monkeypatch):
@@ -252,7 +252,7 @@ def test_explain_names_what_keeps_the_default_abi(monkeypatch):
     from nvshmem_dsl.linker import link, outline
 
     monkeypatch.delenv(abi.ENV, raising=False)
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(abi, "_driver_ptx_ok", lambda: True)
     monkeypatch.setattr(abi, "_ptxas_major", lambda path: 13)
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 90)
@@ -278,8 +278,8 @@ def test_a_cuda13_driver_with_an_older_ptxas_is_told_the_remedy_once(monkeypatch
 
     monkeypatch.setattr(abi, "_advised", False)
     monkeypatch.setenv(abi.ENV, env)
-    monkeypatch.setattr(abi, "driver_major", lambda: driver)
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "driver_major", lambda: driver)
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(abi, "_ptxas_major", lambda path: ptxas)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

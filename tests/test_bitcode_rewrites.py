@@ -138,21 +138,14 @@ done:                                             ; preds = %next
     assert "br label %head" in out and 'llvm.loop.unroll.disable' in out
 
 
-def test_store_mode_keeps_the_scalar_loads():
-    out, n = _rewrite(GUARDED, "store")
-    assert n == 1 and "asm sideeffect" not in out
-    assert out.count("load i32") == 4 and "load <4 x i32>" not in out
-
-
 def test_unchecked_source_alignment_is_left_alone_by_vector():
     out, n = _rewrite(UNGUARDED, "vector")
     assert n == 0 and out == UNGUARDED
 
 
 def test_packets_with_flags_are_never_rewritten():
-    for how in ("store", "vector"):
-        out, n = _rewrite(FLAGS, how)
-        assert n == 0 and out == FLAGS
+    out, n = _rewrite(FLAGS, "vector")
+    assert n == 0 and out == FLAGS
 
 
 def test_off_changes_nothing():
@@ -164,9 +157,10 @@ def test_mode_from_environment(monkeypatch):
     assert bc.mode() == "vector"
     monkeypatch.setenv(bc.ENV, "OFF")
     assert bc.mode() == "off"
-    monkeypatch.setenv(bc.ENV, "fast")
-    with pytest.raises(ValueError, match="NVSHMEM_DSL_COPY_REWRITE='fast'"):
-        bc.mode()
+    for bad in ("fast", "store"):
+        monkeypatch.setenv(bc.ENV, bad)
+        with pytest.raises(ValueError, match=f"NVSHMEM_DSL_COPY_REWRITE='{bad}'"):
+            bc.mode()
 
 
 @pytest.mark.parametrize("how", ["off", "vector"])

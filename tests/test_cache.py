@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nvshmem_dsl.linker import cache, store, store_file
+from nvshmem_dsl.linker import cache, link, store, store_file
 
 DAY = 86400.0
 
@@ -192,7 +192,7 @@ def test_the_catalogue_knows_the_names_the_linker_gives(root):
     bc.write_bytes(llvm.parse_assembly('target triple = "nvptx64-nvidia-cuda"\n'
                                        "define i32 @nvshmem_my_pe() {\n  ret i32 0\n}\n").as_bitcode())
     made = {"piece stores": [store_file._store_file(bc, store_file._cache_key(bc))]}
-    if outline.ptxas() is not None:
+    if link.ptxas() is not None:
         obj = outline._object_path("nvshmem_int_p", bc, "sm_90a", "+ptx85", 64)
         made["out-of-line objects"] = [obj, obj.with_suffix(".calls")]
     assert nvvm.nvvm_bitcode(bc) == bc

@@ -34,7 +34,7 @@ import pytest
 llvm = pytest.importorskip("llvmlite.binding")
 
 from bitcode_available import HAVE_BITCODE  # noqa: E402
-from nvshmem_dsl.linker import cache, outline, store, store_file  # noqa: E402
+from nvshmem_dsl.linker import cache, link, outline, store, store_file  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/fd").is_dir(),
                                 reason="POSIX with /proc only")
@@ -202,7 +202,7 @@ _shared_store: list = []
 def seeded(cache_root):
     """``cache_root`` holding only a link to the default cache's sm_90 piece store (built there on
     first use): the objects' tests build objects, not stores."""
-    if not HAVE_BITCODE or outline.ptxas() is None:
+    if not HAVE_BITCODE or link.ptxas() is None:
         pytest.skip("no NVSHMEM device bitcode or no ptxas")
     if not _shared_store:
         env = {k: v for k, v in os.environ.items() if k != "NVSHMEM_DSL_CACHE"}
@@ -327,7 +327,7 @@ def test_cold_objects_built_once_by_processes_starting_together(seeded):
     for path in cubins:
         assert store_file.whole_elf(path)
         name = path.name.split("-sm_90")[0]
-        assert (name, True) in outline.elf_symbols(path.read_bytes()), name
+        assert (name, True) in link.elf_symbols(path.read_bytes()), name
         assert path.with_suffix(".calls").exists()
     assert not _leftovers(seeded)
 
@@ -615,7 +615,7 @@ print("RESULT " + json.dumps({"cubin": len(bytes(getattr(cubin, "code", cubin)))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_BITCODE or outline.ptxas() is None, reason="no NVSHMEM device bitcode or no ptxas")
+@pytest.mark.skipif(not HAVE_BITCODE or link.ptxas() is None, reason="no NVSHMEM device bitcode or no ptxas")
 def test_cold_numba_kernels_of_processes_starting_together(cache_root):
     """Four processes compile a Numba kernel with NVSHMEM calls (inlined and out of line) to a cubin
     with nvJitLink, at once, on an empty cache: the store is built once (the others link closures

@@ -11,7 +11,7 @@
   g and atomic_fetch_add, the C layer, peer_tensor and mc_tensor; one compile per
   group, one kernel per call, compiles spread over the CPUs. The PTX must call no
   public ``nvshmem*`` function but those hybrid linking calls out of line
-  (collectives, barriers: ``.extern .func``, as ``outline.split`` says) and make no
+  (collectives, barriers: ``.extern .func``, as ``plan.split`` says) and make no
   indirect call (NVSHMEM's internal ``nvshmemi_*`` helpers are noinline, as in CUDA
   C++), and must reference ``nvshmemi_device_state_d``.
 * Everything to PTX (``-m slow``): NVSHMEM's collectives inline 0.4-1.8 MB of PTX
@@ -278,18 +278,18 @@ def _called(module_text: str) -> dict[str, set[str]]:
 
 def _check_ptx(ptx: str) -> None:
     """NVSHMEM's API is inlined, except the functions hybrid linking calls out of line
-    (nvshmem_dsl.linker.outline.split: collectives, barriers), which are declared
+    (nvshmem_dsl.linker.plan.split: collectives, barriers), which are declared
     ``.extern .func`` and called directly, as NVSHMEM's transport helpers are; no indirect call;
     the device state is defined."""
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls, plan
 
     indirect = re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?%rd\d+", ptx)
     assert not indirect, f"indirect calls: {indirect[:5]}"
     assert not re.findall(r"mov\.b64\s+%rd\d+,\s+nvshmemx?_\w+", ptx), "function address taken"
-    outlined = outline.extern_calls(ptx) - outline.helper_calls(ptx)
+    outlined = calls.extern_calls(ptx) - calls.helper_calls(ptx)
     if outlined:
         sm = int(re.search(r"^\.target sm_(\d+)", ptx, re.M).group(1))
-        assert outline.split(outlined, sm)[1] == outlined, "outlined what split inlines"
+        assert plan.split(outlined, sm)[1] == outlined, "outlined what split inlines"
     callees = re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?([\w$.]+)", ptx)
     public = sorted({c for c in callees if re.match(r"nvshmemx?_", c)} - outlined)
     assert not public, f"NVSHMEM API calls not inlined: {public}"

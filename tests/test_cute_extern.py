@@ -144,16 +144,16 @@ def test_bitcode_per_arch():
     """The bitcode (or its libNVVM copy, named after it) is the arch's; with hybrid linking
     the placeholder of the kernel's own bitcode (made at its compile), without it (``none``) the
     whole library."""
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import plan
 
     if not re.search(r"_sm_\d+\.bc$", str(bitcode_path("sm_90a"))):
         pytest.skip("single-file bitcode layout (NVSHMEM < 3.5)")
-    with outline.override("none"):
+    with plan.override("none"):
         for arch, sm in [("sm_90a", 90), ("sm_80", 80), ("sm_86", 80), ("sm_100a", 100),
                          ("sm_120a", 100)]:
             name = Path(int_p.bitcode(arch)).name
             assert re.match(rf"libnvshmem_device_sm_{sm}[.-]", name) and "-inline-" not in name
-    with outline.override("auto"):
+    with plan.override("auto"):
         name = Path(int_p.bitcode("sm_90a")).name
     assert re.match(r"libnvshmem_device_sm_90-\w{24}-kernel\.nvvm\.bc$", name)
     assert not Path(int_p.bitcode("sm_90a")).exists()  # a placeholder

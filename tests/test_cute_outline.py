@@ -25,7 +25,7 @@ from cutlass import Int32  # noqa: E402
 
 import nvshmem_dsl.cute as nv  # noqa: E402
 from nvshmem_dsl.cute import _link  # noqa: E402
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link, outline, pipeline, plan  # noqa: E402
 from nvshmem_dsl.linker.link import NvshmemLinkError  # noqa: E402
 
 try:
@@ -35,7 +35,7 @@ try:
 except Exception as e:  # pragma: no cover
     pytest.skip(f"no NVSHMEM device bitcode: {e}", allow_module_level=True)
 
-if outline.ptxas() is None:  # pragma: no cover
+if link.ptxas() is None:  # pragma: no cover
     pytest.skip("no ptxas to build NVSHMEM's objects", allow_module_level=True)
 
 REDUCE, P = "nvshmem_int32_sum_reduce", "nvshmem_int32_p"
@@ -76,7 +76,7 @@ def _undefined(cubin: bytes) -> set:
 
 @pytest.fixture(scope="module")
 def hybrid():
-    with outline.override("auto"):
+    with plan.override("auto"):
         _compile()  # builds what is not cached yet
         t0 = time.perf_counter()
         k = _compile()
@@ -86,19 +86,19 @@ def hybrid():
 
 def _api(names) -> set:
     """``names`` but NVSHMEM's out-of-line helpers."""
-    return {n for n in names if not outline.is_helper(n)}
+    return {n for n in names if not calls.is_helper(n)}
 
 
 def test_collective_is_called_out_of_line(hybrid):
     ptx = hybrid.__ptx__
-    assert _api(outline.extern_calls(ptx)) == {REDUCE}
+    assert _api(calls.extern_calls(ptx)) == {REDUCE}
     assert re.search(rf"^\.extern \.func\s+\([^)]*\)\s*{REDUCE}\b", ptx, re.M)
     assert _calls(ptx) == {REDUCE}  # p inlined: no call
     assert P not in ptx
     # NVSHMEM's transport helpers that the inlined p calls are in their objects, linked (specialised
     # on the modes the PTX passes them, as the link names them)
-    assert hybrid.outlined == outline.extern_calls(outline.specialise_helper_calls(ptx))
-    defined, _ = outline.cubin_info(hybrid.linked_cubin)
+    assert hybrid.outlined == calls.extern_calls(calls.specialise_helper_calls(ptx))
+    defined, _ = link.cubin_info(hybrid.linked_cubin)
     assert all(defined[n] == 1 for n in hybrid.outlined)
 
 
@@ -106,7 +106,7 @@ def test_linked_cubin(hybrid):
     cubin = hybrid.__cubin__
     assert cubin == hybrid.linked_cubin and cubin[:4] == b"\x7fELF"
     assert struct.unpack_from("<H", cubin, 16)[0] == 2  # ET_EXEC: what CuTe loads
-    defined, registers = outline.cubin_info(cubin)
+    defined, registers = link.cubin_info(cubin)
     assert defined[REDUCE] == 1
     assert defined[STATE] == 1
     assert not _undefined(cubin)
@@ -145,7 +145,7 @@ def test_none_inlines_everything():
     with nv.outline("none"):
         k = nv.compile(_host, *_args(), arch="sm_90a", keep_ptx=True)
     ptx = k.__ptx__
-    assert not outline.extern_calls(ptx) and not _calls(ptx)
+    assert not calls.extern_calls(ptx) and not _calls(ptx)
     assert k.outlined == frozenset() and k.linked_cubin is None
     assert STATE in ptx
 
@@ -163,23 +163,23 @@ def test_only_small_functions_inlined():
     def host_p(dst: cute.Tensor):
         k_p(dst).launch(grid=[1, 1, 1], block=[32, 1, 1])
 
-    with outline.override("auto"):
+    with plan.override("auto"):
         k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True, keep_cubin=True)
-    helpers = outline.extern_calls(outline.specialise_helper_calls(k.__ptx__))
-    assert not _calls(k.__ptx__) and all(outline.is_helper(n) for n in helpers)
+    helpers = calls.extern_calls(calls.specialise_helper_calls(k.__ptx__))
+    assert not _calls(k.__ptx__) and all(calls.is_helper(n) for n in helpers)
     assert k.outlined == helpers
-    defined, _ = outline.cubin_info(k.__cubin__)
+    defined, _ = link.cubin_info(k.__cubin__)
     assert defined[STATE] == 1 and all(defined[n] == 1 for n in helpers)
     assert (k.linked_cubin is not None) == bool(helpers)
-    with outline.override("none"):  # everything inlined: no helper object
+    with plan.override("none"):  # everything inlined: no helper object
         k = nv.compile(host_p, _args()[0], arch="sm_90a", keep_ptx=True)
-    assert not outline.extern_calls(k.__ptx__) and k.linked_cubin is None
+    assert not calls.extern_calls(k.__ptx__) and k.linked_cubin is None
 
 
 def test_user_register_cap():
-    with outline.override("auto"):
+    with plan.override("auto"):
         k = _compile(options="--ptxas-options=-maxrregcount=32")
-    defined, registers = outline.cubin_info(k.linked_cubin)
+    defined, registers = link.cubin_info(k.linked_cubin)
     assert defined[REDUCE] == 1 and registers[REDUCE] <= 32
     assert max(v for n, v in registers.items() if n.startswith("kernel")) <= 32
 
@@ -216,7 +216,7 @@ def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):
         return result
 
     monkeypatch.setattr(_link, "resolve_kernel_bitcode", spy)
-    with outline.override("auto"):
+    with plan.override("auto"):
         _compile()
     placeholder = kernel_bitcode_placeholder(bitcode_path("sm_90a"))
     (before, after), = seen
@@ -252,7 +252,7 @@ def test_kernel_bitcode_leaves_out_declarations_nvshmem_lacks(monkeypatch):
 
     real = nvvm.kernel_bitcode
     monkeypatch.setattr(nvvm, "kernel_bitcode", lambda names, *a: asked.append(set(names)) or real(names, *a))
-    with outline.override("auto"):
+    with plan.override("auto"):
         _compile()
     assert asked == [{P}]
 
@@ -276,7 +276,7 @@ def test_a_kernel_without_nvshmem_compiles_as_before(monkeypatch):
     def host_plain(dst: cute.Tensor):
         k_plain(dst).launch(grid=[1, 1, 1], block=[32, 1, 1])
 
-    with outline.override("auto"):
+    with plan.override("auto"):
         k = nv.compile(host_plain, _args()[0], arch="sm_90a", keep_ptx=True)
     assert "nvshmem" not in k.__ptx__ and k.linked_cubin is None
 
@@ -306,7 +306,7 @@ def test_kernel_bitcode_declares_the_helpers_it_names():
     helpers, predicted = kernel_bitcode_calls(path)
     mod = llvm.parse_bitcode(path.read_bytes())
     declared = {f.name for f in mod.functions if f.is_declaration}
-    assert helpers and helpers <= declared and all(outline.is_helper(n) for n in helpers)
+    assert helpers and helpers <= declared and all(calls.is_helper(n) for n in helpers)
     assert {outline.split_specialised(n)[0] for n in predicted} <= helpers
     inlined = kernel_bitcode({P}, 90, bitcode_path("sm_90a"), helpers_out=False)
     assert inlined != path and kernel_bitcode_calls(inlined) == (frozenset(), frozenset())
@@ -334,14 +334,14 @@ def test_a_kernels_helpers_are_asked_about_before_cute_compiles(monkeypatch, tmp
     monkeypatch.setattr(helper_archive, "provided", lambda sm, declared, bc_path=None: {n: False for n in declared})
     real = _link.link_module
     monkeypatch.setattr(_link, "link_module", lambda *a, **k: (events.append(("link", a[3])), real(*a, **k))[1])
-    with outline.override("auto"):
+    with plan.override("auto"):
         _compile()
     [(_, early)], [(_, ptx)] = [e for e in events if e[0] == "asked"], [e for e in events if e[0] == "link"]
     assert events.index(("asked", early)) < events.index(("link", ptx))
-    called = outline.helper_calls(ptx)
+    called = calls.helper_calls(ptx)
     assert called and called <= set(early)
     for n in called:
-        assert early[n] == outline._declaration(ptx, n).group(0).rstrip("\n"), n
+        assert early[n] == calls._declaration(ptx, n).group(0).rstrip("\n"), n
 
 
 def test_objects_start_before_cute_compiles(monkeypatch):
@@ -351,7 +351,7 @@ def test_objects_start_before_cute_compiles(monkeypatch):
     monkeypatch.setattr(outline, "prefetch", lambda *a: asked.setdefault("prefetch", a))
     orig = outline.objects
     monkeypatch.setattr(outline, "objects", lambda *a: asked.setdefault("objects", a) and orig(*a))
-    with outline.override("auto"):
+    with plan.override("auto"):
         _compile()
     assert asked["prefetch"][1:] == asked["objects"][1:]
     names, sm, arch, features, cap, _ = asked["prefetch"]
@@ -369,7 +369,7 @@ def test_hook_unavailable_falls_back_to_inlining(monkeypatch):
         raise AttributeError("no compiler_provider")
 
     monkeypatch.setattr(CuTeDSL, "_get_dsl", staticmethod(broken))
-    with outline.override("auto"), warnings.catch_warnings(record=True) as seen:
+    with plan.override("auto"), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert _link.effective_mode() == "none"
         assert _link.effective_mode() == "none"
@@ -473,7 +473,7 @@ def test_ptx_newer_than_nvjitlink_is_lowered(monkeypatch):
 
     ptx = "//\n.version 9.4\n.target sm_90a\n.address_size 64\n"
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 90)
-    assert link.ptx_for_nvjitlink(ptx) == ptx.replace("9.4", "9.0")
-    assert link.ptx_for_nvjitlink(ptx.replace("9.4", "8.8")) == ptx.replace("9.4", "8.8")
+    assert pipeline.ptx_for_nvjitlink(ptx) == ptx.replace("9.4", "9.0")
+    assert pipeline.ptx_for_nvjitlink(ptx.replace("9.4", "8.8")) == ptx.replace("9.4", "8.8")
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: None)
-    assert link.ptx_for_nvjitlink(ptx) == ptx
+    assert pipeline.ptx_for_nvjitlink(ptx) == ptx

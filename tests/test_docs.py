@@ -98,11 +98,11 @@ def test_readme_python_blocks_compile():
 
 def test_concepts_states_the_outlining_thresholds_the_code_has():
     """docs/concepts.rst gives hybrid linking's criterion and the loop-splitting threshold in numbers:
-    they are the code's (nvshmem_dsl.linker.outline, nvshmem_dsl.linker.loop_split)."""
-    from nvshmem_dsl.linker import loop_split, outline
+    they are the code's (nvshmem_dsl.linker.plan, nvshmem_dsl.linker.loop_split)."""
+    from nvshmem_dsl.linker import loop_split, plan
 
     text = " ".join((DOCS / "concepts.rst").read_text().split())
-    assert f"at least {outline.MIN_INSTRUCTIONS} instructions" in text
+    assert f"at least {plan.MIN_INSTRUCTIONS} instructions" in text
     assert f"at least {loop_split.MIN_INSTRUCTIONS:,} instructions".replace(",", " ") in text
 
 

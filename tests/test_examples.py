@@ -36,15 +36,15 @@ def test_numba_examples_compile_with_nvshmem_inlined(name):
     import re
 
     pytest.importorskip("numba.cuda")
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls as linker_calls, plan
 
     example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
     for ptx in example["compile_check"]():
         assert "nvshmemi_device_state_d" in ptx
         assert not re.search(r"^(?:\.visible |\.weak )?\.func\s+(?:\([^)]*\)\s*)?nvshmem", ptx, re.M)
-        outlined = outline.extern_calls(ptx) - outline.helper_calls(ptx)  # NVSHMEM's transport helpers aside
+        outlined = linker_calls.extern_calls(ptx) - linker_calls.helper_calls(ptx)  # NVSHMEM's transport helpers aside
         calls = set(re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)", ptx))
-        assert calls <= outlined == outline.split(outlined, 90)[1], (calls, outlined)
+        assert calls <= outlined == plan.split(outlined, 90)[1], (calls, outlined)
 
 
 @pytest.mark.parametrize("name", ["cute_put_signal_pipeline", "cute_allreduce", "cute_halo_exchange"])
@@ -54,15 +54,15 @@ def test_cute_examples_compile_with_nvshmem_inlined(name):
     pytest.importorskip("cutlass.cute")
     import re
 
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls as linker_calls, plan
 
     example = runpy.run_path(str(EXAMPLES / f"{name}.py"))
     for ptx in example["compile_check"]():
         assert "nvshmemi_device_state_d" in ptx
         defined = set(re.findall(r"^\.(?:visible |weak )?\.func\s+(?:\([^)]*\)\s*)?(nvshmem\w*)", ptx, re.M))
-        externs = outline.extern_calls(ptx) - outline.helper_calls(ptx)  # NVSHMEM's transport helpers aside
+        externs = linker_calls.extern_calls(ptx) - linker_calls.helper_calls(ptx)  # NVSHMEM's transport helpers aside
         assert not defined, defined  # no NVSHMEM function left a call into the kernel's own code
-        assert externs == outline.split(externs, 90)[1], externs  # only large ones out of line
+        assert externs == plan.split(externs, 90)[1], externs  # only large ones out of line
 
 
 @pytest.mark.parametrize("name", ["triton_ring_put_get", "triton_put_signal_pipeline", "triton_allreduce",

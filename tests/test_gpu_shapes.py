@@ -178,8 +178,7 @@ def _compile_triton(units, tmp_path, monkeypatch):
     from triton.compiler import ASTSource
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    # the lighter pipeline of tests/test_triton_api.py: the same link and inlining, half the time
-    monkeypatch.setenv("NVSHMEM_DSL_UNSWITCH", "0")
+    # as tests/test_triton_api.py: no line info, less compile time
     monkeypatch.setenv("TRITON_DISABLE_LINE_INFO", "1")
     t0 = time.perf_counter()
     for kernel, sig, consts, warps, sid in units:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvshmem_dsl.linker import helper_archive, outline, store_file
+from nvshmem_dsl.linker import calls, helper_archive, link, outline, store_file
 from nvshmem_dsl.linker.object_llvm import split_specialised
 
 try:
@@ -188,18 +188,18 @@ def test_a_kernel_links_with_the_member_and_built_helpers(answers):
     from nvshmem_dsl.linker import link
 
     ptx = _kernel_ptx(KERNEL)
-    calls = outline.extern_calls(ptx)
-    assert RMA in calls  # by its name: from NVIDIA's object
-    assert {split_specialised(n)[0] for n in calls if n != RMA_P_HALF} >= {RMA, AMO_FETCH}
-    assert any(split_specialised(n)[0] == RMA_P_HALF for n in calls)
-    assert AMO_FETCH not in calls  # specialised on its modes, or "$p": not NVIDIA's amo_fetch
-    cpu, features = outline.ptx_target(ptx)
-    paths = outline.objects(calls, 90, cpu, features)
+    called = calls.extern_calls(ptx)
+    assert RMA in called  # by its name: from NVIDIA's object
+    assert {split_specialised(n)[0] for n in called if n != RMA_P_HALF} >= {RMA, AMO_FETCH}
+    assert any(split_specialised(n)[0] == RMA_P_HALF for n in called)
+    assert AMO_FETCH not in called  # specialised on its modes, or "$p": not NVIDIA's amo_fetch
+    cpu, features = link.ptx_target(ptx)
+    paths = outline.objects(called, 90, cpu, features)
     member = helper_archive.path(90, BC)
     assert member in paths and all(p.suffix == ".cubin" for p in paths if p != member)
     assert not any(p.name.startswith(RMA) for p in paths)  # not built: NVIDIA's
     cubin = link.nvjitlink_cubin(cpu, [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths])
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert defined[RMA] == 1 and all(c == 1 for n, c in defined.items() if n.startswith(("_Z", "nvshmem")))
 
 
@@ -212,16 +212,16 @@ def test_ptx_prepared_otherwise_links_without_the_member(answers, monkeypatch):
     from nvshmem_dsl.linker import link
 
     ptx = _kernel_ptx(KERNEL)
-    calls = outline.extern_calls(ptx)
-    assert RMA in calls
+    called = calls.extern_calls(ptx)
+    assert RMA in called
     known = helper_archive.known
     monkeypatch.setattr(helper_archive, "known", lambda sm, n, bc=None: None if n == RMA else known(sm, n, bc))
-    cpu, features = outline.ptx_target(ptx)
-    paths = outline.objects(calls, 90, cpu, features)
+    cpu, features = link.ptx_target(ptx)
+    paths = outline.objects(called, 90, cpu, features)
     assert helper_archive.path(90, BC) not in paths
     assert any(p.name.startswith(RMA) for p in paths)  # built here
     cubin = link.nvjitlink_cubin(cpu, [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths])
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert defined[RMA] == 1 and all(c == 1 for n, c in defined.items() if n.startswith(("_Z", "nvshmem")))
 
 
@@ -229,7 +229,7 @@ def test_a_renamed_helper_is_its_helper():
     assert split_specialised(AMO_FETCH + "$p") == (AMO_FETCH, {})
     assert split_specialised(AMO_FETCH + "$p3_1") == (AMO_FETCH, {3: 1})
     ptx = f".extern .func {AMO_FETCH}$p\n(\n\t.param .b64 x\n)\n;\n"
-    assert outline.extern_calls(ptx) == {AMO_FETCH + "$p"}
+    assert calls.extern_calls(ptx) == {AMO_FETCH + "$p"}
 
 
 @needs_archive

@@ -21,7 +21,7 @@ except Exception as e:  # pragma: no cover
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl.kernels import _plan  # noqa: E402
 from nvshmem_dsl.kernels import triton as kt  # noqa: E402
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link, plan  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 CASES = [(kind, dtype) for kind in _plan.KINDS for dtype in _plan.DTYPES]
@@ -77,7 +77,7 @@ def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind, dtype):
         put, nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]}
     # NVSHMEM's API inlined: no call of an API function, only its out-of-line transport helpers
     assert not _CALL.findall(ptx)
-    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert all(calls.is_helper(name) for name in calls.extern_calls(ptx)), calls.extern_calls(ptx)
     assert "nvshmemi_device_state_d" in ptx
     assert "ld.volatile" in ptx  # the signal wait polls its word
     assert "bar.sync" in ptx
@@ -99,13 +99,13 @@ def test_aligned_arrays_get_vector_copies(compiled, kind, dtype):
 
 
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     ck = kt.compile("two_shot", "bfloat16")
     assert ck.asm["cubin"][:4] == b"\x7fELF"
-    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    defined, _ = link.cubin_info(ck.asm["cubin"])
     assert defined["nvshmemi_device_state_d"] == 1
 
 

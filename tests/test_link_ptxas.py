@@ -12,7 +12,7 @@ from numba import types  # noqa: E402
 from numba.cuda.compiler import _compile_pyfunc_with_fixup  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl.linker import abi, link, outline  # noqa: E402
+from nvshmem_dsl.linker import abi, link, outline, pipeline  # noqa: E402
 
 from bitcode_available import HAVE_BITCODE  # noqa: E402
 
@@ -22,8 +22,8 @@ W = nv.Team.TEAM_WORLD
 
 
 def _ptxas_13():
-    for path in outline._ptxas_found():
-        version = abi._ptxas_version(path)
+    for path in link._ptxas_found():
+        version = link._ptxas_version(path)
         if version and version[0] >= 13:
             return path
     return None
@@ -47,8 +47,8 @@ def cuda13_toolkit_cuda12_link(tmp_path, monkeypatch):
     if isa is None or isa >= abi.MIN_PTX:
         pytest.skip("needs an nvJitLink that does not read PTX 9.0 (CUDA 12's)")
     monkeypatch.delenv(abi.ENV, raising=False)
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)
-    monkeypatch.setattr(outline, "ptxas", lambda: PTXAS_13)
+    monkeypatch.setattr(link, "driver_major", lambda: 13)
+    monkeypatch.setattr(link, "ptxas", lambda: PTXAS_13)
     monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
     assert abi.preserve() == abi.PRESERVE
     return tmp_path
@@ -61,7 +61,7 @@ def test_numba_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_toolk
     cubin = lib.get_cubin(cc=CC)
     cubin = bytes(getattr(cubin, "code", cubin))
     assert cubin[:4] == b"\x7fELF"
-    defined = {n for n, d in outline.elf_symbols(cubin) if d}
+    defined = {n for n, d in link.elf_symbols(cubin) if d}
     assert "nvshmem_int32_sum_reducescatter" in defined and lib._entry_name in defined
 
 
@@ -71,18 +71,18 @@ def test_nvjitlink_cubin_compiles_the_ptx_it_cannot_read(cuda13_toolkit_cuda12_l
     (ptx,) = lib.get_asm_strs(cc=CC)
     paths = outline.objects_for(ptx, 90)
     assert paths
-    inputs = [("kernel.ptx", link.ptx_for_nvjitlink(ptx).encode())] + [(p.name, p.read_bytes()) for p in paths]
+    inputs = [("kernel.ptx", pipeline.ptx_for_nvjitlink(ptx).encode())] + [(p.name, p.read_bytes()) for p in paths]
     cubin = link.nvjitlink_cubin("sm_90", inputs, ["-O3", "-lineinfo", "-Xptxas=--fmad=false"])
-    assert not [n for n, d in outline.elf_symbols(cubin) if not d and n.startswith("nvshmem")]
+    assert not [n for n, d in link.elf_symbols(cubin) if not d and n.startswith("nvshmem")]
 
 
 def test_ptx_for_nvjitlink_keeps_what_the_convention_needs(monkeypatch):
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: 88)
     monkeypatch.setattr(link, "ptxas_ptx_isa", lambda: 90)
     plain = ".version 9.4\n.target sm_90\n"
-    assert link.ptx_for_nvjitlink(plain).startswith(".version 8.8")  # nothing newer used: lowered
+    assert pipeline.ptx_for_nvjitlink(plain).startswith(".version 8.8")  # nothing newer used: lowered
     marked = ".version 9.4\n.target sm_90\n.extern .func f() .abi_preserve 2;\n"
-    out = link.ptx_for_nvjitlink(marked)
+    out = pipeline.ptx_for_nvjitlink(marked)
     assert out.startswith(".version 9.0") and not link.nvjitlink_reads(out)  # for ptxas 13.0
     monkeypatch.setattr(link, "nvjitlink_ptx_isa", lambda: None)
     assert link.nvjitlink_reads(marked)  # no nvJitLink: the driver's linker reads it
@@ -101,7 +101,7 @@ def test_ptxas_object_takes_the_ptxas_options(monkeypatch, tmp_path):
 
     import subprocess
 
-    monkeypatch.setattr(outline, "ptxas", lambda: "/x/ptxas")
+    monkeypatch.setattr(link, "ptxas", lambda: "/x/ptxas")
     monkeypatch.setattr(subprocess, "run", run)
     assert link.ptxas_object(b".version 9.0", "sm_90a", ["-O3", "-lineinfo", "-maxrregcount=64",
                                                             "-Xptxas=--fmad=false", "-arch=sm_90a"]) == b"\x7fELF"
@@ -113,16 +113,16 @@ def test_ptxas_object_takes_the_ptxas_options(monkeypatch, tmp_path):
 def test_ptxas_choice_follows_the_driver(monkeypatch):
     """The newest ptxas of a CUDA release the driver runs; without a driver, the first found."""
     versions = {"/wheel/ptxas": (12, 9), "/usr/local/cuda/bin/ptxas": (13, 0), "/opt/ptxas": (13, 5)}
-    monkeypatch.setattr(outline, "_ptxas_found", lambda: list(versions))
-    monkeypatch.setattr(abi, "_ptxas_version", lambda path: versions[path])
-    choose = outline.ptxas.__wrapped__
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)
+    monkeypatch.setattr(link, "_ptxas_found", lambda: list(versions))
+    monkeypatch.setattr(link, "_ptxas_version", lambda path: versions[path])
+    choose = link.ptxas.__wrapped__
+    monkeypatch.setattr(link, "driver_major", lambda: 13)
     assert choose() == "/opt/ptxas"
-    monkeypatch.setattr(abi, "driver_major", lambda: 12)
+    monkeypatch.setattr(link, "driver_major", lambda: 12)
     assert choose() == "/wheel/ptxas"
-    monkeypatch.setattr(abi, "driver_major", lambda: None)
+    monkeypatch.setattr(link, "driver_major", lambda: None)
     assert choose() == "/wheel/ptxas"
-    monkeypatch.setattr(outline, "_ptxas_found", lambda: [])
+    monkeypatch.setattr(link, "_ptxas_found", lambda: [])
     assert choose() is None
 
 
@@ -143,7 +143,7 @@ def test_triton_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_tool
     ck = triton.compile(ASTSource(fn=coll, signature={"dst": "*i32", "src": "*i32", "nelems": "i64"}, constexprs={}),
                         target=GPUTarget("cuda", 90, 32), options={"num_warps": 1})
     assert ".abi_preserve 2" in ck.asm["ptx"] and not link.nvjitlink_reads(ck.asm["ptx"])
-    defined = {n for n, d in outline.elf_symbols(ck.asm["cubin"]) if d}
+    defined = {n for n, d in link.elf_symbols(ck.asm["cubin"]) if d}
     assert "nvshmem_int32_sum_reducescatter" in defined
 
 
@@ -177,13 +177,13 @@ def test_cute_kernel_compiled_by_ptxas_links_with_cuda12_nvjitlink(cuda13_toolki
     monkeypatch.setattr(link, "ptxas_object", lambda ptx, *a, **k: compiled.append(ptx) or ptxas_object(ptx, *a, **k))
     k = nvc.compile(_cute_host, tensor(), tensor(), arch="sm_90a", keep_ptx=True, keep_cubin=True)
     assert len(compiled) == 1 and b".abi_preserve 2" in compiled[0]
-    assert abi.MIN_PTX <= outline.ptx_isa(compiled[0].decode()) <= link.ptxas_ptx_isa()  # what that ptxas reads
-    defined = {n for n, d in outline.elf_symbols(k.linked_cubin) if d}
+    assert abi.MIN_PTX <= link.ptx_isa(compiled[0].decode()) <= link.ptxas_ptx_isa()  # what that ptxas reads
+    defined = {n for n, d in link.elf_symbols(k.linked_cubin) if d}
     assert "nvshmem_int32_sum_reduce" in defined
 
 
 def test_ptxas_object_without_ptxas_names_the_remedy(monkeypatch):
-    monkeypatch.setattr(outline, "ptxas", lambda: None)
+    monkeypatch.setattr(link, "ptxas", lambda: None)
     with pytest.raises(link.NvshmemLinkError, match=r"kernel k: its PTX ISA is newer than nvJitLink reads.*cu13"):
         link.ptxas_object(b".version 9.0", "sm_90", (), "kernel k")
 
@@ -204,16 +204,16 @@ def test_both_nvcc_wheels_are_found_and_the_driver_chooses(monkeypatch, tmp_path
         exe.chmod(0o755)
         made[release] = str(exe)
     monkeypatch.setattr(sys, "path", [str(site)])
-    monkeypatch.setattr(outline.shutil, "which", lambda name: None)
+    monkeypatch.setattr(link.shutil, "which", lambda name: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     import cuda.pathfinder as pathfinder
 
     monkeypatch.setattr(pathfinder, "find_nvidia_binary_utility", lambda name: made["13.5"], raising=False)
-    found = outline._ptxas_found()
+    found = link._ptxas_found()
     assert found[:2] == [made["13.5"], made["12.9"]]
-    choose = outline.ptxas.__wrapped__
-    monkeypatch.setattr(abi, "driver_major", lambda: 12)
+    choose = link.ptxas.__wrapped__
+    monkeypatch.setattr(link, "driver_major", lambda: 12)
     assert choose() == made["12.9"]
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)
+    monkeypatch.setattr(link, "driver_major", lambda: 13)
     assert choose() == made["13.5"] and os.access(choose(), os.X_OK)

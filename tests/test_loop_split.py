@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bitcode_available import needs_bitcode
-from nvshmem_dsl.linker import loop_split, outline, store
+from nvshmem_dsl.linker import link, loop_split, outline, store
 
 ENV = loop_split.ENV
 
@@ -77,7 +77,7 @@ def test_threshold_from_the_environment(monkeypatch):
 
 
 def test_the_threshold_keys_the_objects(monkeypatch):
-    if outline.ptxas() is None:
+    if link.ptxas() is None:
         pytest.skip("no ptxas")
     monkeypatch.setattr(outline.store_file, "_cache_key", lambda path: "k")
     paths = set()
@@ -138,13 +138,13 @@ def test_only_objects_over_the_threshold_are_split(monkeypatch):
 def test_a_split_object_assembles_and_defines_its_function(monkeypatch, tmp_path):
     """Forced on a small collective (``0``): its object, loops and all, assembles with ptxas; the
     loops' functions are internal to it; it calls only NVSHMEM's helpers in other objects."""
-    if outline.ptxas() is None:
+    if link.ptxas() is None:
         pytest.skip("no ptxas")
     monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
     monkeypatch.setenv(ENV, "0")
     paths = outline.objects([SMALL_COLLECTIVE], 90, "sm_90", "+ptx85")
     own = next(p for p in paths if p.name.startswith(SMALL_COLLECTIVE + "-"))
-    symbols = outline.elf_symbols(own.read_bytes())
+    symbols = link.elf_symbols(own.read_bytes())
     defined = {n for n, d in symbols if d}
     assert SMALL_COLLECTIVE in defined
     assert any("_$_extracted" in n for n in defined)

@@ -24,7 +24,7 @@ import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl.kernels.moe import _layout  # noqa: E402
 from nvshmem_dsl.kernels.moe import numba as mn  # noqa: E402
 from nvshmem_dsl.kernels.moe import triton as mt  # noqa: E402
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 KINDS = ("dispatch", "combine")
@@ -88,7 +88,7 @@ def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind):
     assert set(_compile.nvshmem_externs(llir)) == CALLS[kind]
     # NVSHMEM's API inlined: no call of an API function, only its out-of-line transport helpers
     assert not _CALL.findall(ptx)
-    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert all(calls.is_helper(name) for name in calls.extern_calls(ptx)), calls.extern_calls(ptx)
     assert "nvshmemi_device_state_d" in ptx
     assert "membar.sys" in ptx  # the fence before each signal
     assert "ld.volatile" in ptx  # the signal wait polls its word
@@ -140,13 +140,13 @@ def test_compile_ptx_leaves_tritons_hooks_as_they_were(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_kernels_to_cubins(tmp_path, monkeypatch, kind):
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     ck = mt.compile(kind)
     assert ck.asm["cubin"][:4] == b"\x7fELF"
-    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    defined, _ = link.cubin_info(ck.asm["cubin"])
     assert defined["nvshmemi_device_state_d"] == 1
 
 

@@ -19,7 +19,7 @@ from numba.core import errors  # noqa: E402
 from numba.cuda import compile_ptx, types  # noqa: E402
 
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import calls, plan  # noqa: E402
 import nvshmem_dsl.numba as numba_api  # noqa: E402  (the generated API, built)
 
 # Width-only dispatch keys are reached through element types that have no typed form.
@@ -123,7 +123,7 @@ def _assert_inlined(ptx, context, pattern=PUBLIC_CALL, arch=90):
     """No call to an NVSHMEM function is left in ``ptx`` (PTX or IR) but to those that
     nvshmem_dsl.linker.outline calls out of line."""
     public = set(pattern.findall(ptx)) - NOT_INLINED
-    public -= outline.split(public, arch)[1]
+    public -= plan.split(public, arch)[1]
     assert not public, f"{context}: calls left to {sorted(public)[:5]}"
     assert "nvshmemi_device_state_d" in ptx, f"{context}: device state symbol missing"
 

@@ -26,7 +26,7 @@ from numba.cuda import codegen as numba_codegen  # noqa: E402
 from numba.cuda.extending import intrinsic  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
-from nvshmem_dsl.linker import link, nvvm, pieces, store, store_file# noqa: E402
+from nvshmem_dsl.linker import link, _llvm, nvvm, pieces, pipeline, store, store_file# noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
@@ -152,10 +152,10 @@ def _entry(ptx: str) -> str:
 
 
 @needs_bitcode
-def test_thread_scope_loops_unroll_collective_ones_do_not():
-    """O3 may unroll a loop around thread-scope calls (as nvcc does for C++): four inlined p
-    per trip plus a remainder.  Warp/block-scope functions (and unknown ones) are declared
-    convergent, which forbids that."""
+def test_thread_scope_loops_unroll_after_nvshmem_is_inlined():
+    """A loop around thread-scope calls is unrolled (as nvcc does for C++: several inlined p in a
+    row) once NVSHMEM is inlined; until then every NVSHMEM function is declared convergent, so that
+    the loop reaches the second O3 whole (and warp/block-scope calls stay on every thread)."""
     from numba import float32
 
     def p_loop(dst, n, pe):
@@ -165,26 +165,13 @@ def test_thread_scope_loops_unroll_collective_ones_do_not():
     ptx, _ = cuda.compile_ptx(p_loop, (types.float32[::1], types.int64, types.int32), cc=(9, 0))
     stores = re.findall(r"^\s*st(?:\.global)?\.b32\s", _entry(ptx), re.M)
     assert len(stores) >= 4, _entry(ptx)
-    assert link._unconstrained() >= {"nvshmem_float_p", "nvshmem_float_put"}
-    assert "nvshmemx_float_put_warp" not in link._unconstrained()
 
     decls = ("declare void @nvshmemx_float_put_warp(ptr, ptr, i64, i32)\n"
              "declare void @nvshmem_float_p(ptr, float, i32)\n"
              "declare void @nvshmemx_barrier_all_block()\n"
              "declare void @nvshmem_not_in_the_spec()\n")
-    marked = link.DECLARATION.sub(link.mark_declaration, decls).splitlines()
-    assert [line.endswith(" convergent nounwind") for line in marked] == [True, False, True, True]
-    assert all(line.endswith(" nounwind") for line in marked)
-
-
-def test_unswitching_is_the_default(monkeypatch):
-    monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
-    assert _linker.unswitching()
-    for off in ("0", "off", "No", "false"):
-        monkeypatch.setenv(_linker.UNSWITCH_ENV, off)
-        assert not _linker.unswitching()
-    monkeypatch.setenv(_linker.UNSWITCH_ENV, "1")
-    assert _linker.unswitching()
+    marked = pipeline.DECLARATION.sub(pipeline.mark_declaration, decls).splitlines()
+    assert len(marked) == 4 and all(line.endswith(") convergent nounwind") for line in marked), marked
 
 
 def _longest_run(ptx: str, op: str) -> int:
@@ -200,13 +187,12 @@ def _longest_run(ptx: str, op: str) -> int:
 
 
 @needs_bitcode
-def test_unswitching_splits_p_and_g_loops(monkeypatch):
-    """By default, a loop of p (of g) is split on NVSHMEM's P2P test, so one version is plain
-    stores (loads) back to back with no test or call between them, as libNVVM makes it for CuTe.
+def test_unswitching_splits_p_and_g_loops():
+    """A loop of p (of g) is split on NVSHMEM's P2P test, so one version is plain stores (loads)
+    back to back with no test or call between them, as libNVVM makes it for CuTe.
     (g's transport helper, defined in a section in 3.4's store, must lose `convergent` too.)"""
     from numba import float32
 
-    monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
 
     def p_loop(dst, n, pe):
         for i in range(n):
@@ -263,11 +249,10 @@ def _unswitched_by_o3() -> bool:
 
 
 @needs_bitcode
-def test_unswitching_option_is_on_only_for_nvshmem_kernels(monkeypatch):
+def test_unswitching_option_is_on_only_for_nvshmem_kernels():
     """LLVM's non-trivial unswitching is a process-wide option: on while an NVSHMEM kernel's
     second O3 runs, off after it, so that other code compiled with llvmlite is not changed."""
-    monkeypatch.delenv(_linker.UNSWITCH_ENV, raising=False)
-    with link.nontrivial_unswitching():
+    with _llvm.nontrivial_unswitching():
         assert _unswitched_by_o3()
     assert not _unswitched_by_o3()
     cuda.compile_ptx(k_all, SIG3, cc=(9, 0))

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from bitcode_available import needs_bitcode
-from nvshmem_dsl.linker import object_llvm, object_workers, outline
+from nvshmem_dsl.linker import calls, object_llvm, object_workers, outline
 
 ADD = """
 define i32 @nvshmem_test_add(i32 %a, i32 %b) {
@@ -165,8 +165,8 @@ def test_a_collectives_objects_start_with_its_helpers_largest_first(monkeypatch,
         started.append((name, len(text)))
         assert text == outline.object_ir([name], arch)
         # as if the broadcast's PTX called all the helpers its IR calls but the first
-        calls = sorted(outline.predicted_helper_calls(text))[1:] if name == "nvshmem_float_broadcast" else ()
-        path.with_suffix(".calls").write_text("".join(f"{c}\n" for c in calls))
+        called = sorted(calls.predicted_helper_calls(text))[1:] if name == "nvshmem_float_broadcast" else ()
+        path.with_suffix(".calls").write_text("".join(f"{c}\n" for c in called))
         path.write_bytes(b"")
         return 1
 
@@ -175,7 +175,7 @@ def test_a_collectives_objects_start_with_its_helpers_largest_first(monkeypatch,
     monkeypatch.setattr(outline.store_build, "_cpus", lambda: 1)  # builds start in the order submitted
     paths = outline.objects(["nvshmem_float_broadcast"], 90, "sm_90a", "+ptx85")
     names = [n for n, _ in started]
-    helpers = outline.predicted_helper_calls(outline.object_ir(["nvshmem_float_broadcast"], 90))
+    helpers = calls.predicted_helper_calls(outline.object_ir(["nvshmem_float_broadcast"], 90))
     assert "nvshmem_float_broadcast" in names and helpers and helpers <= set(names)
     sizes = [size for _, size in started]  # all planned at once: what the helpers call is predicted too
     assert sizes == sorted(sizes, reverse=True)
@@ -195,8 +195,8 @@ def test_a_predicted_helper_nvshmem_lacks_is_not_built(monkeypatch, tmp_path):
         path.write_bytes(b"")
         return 1
 
-    predicted = outline.predicted_helper_calls
-    monkeypatch.setattr(outline, "predicted_helper_calls", lambda text: predicted(text) | {"_Z9nvshmemi_nonev"})
+    predicted = calls.predicted_helper_calls
+    monkeypatch.setattr(calls, "predicted_helper_calls", lambda text: predicted(text) | {"_Z9nvshmemi_nonev"})
     monkeypatch.setattr(outline, "_build", build)
     monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
     paths = outline.objects(["nvshmem_barrier_all"], 90, "sm_90a", "+ptx85")

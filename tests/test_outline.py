@@ -24,12 +24,12 @@ from numba.cuda.extending import intrinsic  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import store, outline  # noqa: E402
+from nvshmem_dsl.linker import abi, calls, link, _llvm, outline, plan, store  # noqa: E402
 from nvshmem_dsl.numba import _linker  # noqa: E402
 from nvshmem_dsl.numba._intrinsics import declare_device_function  # noqa: E402
 
 from bitcode_available import HAVE_BITCODE  # noqa: E402
-pytestmark = pytest.mark.skipif(not HAVE_BITCODE or outline.ptxas() is None,
+pytestmark = pytest.mark.skipif(not HAVE_BITCODE or link.ptxas() is None,
                                 reason="no NVSHMEM device bitcode or no ptxas")
 
 CC = (9, 0)
@@ -42,7 +42,7 @@ COLLECTIVE = "nvshmem_int32_sum_reducescatter"
 def objects_dir(tmp_path, monkeypatch):
     """Objects built in a folder of this test's (the piece store stays the shared one)."""
     monkeypatch.setattr(outline, "_objects_dir", lambda: tmp_path)
-    monkeypatch.delenv(outline.ENV, raising=False)
+    monkeypatch.delenv(plan.ENV, raising=False)
     return tmp_path
 
 
@@ -103,10 +103,10 @@ def test_criterion_inlines_small_ops_and_outlines_collectives():
     for name, n in sizes.items():
         op = ops[name]
         if op["group"] in small or op["family"] in ("quiet", "fence", "flush"):
-            assert not outline.is_large(n), (name, n)
+            assert not plan.is_large(n), (name, n)
         else:  # collectives; barrier, barrier_all, sync_all, team_sync
-            assert outline.is_large(n), (name, n)
-    inline, out = outline.split(["nvshmem_int_p", "nvshmem_float_g", "nvshmemx_float_put_block",
+            assert plan.is_large(n), (name, n)
+    inline, out = plan.split(["nvshmem_int_p", "nvshmem_float_g", "nvshmemx_float_put_block",
                                  "nvshmem_int32_atomic_fetch_add", "nvshmemx_putmem_signal_block",
                                  "nvshmem_quiet", "nvshmem_uint64_wait_until", COLLECTIVE,
                                  "nvshmemx_float_sum_reduce_block", "nvshmem_int32_broadcast",
@@ -118,15 +118,15 @@ def test_criterion_inlines_small_ops_and_outlines_collectives():
 
 def test_modes(monkeypatch):
     names = {"nvshmem_int_p", COLLECTIVE}
-    monkeypatch.setenv(outline.ENV, "none")
-    assert outline.split(names, 90) == (names, frozenset())
-    with outline.override("all"):
-        assert outline.split(names, 90) == (frozenset(), names)
+    monkeypatch.setenv(plan.ENV, "none")
+    assert plan.split(names, 90) == (names, frozenset())
+    with plan.override("all"):
+        assert plan.split(names, 90) == (frozenset(), names)
         with nv.outline("auto"):
-            assert outline.split(names, 90) == ({"nvshmem_int_p"}, {COLLECTIVE})
-    monkeypatch.setenv(outline.ENV, "sometimes")
-    with pytest.raises(ValueError, match=outline.ENV):
-        outline.mode()
+            assert plan.split(names, 90) == ({"nvshmem_int_p"}, {COLLECTIVE})
+    monkeypatch.setenv(plan.ENV, "sometimes")
+    with pytest.raises(ValueError, match=plan.ENV):
+        plan.mode()
 
 
 # ---------------------------------------------------------------- kernels
@@ -138,7 +138,7 @@ def test_collective_is_called_in_its_object(objects_dir, built_helpers):
     # the collective and the sync are declared and called, not defined; p and my_pe are inlined,
     # p's transport helper (NVSHMEM's noinline proxy path) is called in its object too
     helper = "_Z23nvshmemi_transfer_rma_pIiEvPvT_ii"
-    assert outline.extern_calls(ptx) == {COLLECTIVE, "nvshmem_sync_all", helper}
+    assert calls.extern_calls(ptx) == {COLLECTIVE, "nvshmem_sync_all", helper}
     assert re.search(rf"^\s*call[^;]*\b{COLLECTIVE},", ptx, re.M)
     assert not re.search(rf"^\.visible \.func[^\n]*\b{COLLECTIVE}\b", ptx, re.M)
     assert not re.search(r"^\s*call[^;]*\bnvshmem_(int32_p|my_pe)\b", ptx, re.M)
@@ -149,7 +149,7 @@ def test_collective_is_called_in_its_object(objects_dir, built_helpers):
     assert {COLLECTIVE, "nvshmem_sync_all", helper} <= set(made) and outline.stats["builds"] == builds + len(made)
     assert all(m.startswith("_Z") and "nvshmemi_transfer" in m for m in set(made) - {COLLECTIVE, "nvshmem_sync_all"})
 
-    defined, _ = outline.cubin_info(cubin)
+    defined, _ = link.cubin_info(cubin)
     assert all(defined[m] == 1 for m in made), made  # every object linked, each function once
     assert defined[COLLECTIVE] == 1
     for name in store.EXPORTED_GLOBALS:  # the kernel's, once: the objects only declare them
@@ -161,15 +161,15 @@ def test_collective_is_called_in_its_object(objects_dir, built_helpers):
     hits = outline.stats["hits"]  # the first kernel's link may have found objects its prefetch built
     _, cubin, entry = cubin_of(k_again)
     # cached: the collective's object and those of the helpers it calls (its .calls, transitively)
-    calls, todo = {COLLECTIVE}, [COLLECTIVE]
+    called, todo = {COLLECTIVE}, [COLLECTIVE]
     while todo:
         (path,) = objects_dir.glob(f"{todo.pop()}-*.cubin")
-        new = outline.object_calls(path) - calls
-        calls |= new
+        new = outline.object_calls(path) - called
+        called |= new
         todo += sorted(new)
-    assert len(calls) > 1 and calls <= set(made)
-    assert outline.stats["builds"] == builds + len(made) and outline.stats["hits"] == hits + len(calls)
-    defined, registers = outline.cubin_info(cubin)
+    assert len(called) > 1 and called <= set(made)
+    assert outline.stats["builds"] == builds + len(made) and outline.stats["hits"] == hits + len(called)
+    defined, registers = link.cubin_info(cubin)
     assert defined[COLLECTIVE] == 1 and defined["nvshmemi_device_state_d"] == 1
     # callees included (the first kernel's p calls NVSHMEM's transport helper, an object capped
     # as the collective's): 1024 threads a block
@@ -194,12 +194,12 @@ def test_small_ops_stay_inlined(monkeypatch):
     does the same loads, stores, atomics and fences as with everything inlined; what is called out
     of line is NVSHMEM's own noinline transport helpers (the proxy path), from their objects
     instead of compiled into the kernel (their calls keep NVSHMEM's full parameter lists)."""
-    monkeypatch.setenv(outline.ENV, "none")
+    monkeypatch.setenv(plan.ENV, "none")
     before, _ = cuda.compile_ptx(k_small, SMALL_SIG, cc=CC)
-    monkeypatch.setenv(outline.ENV, "auto")
+    monkeypatch.setenv(plan.ENV, "auto")
     after, _ = cuda.compile_ptx(k_small, SMALL_SIG, cc=CC)
-    assert outline.extern_calls(before) == set()
-    helpers = outline.extern_calls(after)
+    assert calls.extern_calls(before) == set()
+    helpers = calls.extern_calls(after)
     assert helpers and not helpers & _optable.device_ops().keys()
     assert all(h.startswith("_Z") and "nvshmemi_transfer" in h for h in helpers)
     assert _memory_ops(after) == _memory_ops(before)
@@ -213,8 +213,8 @@ def test_forcing(objects_dir):
 
     with nv.outline("all"):  # every NVSHMEM function in an object: the kernel still defines the state
         ptx, cubin, _ = cubin_of(k)
-    assert outline.extern_calls(ptx) == {"nvshmem_my_pe", "nvshmem_int32_p"}
-    defined, _ = outline.cubin_info(cubin)
+    assert calls.extern_calls(ptx) == {"nvshmem_my_pe", "nvshmem_int32_p"}
+    defined, _ = link.cubin_info(cubin)
     assert defined["nvshmemi_device_state_d"] == 1 and defined["nvshmem_int32_p"] == 1
 
     def k_none(dst, src):
@@ -222,7 +222,7 @@ def test_forcing(objects_dir):
 
     with nv.outline("none"):  # the collective inlined, as before hybrid linking
         ptx, _ = cuda.compile_ptx(k_none, (I32, I32), cc=CC)
-    assert outline.extern_calls(ptx) == set() and not re.search(rf"\b{COLLECTIVE}\b", ptx)
+    assert calls.extern_calls(ptx) == set() and not re.search(rf"\b{COLLECTIVE}\b", ptx)
 
 
 @intrinsic
@@ -259,8 +259,8 @@ def test_a_kernel_of_a_newer_ptx_isa_than_llvmlite_writes_gets_objects_ptxas_rea
     assert _llvm.ptx_features("+ptx200") == f"+ptx{top}" and _llvm.ptx_features("+ptx85") == "+ptx85"
     assert top >= 90 and _llvm._writes(top)
     newer = f"+ptx{top + 4}"
-    ptx = outline.object_ptx(["nvshmem_sync_all"], 90, "sm_90", outline.object_features(newer))
-    assert outline.ptx_isa(ptx) == min(top, link.ptxas_ptx_isa())  # what LLVM writes and ptxas reads
+    ptx = outline.object_ptx(["nvshmem_sync_all"], 90, "sm_90", abi.object_features(newer))
+    assert link.ptx_isa(ptx) == min(top, link.ptxas_ptx_isa())  # what LLVM writes and ptxas reads
     assert "not a recognized feature" not in capfd.readouterr().err
     paths = outline.objects(["nvshmem_sync_all"], 90, "sm_90", newer)
     assert paths and all(p.exists() for p in paths)
@@ -272,7 +272,7 @@ def test_kernel_register_limit_caps_the_objects(objects_dir):
     assert any(p.name.startswith("nvshmem_sync_all-") for p in paths)  # with its helpers' objects
     for path in paths:
         assert "-r32-" in path.name and path.parent == objects_dir
-        registers = outline.cubin_info(path.read_bytes())[1]
+        registers = link.cubin_info(path.read_bytes())[1]
         assert registers and max(registers.values()) <= 32
     # a cached object linked again counts as used now (what the cache's pruning reads)
     from nvshmem_dsl.linker import store_file
@@ -293,10 +293,10 @@ def test_a_failing_ptxas_leaves_no_object_and_names_the_function(objects_dir, mo
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'ptxas fatal : Unresolved extern function nope' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(outline, "ptxas", lambda: str(fake))
-    monkeypatch.setattr(outline, "_ptxas_options", lambda: ())
-    with pytest.raises(outline.PtxasError, match="Unresolved extern function nope"):
-        outline.assemble(".version 8.5", "sm_90")
+    monkeypatch.setattr(link, "ptxas", lambda: str(fake))
+    monkeypatch.setattr(link, "_ptxas_options", lambda: ())
+    with pytest.raises(link.PtxasError, match="Unresolved extern function nope"):
+        link.assemble(".version 8.5", "sm_90")
     path = objects_dir / "nvshmem_sync_all-test.cubin"
     with pytest.raises(RuntimeError, match=r"ptxas failed on NVSHMEM's nvshmem_sync_all for sm_90 \(NVSHMEM_DSL_OUTLINE=none"
                                            r"[^)]*\):\nptxas fatal : Unresolved extern function nope"):
@@ -308,7 +308,7 @@ def test_extern_calls():
     ptx = (".extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(\n"
            ".extern .func nvshmem_barrier_all\n()\n.extern .func vprintf(\n"
            ".visible .func nvshmem_quiet()\n")
-    assert outline.extern_calls([ptx]) == {"nvshmem_int32_broadcast", "nvshmem_barrier_all"}
+    assert calls.extern_calls([ptx]) == {"nvshmem_int32_broadcast", "nvshmem_barrier_all"}
 
 
 def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
@@ -333,7 +333,7 @@ def test_object_optimisation_level_is_checked_and_keys_the_objects(monkeypatch):
     monkeypatch.setenv(outline.OPT_ENV, "fast")
     with pytest.raises(ValueError, match="NVSHMEM_DSL_OUTLINE_OPT='fast': choose one of auto, quick, light, o3"):
         outline.opt_level()
-    if outline.ptxas() is None:
+    if link.ptxas() is None:
         pytest.skip("no ptxas")
     bc = Path(__file__)  # any file: the key reads its size and mtime
     monkeypatch.setattr(outline.store_file, "_cache_key", lambda path: "k")
@@ -488,7 +488,7 @@ def test_a_helpers_object_brings_the_helpers_it_calls(objects_dir, built_helpers
     names = [p.name.split("-")[0] for p in paths]
     assert quiet in names and len(names) > 1 and names == sorted(names)
     for p in paths:
-        defined = {n for n, d in outline.elf_symbols(p.read_bytes()) if d}
+        defined = {n for n, d in link.elf_symbols(p.read_bytes()) if d}
         assert p.name.split("-")[0] in defined
     assert set(names) <= st.helpers
     # the helpers the store's call graph reaches from it, no more (none of its calls is specialised)
@@ -526,16 +526,16 @@ def _ptx(*ops: str) -> str:
 
 
 def test_mangled_modes_are_bools_and_enums_by_value():
-    assert outline._mangled_modes(NONFETCH) == (False, False, False, True, False)  # (ptr, T, pe, op, int)
+    assert calls._mangled_modes(NONFETCH) == (False, False, False, True, False)  # (ptr, T, pe, op, int)
     dispatch = "_Z37nvshmemi_transfer_put_signal_dispatchIL13threadgroup_t0EEvPvS1_mS1_m14nvshmemi_amo_tibi"
-    assert outline._mangled_modes(dispatch) == (False,) * 5 + (True, False, True, False)
-    assert outline._mangled_modes("_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEvbiPii") == (True, False, False, False)
-    assert outline._mangled_modes("_Z28nvshmemi_transfer_region_endIL13threadgroup_t0EEvPK22nvshmemi_region_info_t") \
+    assert calls._mangled_modes(dispatch) == (False,) * 5 + (True, False, True, False)
+    assert calls._mangled_modes("_Z23nvshmemi_transfer_quietIL13threadgroup_t0EEvbiPii") == (True, False, False, False)
+    assert calls._mangled_modes("_Z28nvshmemi_transfer_region_endIL13threadgroup_t0EEvPK22nvshmemi_region_info_t") \
         == (False,)  # an enum or struct behind a pointer is data
-    assert outline._mangled_modes("_Z43nvshmemi_transfer_submit_active_region_slowIL13threadgroup_t0EEbv") == ()
-    assert outline._mangled_modes("_Z23nvshmemi_transfer_rma_pIiEvPvT_ii") == (False,) * 4  # the value is data
-    assert outline._mangled_modes("_Z9somethingN3fooE") is None  # not read: not specialised
-    assert outline._mangled_modes("nvshmem_int_p") is None
+    assert calls._mangled_modes("_Z43nvshmemi_transfer_submit_active_region_slowIL13threadgroup_t0EEbv") == ()
+    assert calls._mangled_modes("_Z23nvshmemi_transfer_rma_pIiEvPvT_ii") == (False,) * 4  # the value is data
+    assert calls._mangled_modes("_Z9somethingN3fooE") is None  # not read: not specialised
+    assert calls._mangled_modes("nvshmem_int_p") is None
 
 
 def test_specialised_names_round_trip():
@@ -543,20 +543,20 @@ def test_specialised_names_round_trip():
     assert name == NONFETCH + "$p3_10$p4_m1"
     assert outline.split_specialised(name) == (NONFETCH, {3: 10, 4: -1})
     assert outline.split_specialised(NONFETCH) == (NONFETCH, {})
-    assert outline.extern_calls(_declaration(name)) == {name}
+    assert calls.extern_calls(_declaration(name)) == {name}
 
 
 def test_calls_with_constant_modes_call_specialised_helpers():
-    ptx = outline.specialise_helper_calls(_ptx("10", "%r2"))
+    ptx = calls.specialise_helper_calls(_ptx("10", "%r2"))
     spec = NONFETCH + "$p3_10"  # the op; not the 64-bit value 5 nor the PE 1 (data)
-    assert outline.extern_calls(ptx) == {NONFETCH, spec}  # the second call's op is a register
-    calls = re.findall(r"call\.uni (\S+), \(", ptx)
-    assert calls == [spec, NONFETCH]
+    assert calls.extern_calls(ptx) == {NONFETCH, spec}  # the second call's op is a register
+    called = re.findall(r"call\.uni (\S+), \(", ptx)
+    assert called == [spec, NONFETCH]
     assert _declaration(spec) in ptx and _declaration(NONFETCH) in ptx
-    only = outline.specialise_helper_calls(_ptx("10", "9"))
-    assert outline.extern_calls(only) == {NONFETCH + "$p3_10", NONFETCH + "$p3_9"}  # no longer called as is
-    assert outline.specialise_helper_calls(_ptx("%r2")) == _ptx("%r2")
-    assert outline.specialise_helper_calls(only) == only  # once
+    only = calls.specialise_helper_calls(_ptx("10", "9"))
+    assert calls.extern_calls(only) == {NONFETCH + "$p3_10", NONFETCH + "$p3_9"}  # no longer called as is
+    assert calls.specialise_helper_calls(_ptx("%r2")) == _ptx("%r2")
+    assert calls.specialise_helper_calls(only) == only  # once
     # a helper with a result: call.uni (retval0), name, (...); a count of parameters other than its
     # C++ name's is left alone
     fetch = "_Z27nvshmemi_transfer_amo_fetchImET_PvS0_S0_i14nvshmemi_amo_ti"  # (ptr, ptr, ptr, pe, op, int)
@@ -564,11 +564,11 @@ def test_calls_with_constant_modes_call_specialised_helpers():
     body = ("\t{ // callseq 0, 0\n\tst.param.b32 \t[param3], 1;\n\tst.param.b32 \t[param4], 8;\n"
             f"\tcall.uni (retval0), {fetch}, ({params});\n\t}} // callseq 0\n")
     decl = f".extern .func (.param .b64 func_retval0) {fetch}\n(\n\t.param .b64 {fetch}_param_0\n)\n;\n"
-    got = outline.specialise_helper_calls(f"{decl}\n.visible .entry k()\n{{\n{body}\tret;\n}}\n")
+    got = calls.specialise_helper_calls(f"{decl}\n.visible .entry k()\n{{\n{body}\tret;\n}}\n")
     assert re.findall(r"call\.uni \(retval0\), (\S+), \(", got) == [fetch + "$p4_8"]  # the op, not the PE
-    assert outline.extern_calls(got) == {fetch + "$p4_8"}
+    assert calls.extern_calls(got) == {fetch + "$p4_8"}
     five = body.replace(", param5)", ")")
-    assert outline.specialise_helper_calls(f"{decl}\n{five}") == f"{decl}\n{five}"
+    assert calls.specialise_helper_calls(f"{decl}\n{five}") == f"{decl}\n{five}"
 
 
 def k_put_signals(d, s, u64, n, pe):
@@ -581,7 +581,7 @@ def test_put_signal_links_specialised_dispatch_objects(objects_dir, built_helper
     constant: it calls, and links, objects of the helper specialised on them (each ~400 KiB of
     PTX instead of ~930 KiB unspecialised with 3.8: bench/results/object-sizes-cpu-2026-11-24.txt), one per (op, nbi)."""
     ptx, cubin, entry = cubin_of(k_put_signals, (I32, I32, types.uint64[::1], types.int32, types.int32))
-    dispatch = {n for n in outline.extern_calls(ptx) if "put_signal_dispatch" in n}
+    dispatch = {n for n in calls.extern_calls(ptx) if "put_signal_dispatch" in n}
     if not dispatch:
         pytest.skip("this NVSHMEM has no put_signal_dispatch helper")
     assert all(outline.SPECIALISED in n for n in dispatch) and len(dispatch) == 2
@@ -589,7 +589,7 @@ def test_put_signal_links_specialised_dispatch_objects(objects_dir, built_helper
     assert len(ops) == 2  # SIGNAL_SET and SIGNAL_ADD
     built = {p.name.split("-")[0]: p for p in objects_dir.iterdir() if p.suffix == ".cubin"}
     for name in dispatch:
-        assert name in {n for n, d in outline.elf_symbols(built[name].read_bytes()) if d}
+        assert name in {n for n, d in link.elf_symbols(built[name].read_bytes()) if d}
     assert cubin[:4] == b"\x7fELF"
 
 
@@ -600,7 +600,7 @@ def test_objects_share_the_helpers_they_call(objects_dir, built_helpers):
     own = next(p for p in first if p.name.startswith(COLLECTIVE + "-"))
     helpers = set(first) - {own}
     assert helpers and outline.object_calls(own) <= {p.name.split("-")[0] for p in helpers}
-    undefined = {n for n, d in outline.elf_symbols(own.read_bytes()) if not d and n.startswith("_Z")}
+    undefined = {n for n, d in link.elf_symbols(own.read_bytes()) if not d and n.startswith("_Z")}
     assert undefined == set(outline.object_calls(own))
     own.with_suffix(".calls").unlink()  # a cache without the list: read from the object's symbols
     assert outline.object_calls(own) == undefined
@@ -617,9 +617,9 @@ def test_helpers_predicted_from_the_ir_are_those_the_ptx_calls(name):
     """The helpers an object calls, read from its IR before LLVM runs on it (their objects start
     building with it), are those its PTX calls, specialised alike."""
     text = outline.object_ir([name], 90)
-    predicted = outline.predicted_helper_calls(text)
+    predicted = calls.predicted_helper_calls(text)
     ptx = outline.object_ptx([name], 90, "sm_90", "+ptx85", text=text)
-    called = outline.helper_calls(outline.specialise_helper_calls(ptx))
+    called = calls.helper_calls(calls.specialise_helper_calls(ptx))
     assert called and predicted == called
     if name == "nvshmem_float_broadcast":  # its put_signal dispatch is specialised on the signal op
         assert any(outline.SPECIALISED in n for n in called)
@@ -631,12 +631,12 @@ def test_helper_declarations_from_the_ir_are_the_ptxs(name):
     compiled helpers are asked about them while LLVM emits the object), are its PTX's, character for
     character: the answers are its helpers'."""
     text = outline.object_ir([name], 90)
-    early = outline.helper_declarations(text, "sm_90", "+ptx85")
+    early = calls.helper_declarations(text, "sm_90", "+ptx85")
     ptx = outline.object_ptx([name], 90, "sm_90", "+ptx85", text=text)
-    called = {n for n in outline.helper_calls(ptx) if outline.SPECIALISED not in n}
+    called = {n for n in calls.helper_calls(ptx) if outline.SPECIALISED not in n}
     assert called and called <= set(early)
     for n in called:
-        assert early[n] == outline._declaration(ptx, n).group(0).rstrip("\n"), n
+        assert early[n] == calls._declaration(ptx, n).group(0).rstrip("\n"), n
 
 
 def test_objects_ask_about_their_helpers_before_their_ptx(monkeypatch, tmp_path):
@@ -661,11 +661,11 @@ def test_objects_ask_about_their_helpers_before_their_ptx(monkeypatch, tmp_path)
     real_ptx = outline.object_ptx
     monkeypatch.setattr(helper_archive, "_probe", probe)
     monkeypatch.setattr(outline, "object_ptx", lambda *a, **k: (events.append(("ptx", len(probes))), real_ptx(*a, **k))[1])
-    monkeypatch.setattr(outline, "assemble", lambda ptx, cpu, options=(): b"")  # no ptxas: what is asked, not built
+    monkeypatch.setattr(link, "assemble", lambda ptx, cpu, options=(): b"")  # no ptxas: what is asked, not built
     monkeypatch.setattr(outline, "object_calls", lambda path: frozenset())
     name = "nvshmemx_barrier_all_block"
     text = outline.object_ir([name], 90)
-    declared = outline.helper_declarations(text, "sm_90", "+ptx85")
+    declared = calls.helper_declarations(text, "sm_90", "+ptx85")
     assert declared
     outline.objects([name], 90, "sm_90", "+ptx85")
     assert probes[0] == sorted(declared)  # the object's helpers, from its IR (then those of the helpers built)
@@ -687,22 +687,22 @@ def test_a_kernels_helpers_are_asked_about_before_its_ptx_is_emitted(monkeypatch
                         lambda sm, names, declarations, bc_path=None: asked.append(declarations()))
     monkeypatch.setattr(outline, "prefetch", lambda *a, **k: None)
     lib, _ = _compile_pyfunc_with_fixup(k_small, SMALL_SIG, device=False, abi="numba", cc=CC)
-    monkeypatch.setattr(outline, "prepare_calls", lambda ptx, bc_path=None: ptx)  # the PTX as LLVM emitted it
+    monkeypatch.setattr(calls, "prepare_calls", lambda ptx, bc_path=None: ptx)  # the PTX as LLVM emitted it
     ptx = _linker.compile_ptx(lib.llvm_strs, CC, prefetch=False)
     assert asked == []
     ptx = _linker.compile_ptx(lib.llvm_strs, CC, prefetch=True)
     (early,) = asked
-    called = outline.helper_calls(ptx)
+    called = calls.helper_calls(ptx)
     assert called and called <= set(early)  # (and those LLVM then found unused: asked about, harmless)
     for n in called:
-        assert early[n] == outline._declaration(ptx, n).group(0).rstrip("\n"), n
+        assert early[n] == calls._declaration(ptx, n).group(0).rstrip("\n"), n
 
 
 def test_ir_call_arguments():
-    args = outline._ir_arguments("ptr noundef %0, i32 noundef 9, i1 true, i1 false, i64 4, i32 -1, "
+    args = calls._ir_arguments("ptr noundef %0, i32 noundef 9, i1 true, i1 false, i64 4, i32 -1, "
                                  "ptr getelementptr (i8, ptr @x, i64 8), i8 %m, <2 x i32> %v")
     assert args == [None, 9, 1, 0, None, -1, None, None, None]
-    assert outline._ir_arguments("") == []
+    assert calls._ir_arguments("") == []
 
 
 def test_ptx_alone_builds_no_objects(monkeypatch):
@@ -758,7 +758,7 @@ def test_split_objects_are_built_whole_later_and_then_linked(objects_dir, monkey
     second = outline.objects([COLLECTIVE], 90, "sm_90", "+ptx85")
     whole = next(p for p in second if p.name.startswith(COLLECTIVE + "-"))
     assert whole != split and whole.exists() and not later and not outline.provisional(second)
-    functions = [len(outline.elf_symbols(p.read_bytes())) for p in (split, whole)]
+    functions = [len(link.elf_symbols(p.read_bytes())) for p in (split, whole)]
     assert functions[0] > functions[1]  # whole: no loops made functions of their own
     assert set(second) - {whole} == set(first) - {split}
     assert outline.object_calls(whole) == outline.object_calls(split)
@@ -774,7 +774,7 @@ def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypat
 
     monkeypatch.delenv(outline.OPT_ENV, raising=False)
     monkeypatch.delenv(loop_split.ENV, raising=False)
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)  # as where a CUDA driver is
+    monkeypatch.setattr(link, "driver_major", lambda: 13)  # as where a CUDA driver is
     monkeypatch.setattr(store_build, "_lower_priority", lambda: None)
     later = []
     monkeypatch.setattr(outline, "_build_final_later", lambda forms, *rest: later.append((forms, rest)))
@@ -805,7 +805,7 @@ def test_o3_objects_are_built_light_first_and_at_o3_later(objects_dir, monkeypat
     monkeypatch.setenv(outline.OPT_ENV, "auto")
     assert not outline.opt_tiered() and outline._first_form(name, 90, None) is None
     monkeypatch.delenv(outline.OPT_ENV)
-    monkeypatch.setattr(abi, "driver_major", lambda: None)  # no driver: only compile time counts
+    monkeypatch.setattr(link, "driver_major", lambda: None)  # no driver: only compile time counts
     assert not outline.opt_tiered()
 
 
@@ -814,7 +814,7 @@ def test_info_says_what_a_cold_kernel_waits_for(monkeypatch):
 
     monkeypatch.delenv(outline.OPT_ENV, raising=False)
     monkeypatch.delenv(loop_split.ENV, raising=False)
-    monkeypatch.setattr(abi, "driver_major", lambda: 13)
+    monkeypatch.setattr(link, "driver_major", lambda: 13)
     assert outline.explain_tiers().startswith(
         "a cold kernel links first forms (the largest with their loops split, quick, those at O3 built light)")
     monkeypatch.setenv(outline.OPT_ENV, "auto")
@@ -823,7 +823,7 @@ def test_info_says_what_a_cold_kernel_waits_for(monkeypatch):
     assert outline.explain_tiers().startswith("a cold kernel waits for its objects' final forms")
     monkeypatch.delenv(outline.OPT_ENV)
     monkeypatch.delenv(loop_split.ENV)
-    monkeypatch.setattr(abi, "driver_major", lambda: None)
+    monkeypatch.setattr(link, "driver_major", lambda: None)
     assert "no CUDA driver here" in outline.explain_tiers()
 
 
@@ -872,13 +872,13 @@ def test_final_builds_start_once_a_process_in_the_background(monkeypatch, tmp_pa
 def test_tiering_needs_the_default_threshold_and_a_driver(monkeypatch):
     from nvshmem_dsl.linker import abi, loop_split
 
-    monkeypatch.setattr(abi, "driver_major", lambda: 12)
+    monkeypatch.setattr(link, "driver_major", lambda: 12)
     monkeypatch.delenv(loop_split.ENV, raising=False)
     assert loop_split.tiered()
     monkeypatch.setenv(loop_split.ENV, "16000")  # a value set decides alone
     assert not loop_split.tiered()
     monkeypatch.delenv(loop_split.ENV)
-    monkeypatch.setattr(abi, "driver_major", lambda: None)  # no driver: only compile time counts
+    monkeypatch.setattr(link, "driver_major", lambda: None)  # no driver: only compile time counts
     assert not loop_split.tiered()
 
 

@@ -7,7 +7,7 @@
   ``cubin`` stage left out (ptxas of ~1 MB of inlined NVSHMEM per kernel would add minutes).
   Each kernel's LLVM IR must declare exactly the C functions of the dispatch table (through
   their ``__nvshmem_dsl_tt_`` externs), and its PTX must call no NVSHMEM API function but the
-  large ones linked out of line (:func:`nvshmem_dsl.linker.outline.split`, declared ``.extern``): the
+  large ones linked out of line (:func:`nvshmem_dsl.linker.plan.split`, declared ``.extern``): the
   fine-grained ones are inlined.
 * The externs' definitions (shims) of all 2731 device C functions are valid LLVM IR.
 * One kernel to a cubin (Triton's ptxas) and one with a collective to a cubin linked by
@@ -47,7 +47,7 @@ from triton.compiler.errors import CompilationError  # noqa: E402
 
 import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link, outline  # noqa: E402
 from nvshmem_dsl.errors import NvshmemTypeError  # noqa: E402
 from nvshmem_dsl.triton import _calls, _compile  # noqa: E402
 
@@ -271,12 +271,11 @@ def _report(what: str, kernels: dict, results: list, wall: float) -> None:
 
 
 def test_every_form_compiles_to_ptx_with_nvshmem_inlined(tmp_path):
-    """Every form, through the lighter second optimisation (``NVSHMEM_DSL_UNSWITCH=0``) and
-    without line info: the same link and inlining, half the compile time."""
+    """Every form, without line info: the same link and inlining, less compile time."""
     kernels = _all_kernels()
     path = _write(tmp_path / "all_forms.py", kernels)
     results, wall = _compile_all(path, kernels, tmp_path / "cache",
-                                 {"NVSHMEM_DSL_UNSWITCH": "0", "TRITON_DISABLE_LINE_INFO": "1"})
+                                 {"TRITON_DISABLE_LINE_INFO": "1"})
     _report("every form", kernels, results, wall)
     assert len(results) == len(kernels)
     problems = _check_results(kernels, results)
@@ -285,10 +284,10 @@ def test_every_form_compiles_to_ptx_with_nvshmem_inlined(tmp_path):
 
 
 def test_every_family_and_scope_compiles_with_the_default_pipeline(tmp_path):
-    """One form of every family and scope through the default pipeline (unswitching, line info)."""
+    """One form of every family and scope through the default pipeline (line info)."""
     kernels = _representative_kernels()
     path = _write(tmp_path / "representative.py", kernels)
-    env = {k: os.environ.get(k, "") for k in ("NVSHMEM_DSL_UNSWITCH", "TRITON_DISABLE_LINE_INFO")}
+    env = {"TRITON_DISABLE_LINE_INFO": os.environ.get("TRITON_DISABLE_LINE_INFO", "")}
     results, wall = _compile_all(path, kernels, tmp_path / "cache", env)
     _report("every family and scope", kernels, results, wall)
     problems = _check_results(kernels, results)
@@ -321,7 +320,7 @@ def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     assert not _CALL.findall(ptx)
     assert cubin[:4] == b"\x7fELF"
-    from nvshmem_dsl.linker.outline import cubin_info
+    from nvshmem_dsl.linker.link import cubin_info
 
     defined, _ = cubin_info(cubin)
     assert defined["nvshmemi_device_state_d"] == 1
@@ -353,7 +352,7 @@ def test_ptx_alone_builds_no_objects(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     before = _compile.stats["cubins_linked"]
@@ -389,7 +388,7 @@ def _barrier(dst):
 def test_a_kernel_linked_with_provisional_objects_leaves_tritons_cache_at_exit(tmp_path, monkeypatch, provisional):
     """A kernel linked with split objects whose whole form is still being built serves this
     process; at its exit its cache group goes, so that the next process compiles it again."""
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(outline, "provisional", lambda paths: provisional and bool(paths))
@@ -549,7 +548,7 @@ def test_hook_is_installed_and_keys_triton_cache():
 
 def test_identity_follows_the_environment(monkeypatch):
     a = _compile.identity()
-    monkeypatch.setenv("NVSHMEM_DSL_UNSWITCH", "0")
+    monkeypatch.setenv("NVSHMEM_DSL_OUTLINE", "none")
     assert _compile.identity() != a
 
 
@@ -775,13 +774,13 @@ def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
     """A fine-grained kernel calls NVSHMEM's transport helpers in their objects (nvJitLink links
     them): Triton's maxnreg (a .maxnreg in the PTX) caps the objects too, and ptx_options reach
     the ptxas inside nvJitLink."""
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}
     ck = _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, maxnreg=40)
-    assert outline.helper_calls(ck.asm["ptx"]) and ".maxnreg 40" in ck.asm["ptx"]
-    _, registers = outline.cubin_info(ck.asm["cubin"])
+    assert calls.helper_calls(ck.asm["ptx"]) and ".maxnreg 40" in ck.asm["ptx"]
+    _, registers = link.cubin_info(ck.asm["cubin"])
     assert registers and max(registers.values()) <= 40, registers
     with pytest.raises(Exception, match="no-such-option|Unknown option|unrecognized"):
         _build(_fetch_add_loop, sig, ptx_only=False, num_warps=1, ptx_options="--no-such-option")

@@ -55,6 +55,9 @@ _ARCH_ENV = "CUTE_DSL_ARCH"
 _compile_arch: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
     "nvshmem_dsl_cute_arch", default=None
 )
+#: Set by :func:`compile`: a list the link of a kernel (:mod:`nvshmem_dsl.cute._link`) appends
+#: ``(outlined names, linked cubin)`` to, one per binary linked.
+linked_binaries: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_cute_linked", default=None)
 
 
 def _normalize_arch(arch: Any) -> str:
@@ -304,8 +307,6 @@ def compile(
     """
     import cutlass.cute as cute
 
-    from . import _link
-
     options, arch = _with_arch(options, arch)
     with contextlib.ExitStack() as stack:
         if keep_ptx or keep_cubin:
@@ -314,12 +315,12 @@ def compile(
             options += f" --dump-dir {shlex.quote(tmp)}"
         linked: list = []
         token = _compile_arch.set(arch)
-        sink = _link.linked_binaries.set(linked)
+        sink = linked_binaries.set(linked)
         try:
             # the artifacts are read into memory before the temp dir goes away
             compiled = cute.compile(fn, *args, options=options, **kwargs)
         finally:
-            _link.linked_binaries.reset(sink)
+            linked_binaries.reset(sink)
             _compile_arch.reset(token)
     return CompiledKernel(compiled, arch, linked)
 

@@ -5,7 +5,7 @@ embedded in the host module as ``llvm.mlir.global @kernels_binary``, which ``cud
 with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
 (:mod:`nvshmem_dsl.linker.outline`, as for Numba and Triton) is added around that step:
 
-1. While a kernel is traced, each NVSHMEM call that :func:`nvshmem_dsl.linker.outline.split`
+1. While a kernel is traced, each NVSHMEM call that :func:`nvshmem_dsl.linker.plan.split`
    says to outline is declared ``ffi(inline=False)`` (``func.func private @f {no_inline}``:
    ``.extern .func f`` in the PTX); the small ones stay ``inline=True``.  Both name a placeholder
    for the kernel's bitcode (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`).
@@ -49,7 +49,6 @@ installed nvidia-cutlass-dsl and the way out, ``NVSHMEM_DSL_OUTLINE=none``.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import glob
 import hashlib
@@ -61,8 +60,10 @@ import threading
 import warnings
 from typing import Optional
 
-from ..linker import outline
-from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin, ptx_for_nvjitlink
+from ..linker import calls, link, outline, plan
+from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin
+from ..linker.pipeline import ptx_for_nvjitlink
+from ._compile import current_arch, linked_binaries
 
 __all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations",
            "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats", "undefined_symbols"]
@@ -72,11 +73,7 @@ stats = {"linked": 0}
 
 _lock = threading.Lock()
 _installed: Optional[bool] = None
-_HINT = f"{outline.ENV}=none (or `with nvshmem_dsl.cute.outline('none'):`) inlines everything instead"
-
-#: Set by :func:`nvshmem_dsl.cute.compile`: a list the hook appends ``(outlined names, linked
-#: cubin)`` to, one per binary linked.
-linked_binaries: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_cute_linked", default=None)
+_HINT = f"{plan.ENV}=none (or `with nvshmem_dsl.cute.outline('none'):`) inlines everything instead"
 
 
 def _cute_version() -> str:
@@ -162,9 +159,9 @@ def _holds_provisional(module) -> bool:
 
 
 def effective_mode() -> str:
-    """:func:`nvshmem_dsl.linker.outline.mode` for CuTe kernels: ``none`` when the link step
+    """:func:`nvshmem_dsl.linker.plan.mode` for CuTe kernels: ``none`` when the link step
     cannot be installed (:func:`install`)."""
-    how = outline.mode()
+    how = plan.mode()
     if how != "none" and not install():
         return "none"
     return how
@@ -259,14 +256,14 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
 
 def _ask_archive_ahead(path: str, arch: str) -> None:
     """Start asking NVIDIA's compiled helpers about the helpers the kernel bitcode ``path`` declares
-    (:func:`nvshmem_dsl.linker.outline.ask_archive_ahead_declares`), while libNVVM compiles the kernel:
-    :func:`link_module`'s :func:`~nvshmem_dsl.linker.outline.prepare_calls` then finds the answers, or
+    (:func:`nvshmem_dsl.linker.calls.ask_archive_ahead_declares`), while libNVVM compiles the kernel:
+    :func:`link_module`'s :func:`~nvshmem_dsl.linker.calls.prepare_calls` then finds the answers, or
     waits for that probe, instead of probing after the compile."""
     from .._libs import bitcode_path
     from ..linker.nvvm import kernel_bitcode_declares
     from ..linker.store_file import _arch_number
 
-    outline.ask_archive_ahead_declares(kernel_bitcode_declares(path), arch, _features(_arch_number(arch)),
+    calls.ask_archive_ahead_declares(kernel_bitcode_declares(path), arch, _features(_arch_number(arch)),
                                        bitcode_path(arch))
 
 
@@ -351,8 +348,6 @@ def _pipeline_arch(pipeline: str) -> str:
     m = re.search(r"cubin-chip='?(sm_\w+)", pipeline)
     if m:
         return m.group(1)
-    from ._compile import current_arch
-
     return current_arch()
 
 
@@ -394,7 +389,7 @@ def _binaries(module):
 
 def undefined_symbols(cubin: bytes) -> frozenset:
     """The symbols an ELF cubin references but does not define."""
-    return frozenset(n for n, defined in outline.elf_symbols(cubin) if n and not defined)
+    return frozenset(n for n, defined in link.elf_symbols(cubin) if n and not defined)
 
 
 def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:
@@ -408,7 +403,7 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
     """Replace the binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the executable
     cubin nvJitLink makes of the module's ``ptx`` and the objects of the outlined NVSHMEM functions
     and helpers it calls (of ``declared``; a helper also specialised on the modes the PTX passes it,
-    :func:`nvshmem_dsl.linker.outline.prepare_calls`); returns ``[(names, cubin)]``."""
+    :func:`nvshmem_dsl.linker.calls.prepare_calls`); returns ``[(names, cubin)]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
@@ -424,15 +419,15 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
             f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
             f"{_cute_version()}, one PTX; {_HINT}")
     # NVSHMEM's helpers, called with constant modes, called in objects specialised on them
-    ptx = outline.prepare_calls(ptx)
+    ptx = calls.prepare_calls(ptx)
     for op, _ in binaries:
-        names = frozenset(n for n in outline.extern_calls(ptx) if outline.split_specialised(n)[0] in declared)
+        names = frozenset(n for n in calls.extern_calls(ptx) if outline.split_specialised(n)[0] in declared)
         kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
         cap = outline.register_cap([ptx], max_registers)
         paths = outline.objects(names, sm, arch, features, cap, bc_path) if names else []
         inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
         linked = _nvjitlink(arch, inputs, max_registers)
-        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem") or outline.is_helper(n))
+        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem") or calls.is_helper(n))
         if missing:
             raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
         if outline.provisional(paths):

@@ -23,12 +23,11 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
 from typing import Callable
 
-from . import code_env
+from . import code_env, link
 
-__all__ = ["ENV", "PRESERVE", "MIN_PTX", "advise", "declared", "driver_major", "explain", "mark", "marked",
+__all__ = ["ENV", "PRESERVE", "MIN_PTX", "advise", "declared", "explain", "mark", "marked", "object_features",
            "preserve", "supported"]
 
 ENV = code_env.ABI_PRESERVE
@@ -74,10 +73,8 @@ def mark(ptx: str, count: int | None, wanted: Callable[[str], bool]) -> str:
         ptx = _function(kind).sub(put, ptx)
     if count is None or not marked:
         return ptx
-    from .outline import ptx_isa, with_ptx_isa  # here: outline imports this module
-
-    isa = ptx_isa(ptx)
-    return ptx if isa is None or isa >= MIN_PTX else with_ptx_isa(ptx, MIN_PTX)
+    isa = link.ptx_isa(ptx)
+    return ptx if isa is None or isa >= MIN_PTX else link.with_ptx_isa(ptx, MIN_PTX)
 
 
 def declared(ptx: str, wanted: Callable[[str], bool]) -> dict:
@@ -115,50 +112,25 @@ def preserve() -> int | None:
     return count
 
 
-@functools.lru_cache(maxsize=None)
-def _ptxas_version(path: str) -> tuple[int, int] | None:
-    """(major, minor) of the CUDA release of ptxas ``path``."""
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"release (\d+)\.(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def _ptxas_major(path: str) -> int | None:
-    version = _ptxas_version(path)
+    version = link._ptxas_version(path)
     return version[0] if version else None
-
-
-@functools.lru_cache(maxsize=None)
-def driver_major() -> int | None:
-    """The CUDA major version of the installed driver (13 for 580 and later), None without one."""
-    try:
-        from cuda.bindings import driver
-
-        err, version = driver.cuDriverGetVersion()
-    except Exception:  # noqa: BLE001 - no cuda.bindings or no libcuda
-        return None
-    return None if int(err) != 0 else version // 1000
 
 
 def _driver_ptx_ok() -> bool:
     """Whether the CUDA driver, where one is installed, JIT-compiles PTX 9.0 (CUDA 13.0 and later;
     Numba's linker gives it the kernel's PTX).  No driver (a CPU machine): nothing to refuse."""
-    major = driver_major()
+    major = link.driver_major()
     return major is None or major >= 13
 
 
 def explain() -> str:
     """What :func:`preserve` gives in this process and why, in words (``python -m nvshmem_dsl info``)."""
-    from . import link, outline
-
     how = os.environ.get(ENV, "").strip().lower() or "auto"
     if how != "auto":
         count = preserve()
         return f"{'CUDA default ABI' if count is None else f'preserve {count} registers'} ({ENV}={how})"
-    path = outline.ptxas()
+    path = link.ptxas()
     major = _ptxas_major(path) if path else None
     missing = _missing()
     if missing:
@@ -187,7 +159,7 @@ def advise() -> None:
     if _advised:
         return
     _advised = True
-    if os.environ.get(ENV, "").strip() or (driver_major() or 0) < 13 or supported():
+    if os.environ.get(ENV, "").strip() or (link.driver_major() or 0) < 13 or supported():
         return
     import warnings
 
@@ -206,9 +178,7 @@ def supported() -> bool:
 
 def _missing() -> list:
     """What keeps :func:`preserve` at CUDA's default ABI under ``auto``, in words (empty: nothing)."""
-    from . import outline
-
-    path = outline.ptxas()
+    path = link.ptxas()
     major = _ptxas_major(path) if path else None
     missing = []
     if major is None or major < 13:
@@ -216,3 +186,13 @@ def _missing() -> list:
     if not _driver_ptx_ok():
         missing.append("driver older than CUDA 13")
     return missing
+
+
+def object_features(features: str) -> str:
+    """The LLVM features of the objects for a kernel of ``features`` (``+ptx85``): the same, with
+    a PTX ISA of at least :data:`MIN_PTX` where the objects preserve
+    registers (``.abi_preserve`` is PTX 9.0), and at most what their ptxas reads (a DSL's own
+    compiler may write a newer one: Triton 3.9 and CuTe built for CUDA 13 write 9.4)."""
+    least = MIN_PTX if preserve() is not None else 0
+    most = link.ptxas_ptx_isa() or 10 ** 6
+    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(min(int(m.group(1)), most), least)}", features)

@@ -7,10 +7,9 @@ that a kernel cache key can hold their values without importing the linker
 
 from __future__ import annotations
 
-__all__ = ["UNSWITCH", "OUTLINE", "OUTLINE_OPT", "OUTLINE_SPLIT", "COPY_REWRITE", "ABI_PRESERVE", "HELPERS", "ALL"]
+__all__ = ["OUTLINE", "OUTLINE_OPT", "OUTLINE_SPLIT", "COPY_REWRITE", "ABI_PRESERVE", "HELPERS", "ALL"]
 
-UNSWITCH = "NVSHMEM_DSL_UNSWITCH"            #: linker.link: non-trivial loop unswitching after inlining
-OUTLINE = "NVSHMEM_DSL_OUTLINE"              #: linker.outline: which NVSHMEM functions are linked out of line
+OUTLINE = "NVSHMEM_DSL_OUTLINE"              #: linker.plan: which NVSHMEM functions are linked out of line
 OUTLINE_OPT = "NVSHMEM_DSL_OUTLINE_OPT"      #: linker.outline: how the out-of-line objects are optimised
 OUTLINE_SPLIT = "NVSHMEM_DSL_OUTLINE_SPLIT"  #: linker.loop_split: loops of large functions made functions
 COPY_REWRITE = "NVSHMEM_DSL_COPY_REWRITE"    #: linker.rewrites: NVSHMEM's copy loops rewritten
@@ -18,4 +17,4 @@ ABI_PRESERVE = "NVSHMEM_DSL_ABI_PRESERVE"    #: linker.abi: registers the object
 HELPERS = "NVSHMEM_DSL_HELPERS"              #: linker.helper_archive: NVIDIA's compiled transport helpers or built
 
 #: Every one of them.
-ALL = (UNSWITCH, OUTLINE, OUTLINE_OPT, OUTLINE_SPLIT, COPY_REWRITE, ABI_PRESERVE, HELPERS)
+ALL = (OUTLINE, OUTLINE_OPT, OUTLINE_SPLIT, COPY_REWRITE, ABI_PRESERVE, HELPERS)

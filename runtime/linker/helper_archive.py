@@ -57,7 +57,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import code_env, store_file
+from . import code_env, link, store_file
 
 __all__ = ["ANSWERS_ENDING", "ENV", "MEMBER", "MISMATCH", "UNUSABLE", "archive_member", "ask_ahead", "explain", "fatbin_archs", "key", "known",
            "mode", "path", "provided"]
@@ -137,15 +137,13 @@ def _member(archive: str, member: str, size: int, mtime: int) -> bytes | None:
 def fatbin_archs(obj: bytes) -> frozenset:
     """The SMs (``90``, ``100`` ...) an ELF host object's fat binaries hold relocatable device code
     (ELF, not PTX) for."""
-    from .outline import elf_sections, elf_string
-
     try:
-        names, secs, data = elf_sections(obj)
+        names, secs, data = link.elf_sections(obj)
     except (struct.error, IndexError, ValueError):
         return frozenset()
     archs = set()
     for i, (name_at, _, _, _, _) in enumerate(secs):
-        if elf_string(names, name_at) not in (".nv_fatbin", "__nv_relfatbin"):
+        if link.elf_string(names, name_at) not in (".nv_fatbin", "__nv_relfatbin"):
             continue
         fatbin, at = data(i), 0
         while at + 16 <= len(fatbin):
@@ -312,7 +310,7 @@ def provided(sm: int, declarations: dict, bc_path=None) -> dict:
 def ask_ahead(sm: int, names, declarations, bc_path=None) -> threading.Thread | None:
     """Start asking NVIDIA's compiled object about the helpers ``names`` in a thread of its own, before
     the PTX that calls them is there (an object's or a kernel's while LLVM emits it:
-    :func:`nvshmem_dsl.linker.outline.objects`, :func:`nvshmem_dsl.linker.link.inline_nvshmem`), so
+    :func:`nvshmem_dsl.linker.outline.objects`, :func:`nvshmem_dsl.linker.pipeline.inline_nvshmem`), so
     that its :func:`provided` finds the answers, or waits for them, instead of probing then.
     ``declarations()``: their declarations (as :func:`provided` takes them), made only where one of
     ``names`` has no answer yet; None where there is nothing to ask."""
@@ -395,9 +393,7 @@ def _probe(member: Path, sm: int, declarations: dict, bc_path: Path) -> dict | N
     lists undefined references in its log and writes prototype mismatches to the process's stderr;
     and it need not be safe to call in a forked process); None without nvJitLink, or where the
     probe fails otherwise."""
-    from .link import nvjitlink_ptx_isa
-
-    isa = nvjitlink_ptx_isa()
+    isa = link.nvjitlink_ptx_isa()
     if isa is None:
         return None
     names = sorted(declarations)

@@ -1,41 +1,38 @@
-"""The half of a kernel's link that every front-end shares: NVSHMEM linked in and inlined.
+"""The last stage of the linker: the tools that make a cubin, and what they read.
 
-A front-end (:mod:`nvshmem_dsl.numba._linker`, :mod:`nvshmem_dsl.triton._compile`) brings its
-kernel as an llvmlite module whose NVSHMEM functions are declarations (marked by
-:func:`mark_declaration`); :func:`inline_nvshmem` links the small ones from the piece store
-(:func:`nvshmem_dsl.linker.store.api_module`), checks the kernel's declarations against
-NVSHMEM's definitions (:func:`check_declarations`), internalizes, inlines NVSHMEM's API and
-optimises the kernel once more, and leaves the large ones (:func:`nvshmem_dsl.linker.outline.
-split`) declarations, called in their cached objects.  The front-end then emits PTX and adds
-those objects to its link.
+* the toolchain installed: the objects' ptxas (:func:`ptxas`, chosen for the CUDA driver,
+  :func:`driver_major`) and the PTX ISA it reads (:func:`ptxas_ptx_isa`), nvJitLink's
+  (:func:`nvjitlink_ptx_isa`), the ISA an SM needs (:func:`min_ptx`, :func:`default_ptx`);
+* PTX's ``.version`` and ``.target`` (:func:`ptx_isa`, :func:`with_ptx_isa`, :func:`ptx_target`);
+* ptxas run on PTX (:func:`assemble`: the one place it runs; :func:`ptxas_object` for a kernel that
+  nvJitLink does not read) and nvJitLink's link of a kernel with NVSHMEM's objects
+  (:func:`nvjitlink_cubin`, which fails with :class:`NvshmemLinkError`);
+* an ELF reader for cubins and host objects (:func:`elf_sections`, :func:`elf_string`,
+  :func:`elf_symbols`, :func:`cubin_info`), no CUDA tools needed.
+
+It imports nothing of the linker: every other stage may use it.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-import llvmlite.binding as llvm
-
-from . import abi, code_env, outline, store
-from ._llvm import function_shape, internalize, nontrivial_unswitching, run
-
-__all__ = ["DECLARATION", "NvshmemLinkError", "UNSWITCH_ENV", "check_declarations", "inline_nvshmem",
-           "mark_declaration", "min_ptx", "nontrivial_unswitching", "nvjitlink_cubin", "nvjitlink_ptx_isa",
-           "nvjitlink_reads", "nvshmem_functions", "ptx_for_nvjitlink", "ptxas_object", "ptxas_ptx_isa", "unswitching"]
-
-#: A whole declaration line of an nvshmem* function; group 1 is its name.
-DECLARATION = re.compile(r'^declare [^\n]*?@"?(nvshmem\w*)"?\([^\n]*', re.M)
+__all__ = ["NvshmemLinkError", "PTX_VERSION", "PtxasError", "assemble", "cubin_info", "default_ptx", "driver_major",
+           "elf_sections", "elf_string", "elf_symbols", "min_ptx", "nvjitlink_cubin", "nvjitlink_ptx_isa",
+           "nvjitlink_reads", "ptx_isa", "ptx_target", "ptxas", "ptxas_object", "ptxas_ptx_isa", "with_ptx_isa"]
 
 
 class NvshmemLinkError(RuntimeError):
     """Linking NVSHMEM device code into a kernel failed."""
-
-
-def nvshmem_functions(llvm_strs) -> frozenset:
-    """Names of the ``nvshmem*`` functions declared in the given LLVM IR."""
-    return frozenset(n for s in llvm_strs for n in DECLARATION.findall(s))
 
 
 def min_ptx(sm: int) -> int:
@@ -70,32 +67,17 @@ def nvjitlink_ptx_isa() -> int | None:
 
 
 def ptxas_ptx_isa() -> int | None:
-    """The highest PTX ISA (x10) the objects' ptxas (:func:`nvshmem_dsl.linker.outline.ptxas`) reads."""
-    path = outline.ptxas()
-    version = abi._ptxas_version(path) if path else None
+    """The highest PTX ISA (x10) the objects' ptxas (:func:`ptxas`) reads."""
+    path = ptxas()
+    version = _ptxas_version(path) if path else None
     return _isa(*version) if version else None
-
-
-def ptx_for_nvjitlink(ptx: str) -> str:
-    """``ptx`` with its ``.version`` lowered to what the installed nvJitLink compiles, where it says
-    more (a DSL's bundled compiler may be newer than the toolkit: CuTe's cu13 build writes 9.4,
-    CUDA 13.0's nvJitLink reads up to 9.0); kernels that use no newer instruction compile the same.
-    PTX that calls NVSHMEM's objects under ``.abi_preserve`` (9.0) is not lowered below it: where
-    nvJitLink reads less, the objects' ptxas compiles it (:func:`nvjitlink_cubin`), lowered to what
-    that reads."""
-    have, version = nvjitlink_ptx_isa(), outline.ptx_isa(ptx)
-    if have is None or version is None:
-        return ptx
-    if have < abi.MIN_PTX and abi.marked(ptx):
-        have = ptxas_ptx_isa() or have
-    return ptx if version <= have else outline.with_ptx_isa(ptx, have)
 
 
 def nvjitlink_reads(ptx: str) -> bool:
     """Whether nvJitLink (where there is one) compiles ``ptx`` itself: its ``.version`` is one it
     reads.  PTX that it does not (NVSHMEM's objects' calling convention, PTX 9.0, with the nvJitLink
     of CUDA 12) is compiled by the objects' ptxas first (:func:`ptxas_object`)."""
-    have, version = nvjitlink_ptx_isa(), outline.ptx_isa(ptx)
+    have, version = nvjitlink_ptx_isa(), ptx_isa(ptx)
     return have is None or version is None or version <= have
 
 
@@ -108,7 +90,7 @@ def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> b
     the nvJitLink ``options`` (``-O3``, ``-lineinfo``, ``-maxrregcount=N``, ``-Xptxas=...``), for an
     nvJitLink that does not read its PTX ISA (:func:`nvjitlink_reads`): nvJitLink of CUDA 12 links
     CUDA 13 ptxas's objects (checked: tests/test_link_ptxas.py)."""
-    if outline.ptxas() is None:
+    if ptxas() is None:
         raise NvshmemLinkError(f"{what}: its PTX ISA is newer than nvJitLink reads and no ptxas was found to "
                                "compile it (install a CUDA toolkit, or nvshmem-dsl[cu13])")
     args = []
@@ -118,9 +100,9 @@ def ptxas_object(ptx: bytes, arch: str, options=(), what: str = "a kernel") -> b
         elif _PTXAS_OPTIONS.match(opt):
             args.append(opt)
     try:
-        return outline.assemble(ptx, arch, args)
-    except outline.PtxasError as e:
-        raise NvshmemLinkError(f"ptxas ({outline.ptxas()}) failed to compile {what} for {arch}:\n{e}") from None
+        return assemble(ptx, arch, args)
+    except PtxasError as e:
+        raise NvshmemLinkError(f"ptxas ({ptxas()}) failed to compile {what} for {arch}:\n{e}") from None
 
 
 def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint: str = "") -> bytes:
@@ -155,107 +137,176 @@ def nvjitlink_cubin(arch: str, inputs, options=(), what: str = "a kernel", hint:
         nvjitlink.destroy(handle)
 
 
-def check_declarations(main, api, names, outlined=frozenset()) -> None:
-    """The kernel's declarations of the NVSHMEM functions ``names`` against their definitions in
-    ``api``; of those called out of line (``outlined``), against the op table (which their
-    objects' definitions are checked against: :func:`nvshmem_dsl.linker.outline.object_ptx`)."""
-    from .. import _optable
+@functools.lru_cache(maxsize=None)
+def ptxas() -> str | None:
+    """The ptxas that assembles the objects.  Of those found (:func:`_ptxas_found`), where there is a
+    CUDA driver the newest of a CUDA release it runs the code of (the major version at most the
+    driver's: a CUDA 13 toolkit, or the ``nvidia-cuda-nvcc`` 13 wheel, beside the ``cu12`` wheels gives
+    the objects CUDA 13's calling convention, :mod:`nvshmem_dsl.linker.abi`; on a CUDA 12 driver the
+    ``cu12`` wheel's is used); without one, the first."""
+    found = _ptxas_found()
+    if not found:
+        return None
+    driver = driver_major()
+    if driver is None:
+        return found[0]
+    usable = [(version, -k, path) for k, path in enumerate(found)
+              if (version := _ptxas_version(path)) is not None and version[0] <= driver]
+    return max(usable)[2] if usable else found[0]
 
-    bad = []
-    for name in sorted(names | outlined):
-        if name in outlined:
-            want = _optable.device_ops()[name]["llvm_type"]
-        else:
-            want = function_shape(api.get_function(name).global_value_type)
-        have = function_shape(main.get_function(name).global_value_type)
-        if want != have:
-            bad.append(f"{name}: declared {have}, NVSHMEM defines {want}")
-    if bad:
-        raise NvshmemLinkError(
-            "NVSHMEM functions declared with the wrong type:\n  " + "\n  ".join(bad)
-        )
+
+#: Where NVIDIA's nvcc wheels put ptxas under a site-packages folder: CUDA 13's, CUDA 12's.
+_WHEEL_PTXAS = (("nvidia", "cu13", "bin", "ptxas"), ("nvidia", "cuda_nvcc", "bin", "ptxas"))
+
+
+def _ptxas_found() -> list:
+    """The ptxas executables of this machine that :func:`ptxas` chooses from, in its order of preference:
+    ``cuda.pathfinder``'s, those of the nvcc wheels on ``sys.path`` (both where the CUDA 12 and 13 ones are
+    installed, e.g. ``nvidia-cuda-nvcc`` 13 beside the ``cu12`` wheels), CUDA_HOME's, PATH's, /usr/local/cuda's."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+
+        first = find_nvidia_binary_utility("ptxas")
+    except Exception:  # noqa: BLE001 - an older cuda.pathfinder, or none found
+        first = None
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    wheels = [os.path.join(entry, *parts) for entry in sys.path if entry for parts in _WHEEL_PTXAS]
+    out = []
+    for path in (first, *wheels, home and os.path.join(home, "bin", "ptxas"), shutil.which("ptxas"),
+                 "/usr/local/cuda/bin/ptxas"):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            real = os.path.realpath(path)
+            if real not in (os.path.realpath(p) for p in out):
+                out.append(path)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
-def _unconstrained() -> frozenset:
-    """The NVSHMEM functions any subset of a warp's threads may call: those of scopes that the
-    spec does not mark ``convergent`` (thread scope)."""
-    from .. import _optable
-
-    scopes = _optable.table()["scopes"]
-    return frozenset(sym for sym, op in _optable.device_ops().items()
-                     if not scopes[op["scope"]]["convergent"])
+def _ptxas_options() -> tuple:
+    """``--split-compile=0`` where ptxas has it (CUDA 12.3+): it optimises the functions of an
+    object in threads, one per CPU (a broadcast's object: 5.7 -> 3.1 s on 2 CPUs)."""
+    help_text = subprocess.run([ptxas(), "--help"], capture_output=True, text=True).stdout
+    return ("--split-compile=0",) if "--split-compile" in help_text else ()
 
 
-def mark_declaration(m, all_convergent: bool = False) -> str:
-    """For ``DECLARATION.sub``: declarations of NVSHMEM functions get ``nounwind``; those of
-    warp/block scope (and any function the op table does not know) ``convergent`` too, so that
-    O3 keeps every thread of the group on the same call.  Loops around thread-scope calls may be
-    unrolled with a remainder, unless ``all_convergent``."""
-    if not all_convergent and m.group(1) in _unconstrained():
-        return m.group(0) + " nounwind"
-    return m.group(0) + " convergent nounwind"
+#: A PTX file's ``.version``: (major, minor).
+PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
 
 
-#: Loop unswitching (on unless ``NVSHMEM_DSL_UNSWITCH=0``): after NVSHMEM is inlined, the whole
-#: O3 pipeline runs once more with LLVM's non-trivial loop unswitching, so that a loop of
-#: ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
-#: loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels
-#: (bench/experiments/unswitch.py; what it gains and costs: BENCHMARKS.md).  See
-#: :func:`nontrivial_unswitching`.
-UNSWITCH_ENV = code_env.UNSWITCH
+def ptx_isa(ptx: str) -> int | None:
+    """The PTX ISA (x10) that ``ptx`` says in its ``.version`` (None: none written)."""
+    m = PTX_VERSION.search(ptx)
+    return None if m is None else int(m.group(1)) * 10 + int(m.group(2))
 
 
-def unswitching() -> bool:
-    """Whether NVSHMEM kernels are compiled with loop unswitching (``$NVSHMEM_DSL_UNSWITCH``,
-    on unless it says 0/off/no/false)."""
-    return os.environ.get(UNSWITCH_ENV, "").strip().lower() not in ("0", "off", "no", "false")
+def with_ptx_isa(ptx: str, isa: int) -> str:
+    """``ptx`` with its ``.version`` saying ISA ``isa`` (x10)."""
+    m = PTX_VERSION.search(ptx)
+    return f"{ptx[:m.start()]}.version {isa // 10}.{isa % 10}{ptx[m.end():]}"
 
 
-def inline_nvshmem(main, names, sm: int, keep, pb, kernel_fns, *, unswitch: bool, opt: bool = True,
-                   outline_objects: bool = True, before_simplify=(), objects_target=None) -> frozenset:
-    """Link the NVSHMEM functions ``names`` that ``main`` declares into it and inline them; returns
-    those left out of line (their objects go into the link).
+def ptx_target(ptx: str) -> tuple[str, str]:
+    """``(cpu, features)`` of PTX ``ptx`` as LLVM names them (``sm_90a``, ``+ptx85``): its
+    ``.target`` and ``.version``, what objects linked with it are built for."""
+    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
+    return cpu, f"+ptx{ptx_isa(ptx)}"
 
-    ``keep``: what stays externally visible (the kernel's own definitions; the device state
-    :data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS` is added); ``pb``: the pass builder for the
-    kernel's target; ``kernel_fns``: the front-end's own functions, which the lighter second pass
-    (``unswitch`` off) simplifies and unrolls; ``before_simplify``: passes (names for
-    :func:`nvshmem_dsl.linker._llvm.run`) run before that lighter pass; ``outline_objects``
-    False: everything inlined; ``objects_target``: ``(cpu, features, register cap)`` of the
-    kernel, to start building the objects of what it calls out of line meanwhile
-    (:func:`nvshmem_dsl.linker.outline.prefetch`).  NVSHMEM's own out-of-line helpers, already
-    optimised by clang, are not run through the optimiser a second time unless ``unswitch`` (that
-    would cost ~0.3 s a kernel)."""
-    inline, outlined = outline.split(names, sm) if outline_objects else (frozenset(names), frozenset())
-    if outlined and objects_target is not None:
-        outline.prefetch(outlined, sm, *objects_target)
+
+class PtxasError(RuntimeError):
+    """ptxas failed; the message is the end of what it printed."""
+
+
+def assemble(ptx, arch: str, options=()) -> bytes:
+    """The relocatable cubin ``ptxas -c -arch=<arch> <options>`` (:func:`ptxas`) makes of PTX ``ptx``
+    (text or bytes), compiled in a temporary folder; :class:`PtxasError` when it fails.  The one
+    place that runs ptxas on PTX: NVSHMEM's objects (:func:`nvshmem_dsl.linker.outline._build`) and kernels whose PTX
+    nvJitLink does not read (:func:`nvshmem_dsl.linker.link.ptxas_object`)."""
+    with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-ptxas-") as tmp:
+        src, out = Path(tmp, "in.ptx"), Path(tmp, "out.cubin")
+        src.write_bytes(ptx.encode() if isinstance(ptx, str) else ptx)
+        done = subprocess.run([ptxas(), "-c", f"-arch={arch}", *options, str(src), "-o", str(out)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise PtxasError(done.stderr[-3000:])
+        return out.read_bytes()
+
+
+_EIATTR_REGCOUNT = 0x2F
+
+
+def elf_sections(cubin: bytes):
+    """``(section names, [(name offset, type, offset, size, link)], data(i))`` of a 64-bit ELF file
+    (a cubin, or a host object)."""
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize) for i in range(shnum)]
+
+    def data(i):
+        return cubin[secs[i][2]:secs[i][2] + secs[i][3]]
+
+    return data(shstrndx), secs, data
+
+
+def elf_string(blob: bytes, at: int) -> str:
+    """The string at ``at`` of an ELF string table ``blob``."""
+    return blob[at:blob.index(b"\0", at)].decode()
+
+
+def elf_symbols(cubin: bytes) -> list:
+    """``(name, defined)`` of every entry of an ELF cubin's symbol table, in order (unnamed ones
+    with the name "")."""
+    cubin = bytes(cubin)
+    _, secs, data = elf_sections(cubin)
+    out = []
+    for i, (_, kind, _, _, link) in enumerate(secs):
+        if kind == 2:  # SHT_SYMTAB
+            strtab, table = data(link), data(i)
+            for at in range(0, len(table), 24):
+                st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, at)
+                out.append((elf_string(strtab, st_name), st_shndx != 0))
+    return out
+
+
+def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
+    """``(defined, registers)`` of an ELF cubin: how many times each symbol is defined, and the
+    registers of each function (``.nv.info``'s REGCOUNT; a linked kernel's counts its callees)."""
+    cubin = bytes(cubin)
+    entries = elf_symbols(cubin)
+    symbols = [name for name, _ in entries]
+    defined = collections.Counter(name for name, is_defined in entries if is_defined)
+    names, secs, data = elf_sections(cubin)
+    registers = {}
+    for i, sec in enumerate(secs):
+        if elf_string(names, sec[0]) == ".nv.info":
+            blob, at = data(i), 0
+            while at + 4 <= len(blob):
+                fmt, attr, size = struct.unpack_from("<BBH", blob, at)
+                size = size if fmt == 4 else 0  # EIFMT_SVAL carries `size` bytes
+                if attr == _EIATTR_REGCOUNT and size == 8:
+                    sym, count = struct.unpack_from("<II", blob, at + 4)
+                    registers[symbols[sym]] = count
+                at += 4 + size
+    return defined, registers
+
+
+@functools.lru_cache(maxsize=None)
+def _ptxas_version(path: str) -> tuple[int, int] | None:
+    """(major, minor) of the CUDA release of ptxas ``path``."""
     try:
-        api = store.api_module(inline, sm, unswitch=unswitch,
-                               helpers_out=outline_objects and outline.helpers_out())
-    except KeyError as e:
-        raise NvshmemLinkError(f"{e.args[0]} (NVSHMEM bitcode for sm_{sm})") from None
-    check_declarations(main, api, inline, outlined)
-    if objects_target is not None:  # the kernel's PTX will ask NVIDIA's compiled helpers about these: now
-        outline.ask_archive_ahead(api, *objects_target[:2])
-    main.link_in(api)
-    internalize(main, set(keep) | set(store.EXPORTED_GLOBALS))
-    run(main, pb, "always_inliner", "global_dead_code_eliminate")
-    if opt and unswitch:
-        with nontrivial_unswitching():
-            pb.getModulePassManager().run(main, pb)
-    elif opt:
-        if before_simplify:
-            run(main, pb, *before_simplify)
-        fpm = pb.getFunctionPassManager()
-        # the simplification pipeline has no runtime unrolling: NVSHMEM's copy loops, now in the
-        # kernel (and freed of their unroll.disable by the copy rewrite), get it here
-        unroll = llvm.create_new_function_pass_manager()
-        unroll.add_loop_unroll_pass()
-        unroll.add_simplify_cfg_pass()
-        for fn in main.functions:
-            if fn.name in kernel_fns and not fn.is_declaration:
-                fpm.run(fn, pb)
-                unroll.run(fn, pb)
-    run(main, pb, "global_dead_code_eliminate")
-    return outlined
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@functools.lru_cache(maxsize=None)
+def driver_major() -> int | None:
+    """The CUDA major version of the installed driver (13 for 580 and later), None without one."""
+    try:
+        from cuda.bindings import driver
+
+        err, version = driver.cuDriverGetVersion()
+    except Exception:  # noqa: BLE001 - no cuda.bindings or no libcuda
+        return None
+    return None if int(err) != 0 else version // 1000

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 
-from . import code_env
+from . import code_env, link
 
 __all__ = ["ENV", "MIN_INSTRUCTIONS", "WHOLE", "extract_loops", "key", "threshold", "tiered", "wanted"]
 
@@ -81,9 +81,7 @@ def tiered() -> bool:
     """Whether an object split by the default threshold is built whole too, later, in the background:
     ``$NVSHMEM_DSL_OUTLINE_SPLIT`` unset (a value set decides alone), and a CUDA driver here (kernels
     run here; on a machine without one only compile time counts)."""
-    from . import abi
-
-    return not os.environ.get(ENV, "").strip() and abi.driver_major() is not None
+    return not os.environ.get(ENV, "").strip() and link.driver_major() is not None
 
 
 def extract_loops(mod, pb) -> int:

@@ -90,9 +90,9 @@ _GLOBAL_DEF = r"^@{name} = [\w ]*?(?:addrspace\((\d+)\) )?[\w ]*?(?:global|const
 
 def _helpers_out(helpers_out) -> bool:
     if helpers_out is None:
-        from . import outline
+        from . import plan
 
-        return outline.helpers_out()
+        return plan.helpers_out()
     return bool(helpers_out)
 
 
@@ -101,7 +101,7 @@ def kernel_bitcode_placeholder(bc_path, helpers_out=None) -> str:
     ``link-libraries``) until their compile, when :func:`nvshmem_dsl.cute._link` puts the path of
     their :func:`kernel_bitcode` in its place.  No file: the name says what the kernel's bitcode
     is made of (NVSHMEM's bitcode, by its cache key, the rewrites of its code, and whether its
-    helpers are objects: ``helpers_out``, default :func:`nvshmem_dsl.linker.outline.helpers_out`),
+    helpers are objects: ``helpers_out``, default :func:`nvshmem_dsl.linker.plan.helpers_out`),
     so that CuTe's own caches, which key a kernel by its module and pipeline, tell kernels of two
     NVSHMEM builds or linking modes apart."""
     bc_path = Path(bc_path)
@@ -122,7 +122,7 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
     code, in a form libNVVM accepts (no sections, libNVVM's data layout).  The functions the
     kernel calls out of line are not in it: the kernel declares them and its link adds their
     objects (:func:`nvshmem_dsl.linker.outline.objects`).  With ``helpers_out`` (default
-    :func:`nvshmem_dsl.linker.outline.helpers_out`) NVSHMEM's out-of-line helpers (its
+    :func:`nvshmem_dsl.linker.plan.helpers_out`) NVSHMEM's out-of-line helpers (its
     ``noinline`` transport functions) are declarations too, linked from their objects, as for
     Numba and Triton kernels; :func:`kernel_bitcode_calls` says which.  The device-state globals
     (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are defined and kept in
@@ -165,14 +165,14 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
                          f"[{', '.join(used)}], section \"llvm.metadata\"\n")
         mod = llvm.parse_assembly(text, context=llvm.create_context())
         mod.data_layout = NVVM_DATA_LAYOUT
-        calls = {"helpers": [], "predicted": [], "declares": {}}
+        called = {"helpers": [], "predicted": [], "declares": {}}
         if helpers_out:
-            from . import outline
+            from . import calls
 
-            calls = {"helpers": sorted(f.name for f in mod.functions if f.is_declaration and outline.is_helper(f.name)),
-                     "predicted": sorted(outline.predicted_helper_calls(text)),
-                     "declares": outline.helper_declares(text)}
-        write_atomically(_calls_path(path), json.dumps(calls).encode())  # before the bitcode: read once it is there
+            called = {"helpers": sorted(f.name for f in mod.functions if f.is_declaration and calls.is_helper(f.name)),
+                      "predicted": sorted(calls.predicted_helper_calls(text)),
+                      "declares": calls.helper_declares(text)}
+        write_atomically(_calls_path(path), json.dumps(called).encode())  # before the bitcode: read once it is there
         write_atomically(path, mod.as_bitcode())
         return path
 
@@ -185,13 +185,13 @@ def kernel_bitcode_calls(path) -> tuple[frozenset, frozenset]:
     """``(helpers, predicted)`` of a :func:`kernel_bitcode`: NVSHMEM's out-of-line helpers it
     declares (their objects go into the kernel's link), and those helpers as the kernel's PTX is
     predicted to call them, specialised on constant modes
-    (:func:`nvshmem_dsl.linker.outline.predicted_helper_calls`: what to start building early)."""
+    (:func:`nvshmem_dsl.linker.calls.predicted_helper_calls`: what to start building early)."""
     calls = json.loads(_calls_path(Path(path)).read_text())
     return frozenset(calls["helpers"]), frozenset(calls["predicted"])
 
 
 def kernel_bitcode_declares(path) -> dict:
     """``{helper: its IR declare line}`` of the NVSHMEM helpers a :func:`kernel_bitcode` declares
-    (:func:`nvshmem_dsl.linker.outline.helper_declares`), from which NVIDIA's compiled helpers are
+    (:func:`nvshmem_dsl.linker.calls.helper_declares`), from which NVIDIA's compiled helpers are
     asked about them while libNVVM compiles the kernel; none from a file made before they were kept."""
     return json.loads(_calls_path(Path(path)).read_text()).get("declares", {})

@@ -17,7 +17,7 @@ from . import loop_split, pieces
 
 #: ``<helper>$p<position>_<value>...``: NVSHMEM's helper ``<helper>`` with the 32-bit parameters at
 #: those positions fixed (``m`` for a minus sign), an object of its own
-#: (:func:`nvshmem_dsl.linker.outline.specialise_helper_calls`); ``<helper>$p``: the helper, fixing
+#: (:func:`nvshmem_dsl.linker.calls.specialise_helper_calls`); ``<helper>$p``: the helper, fixing
 #: none, under a name of its own.
 SPECIALISED = "$p"
 

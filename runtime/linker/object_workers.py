@@ -27,7 +27,7 @@ import tempfile
 import threading
 import warnings
 
-from . import object_llvm
+from . import object_llvm, store_build
 
 ENV = "NVSHMEM_DSL_OBJECT_WORKERS"
 #: Most workers a process starts by default (a collective's object and its helpers' build at once).
@@ -55,9 +55,7 @@ def count() -> int:
         if n < 0:
             raise ValueError(f"{ENV}={raw!r}: give a number of processes (0: none)")
         return n
-    from .store_build import _cpus
-
-    cpus = _cpus()
+    cpus = store_build._cpus()
     return 0 if cpus < 2 else min(DEFAULT_MAX, cpus)
 
 
@@ -85,10 +83,8 @@ class WorkerDied(RuntimeError):
 
 class _Worker:
     def __init__(self):
-        from .store_build import _spawn
-
         self.log = tempfile.TemporaryFile()
-        self.proc = _spawn(["objects"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        self.proc = store_build._spawn(["objects"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         self.served = 0  # requests answered
 
     def call(self, request: dict) -> str:
@@ -239,3 +235,8 @@ def _serve() -> None:
         except Exception as exc:  # noqa: BLE001 - told to the process that asked
             answer = (False, (type(exc).__name__, str(exc)))
         _send(answers, answer)
+
+
+def _worker_main(argv) -> None:
+    """A worker process's main (``objects``: :data:`.store_build._WORKER_MAIN`): :func:`_serve`."""
+    _serve()

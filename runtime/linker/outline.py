@@ -1,29 +1,17 @@
-"""Hybrid linking: NVSHMEM's large device routines as calls into cached relocatable objects.
+"""The objects stage of hybrid linking: NVSHMEM's large device routines as calls into cached
+relocatable objects.
 
-Kernels get NVSHMEM's device functions inlined (:mod:`nvshmem_dsl.numba._linker`).  For the small
-ones (p/g, put/get at every scope, atomics, signals, waits, fence/quiet, queries) that is what
-makes them as fast as C++.  NVSHMEM 3.8's collectives are another matter: each one inlined is
-about 1 MiB of PTX, 9-13 s from a kernel to its cubin on a 2-CPU machine, and well over 64
-registers (a 512-thread block reduction no longer launched).  So the large routines are compiled
-once per (NVSHMEM bitcode, target, register cap), each into a relocatable cubin kept in the cache
-directory, and linked into the kernel as out-of-line calls, the way ``nvcc -rdc`` links a device
-library: the kernel's PTX declares them ``.extern .func``, the link adds their objects.
-
-Which functions: :func:`split`, by one criterion, :func:`is_large`: the number of instructions of
-the function's own body in NVSHMEM's bitcode (what inlining copies into the caller; not its
-out-of-line helpers, which are calls either way), at least :data:`MIN_INSTRUCTIONS`.  Measured on
-NVSHMEM 3.8 (bench/results/outline-cpu-2026-11-24.txt): the small operations have at most 477
-(``put_signal_block``), syncs and barriers 811-991, collectives 1668-12581.
-``NVSHMEM_DSL_OUTLINE`` forces it: ``auto`` (the criterion, default), ``none`` (all inlined, as
-before), ``all`` (every NVSHMEM function out of line); per kernel, ``with override("none"):``
-around the kernel's compilation (its first launch or ``compile()``).
+NVSHMEM's small device functions are inlined into kernels; its large routines (collectives,
+barriers: which, :mod:`nvshmem_dsl.linker.plan`) are compiled once per (NVSHMEM bitcode, target,
+register cap), each into a relocatable cubin kept in the cache directory, and linked into the
+kernel as out-of-line calls, the way ``nvcc -rdc`` links a device library: the kernel's PTX
+declares them ``.extern .func``, the link adds their objects.
 
 An object (:func:`objects`, built by :func:`object_ptx` and ``ptxas -c``): the function, external,
 and everything it calls from the piece store (:mod:`nvshmem_dsl.linker.store`), internal, except
 NVSHMEM's ``noinline`` transport helpers, which are linked from NVIDIA's compiled ones
 (:mod:`nvshmem_dsl.linker.helper_archive`, the default) or are objects of their own shared by every object
-and kernel calling them (specialised on the calls' constant modes: :func:`specialise_helper_calls`;
-a broadcast's object: 1144 -> 421 KiB of PTX, bench/results/object-sizes-cpu-2026-11-24.txt; its helpers built once for every collective), with
+and kernel calling them (specialised on the calls' constant modes: :mod:`nvshmem_dsl.linker.calls`), with
 the same rewrites as inlined code, lightly optimised (interprocedural constant propagation; the
 rest was optimised by clang), emitted by LLVM's NVPTX backend for the kernel's SM and PTX ISA, and
 assembled by ``ptxas -c`` with at most the registers the kernel's declared block size leaves a
@@ -32,52 +20,42 @@ thread (:func:`register_cap`: ``.maxntid``/``.reqntid``, or the kernel's ``max_r
 included, can be launched with the threads it may be launched with (any: 1024 a block).
 The device-state globals (:data:`nvshmem_dsl.linker.store.EXPORTED_GLOBALS`) are declared, not defined,
 in the objects: the kernel's module defines them, once per loaded module, where
-``nvshmemx_culibrary_init`` finds them.
+``nvshmemx_culibrary_init`` finds them.  How an object is optimised (:func:`opt_level`), and the
+first forms a cold kernel links while the final ones build in the background (:func:`opt_tiered`,
+:func:`provisional`), are here too.
 
-Linkers use it through :func:`extern_calls` (the outlined functions a kernel's PTX calls) and
-:func:`objects` (their cubins, to add to the link); nothing here depends on Numba, so that the CuTe
-DSL can link the same objects.
+Linkers use it through :func:`nvshmem_dsl.linker.calls.extern_calls` (the outlined functions a
+kernel's PTX calls) and :func:`objects` (their cubins, to add to the link), or :func:`objects_for`
+(both); nothing here depends on Numba, so that the CuTe DSL can link the same objects.
 
-Public: :func:`split`, :func:`is_large`, :func:`mode`, :func:`override`, :func:`objects`, :func:`prefetch`,
-:func:`object_ir`, :func:`object_ptx`, :func:`object_calls`, :func:`extern_calls`, :func:`helper_calls`, :func:`objects_for`,
-:func:`specialise_helper_calls`, :func:`prepare_calls`, :func:`object_features`, :func:`predicted_helper_calls`, :func:`helper_declarations`, :func:`ask_archive_ahead`, :func:`specialised_name`,
-:func:`split_specialised`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`, :func:`ptx_target`, :func:`register_cap`, :func:`block_cap`, :func:`ptxas`,
-:func:`assemble` (the one place ptxas runs on PTX), :func:`cubin_info`, :func:`elf_sections`, :func:`elf_string`;
-constants :data:`ENV`, :data:`MIN_INSTRUCTIONS`, :data:`MAX_REGISTERS`; counters :data:`stats`.
+Public: :func:`objects`, :func:`objects_for`, :func:`prefetch`, :func:`object_ir`, :func:`object_ptx`,
+:func:`object_calls`, :func:`opt_level`, :func:`provisional`, :func:`opt_tiered`, :func:`explain_tiers`,
+:func:`register_cap`, :func:`block_cap`, :func:`registers_a_thread`; constants :data:`MAX_REGISTERS`;
+counters :data:`stats`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
-import functools
 import hashlib
 import json
 import math
 import os
 import re
-import shutil
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import _optable
-from . import abi, code_env, helper_archive, loop_split, object_workers, pieces, rewrites, store, store_build, store_file
+from . import abi, calls, code_env, helper_archive, link, loop_split, object_workers, rewrites, store, store_build, store_file
 from .object_llvm import OPT_LEVELS, SPECIALISED, specialised_name, split_specialised
 
-__all__ = ["ENV", "MAX_REGISTERS", "MIN_INSTRUCTIONS", "PtxasError", "SPECIALISED", "assemble", "block_cap", "cubin_info", "extern_calls",
-           "is_large", "elf_sections", "elf_string", "elf_symbols", "helper_calls", "helper_declarations", "helper_declares", "ask_archive_ahead", "ask_archive_ahead_declares", "helpers_out", "is_api_function", "is_helper", "mode", "object_calls", "object_ir", "object_ptx", "objects",
-           "objects_for", "opt_tiered", "explain_tiers", "override", "predicted_helper_calls", "prefetch", "prepare_calls", "provisional", "object_features", "ptx_isa", "ptx_target", "ptxas", "register_cap", "registers_a_thread",
-           "specialise_helper_calls", "specialised_name", "split", "split_specialised", "stats", "with_ptx_isa"]
+__all__ = ["MAX_REGISTERS", "SPECIALISED", "block_cap", "explain_tiers", "object_calls", "object_ir", "object_ptx",
+           "objects", "objects_for", "opt_level", "opt_tiered", "prefetch", "provisional", "register_cap",
+           "registers_a_thread", "specialised_name", "split_specialised", "stats"]
 
-ENV = code_env.OUTLINE
-MODES = ("auto", "none", "all")
 
 #: How the objects' code is optimised (``$NVSHMEM_DSL_OUTLINE_OPT``): ``light`` (constant
 #: propagation, instcombine, unrolling of the rewritten copy loops: NVSHMEM's code as clang
@@ -103,10 +81,6 @@ O3_SCOPES = frozenset({"thread"})
 #: same GPU record).
 LIGHT_FAMILIES = frozenset({"reduce", "reducescatter"})
 
-#: The criterion's threshold: an NVSHMEM function whose own body has at least this many
-#: instructions is linked out of line (between the largest small operation, 477, and the smallest
-#: sync, 811, of NVSHMEM 3.8).
-MIN_INSTRUCTIONS = 600
 
 #: Registers a block may use on every GPU NVSHMEM supports (sm_70 .. sm_100: 64 Ki).
 REGISTERS_PER_BLOCK = 65536
@@ -180,421 +154,9 @@ VERSION = 4
 #: handed to a background build of their final form (:func:`_build_final_later`).
 stats = {"builds": 0, "hits": 0, "final_later": 0}
 
-_forced: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_outline", default=None)
 _stats_lock = threading.Lock()
 
 
-def _check_mode(how: str) -> str:
-    how = (how or "auto").strip().lower()
-    if how not in MODES:
-        raise ValueError(f"{ENV}={how!r}: choose one of {', '.join(MODES)}")
-    return how
-
-
-def mode() -> str:
-    """``auto``, ``none`` or ``all``: the :func:`override` in effect, else ``$NVSHMEM_DSL_OUTLINE``
-    (default ``auto``)."""
-    return _check_mode(_forced.get() or os.environ.get(ENV, "auto"))
-
-
-@contextlib.contextmanager
-def override(how: str):
-    """Compile the kernels compiled inside with outlining ``how`` (``auto``, ``none``, ``all``),
-    whatever ``$NVSHMEM_DSL_OUTLINE`` says, e.g. ``with nv.outline("none"): kernel.compile(sig)``."""
-    token = _forced.set(_check_mode(how))
-    try:
-        yield
-    finally:
-        _forced.reset(token)
-
-
-def is_large(instructions: int) -> bool:
-    """The criterion: whether an NVSHMEM function whose own body has ``instructions``
-    instructions is linked out of line (in ``auto`` mode)."""
-    return instructions >= MIN_INSTRUCTIONS
-
-
-_warned_no_ptxas = False
-
-
-def split(names, arch=90, bc_path=None) -> tuple[frozenset, frozenset]:
-    """``(inline, outlined)``: the NVSHMEM functions ``names`` to inline into a kernel for SM
-    ``arch`` and those to call in their objects, as :func:`mode` says.  Only functions of the op
-    table are outlined (it gives their type); without ptxas none is."""
-    global _warned_no_ptxas
-    names = frozenset(names)
-    how = mode()
-    if how == "none" or not names:
-        return names, frozenset()
-    if ptxas() is None:
-        if not _warned_no_ptxas:
-            _warned_no_ptxas = True
-            warnings.warn("no ptxas found (CUDA's nvidia-cuda-nvcc wheel or CUDA_HOME): NVSHMEM's "
-                          "collectives are inlined into kernels, which is slow to compile",
-                          RuntimeWarning, stacklevel=2)
-        return names, frozenset()
-    known = names & _optable.device_ops().keys()
-    if how == "all":
-        out = known
-    else:
-        out = {n for n, k in store.body_sizes(known, arch, bc_path).items() if is_large(k)}
-    return names - out, frozenset(out)
-
-
-# `.extern .func  (.param .b32 func_retval0) nvshmem_int32_broadcast(` and the like; NVSHMEM's
-# helpers are C++ functions (`_Z23nvshmemi_transfer_rma_pIfEvPvT_ii`), maybe specialised
-_NVSHMEM_FUNCTION = r"(?:nvshmem\w*|_Z\d+nvshmemi_\w*)(?:" + re.escape(SPECIALISED) + r"(?:\d+_m?\d+)?)*"
-_EXTERN = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(" + _NVSHMEM_FUNCTION + ")", re.M)
-
-
-# --------------------------------------------------------------------------
-# Helpers specialised on their calls' constant arguments
-
-_CALLSEQ = re.compile(r"^\s*\{ // callseq (\d+), \d+\n(.*?)^\s*\} // callseq \1\n", re.M | re.S)
-_CALL = re.compile(r"^(\s*call(?:\.uni)? (?:\([^)]*\), )?)(" + _NVSHMEM_FUNCTION + r"), \(([^)]*)\);", re.M)
-_IMMEDIATE_B32 = re.compile(r"^\s*st\.param\.b32\s+\[(\w+)\], (-?\d+);", re.M)
-
-
-_BUILTIN_TYPES = "vwbcahstijlmxynofdeg"
-
-
-def _mangled_type(s: str, i: int):
-    """``(end, kind)`` of the Itanium-mangled type at ``s[i:]``: kind ``mode`` for a bool or a
-    type named by value (NVSHMEM's enums), ``data`` for anything else; ``(i, None)`` for what
-    this reader does not know."""
-    pointer = False
-    while i < len(s) and s[i] in "PKRV":
-        pointer |= s[i] in "PR"
-        i += 1
-    if i >= len(s):
-        return i, None
-    c = s[i]
-    if c in _BUILTIN_TYPES:
-        return i + 1, "data" if pointer or c != "b" else "mode"
-    if c in "ST":  # a substitution or a template parameter: S_, S0_, T_, T1_
-        end = s.find("_", i)
-        return (end + 1, "data") if end > 0 else (i, None)
-    m = re.match(r"\d+", s[i:])
-    if m:
-        return i + len(m.group()) + int(m.group()), "data" if pointer else "mode"
-    return i, None
-
-
-def _mangled_modes(name: str):
-    """The parameters of NVSHMEM helper ``name`` (Itanium-mangled) that are modes (a bool or an
-    enum by value), as a tuple of booleans; None where this reader cannot tell."""
-    m = re.match(r"_Z(\d+)", name)
-    if not m:
-        return None
-    i = m.end() + int(m.group(1))
-    template = i < len(name) and name[i] == "I"
-    if template:  # template arguments: types and literals L<type><value>E, up to E
-        i += 1
-        while i < len(name) and name[i] != "E":
-            if name[i] == "L":
-                i, kind = _mangled_type(name, i + 1)
-                end = name.find("E", i)
-                if kind is None or end < 0:
-                    return None
-                i = end + 1
-            else:
-                i, kind = _mangled_type(name, i)
-                if kind is None:
-                    return None
-        i += 1
-        i, kind = _mangled_type(name, i)  # a template function's return type
-        if kind is None:
-            return None
-    modes = []
-    while i < len(name):
-        i, kind = _mangled_type(name, i)
-        if kind is None:
-            return None
-        modes.append(kind == "mode")
-    return () if name[m.end() + int(m.group(1)):].endswith("v") and modes == [False] else tuple(modes)
-
-
-def specialise_helper_calls(ptx: str, keep=frozenset(), rename=frozenset()) -> str:
-    """PTX ``ptx`` with its calls of NVSHMEM's out-of-line helpers (:func:`helpers_out`) that pass
-    constants as the helpers' modes (their bool and enum parameters, read from the C++ names:
-    signal or atomic op, nbi ...) calling :func:`specialised_name` versions instead, whose objects are built with those constants
-    folded in: ``nvshmemi_transfer_put_signal_dispatch`` is 932 KiB of PTX and 6.9 s of ptxas
-    unspecialised, 410 KiB and 1.6 s for a put_signal's (SIGNAL_SET, blocking) call (bench/results/object-sizes-cpu-2026-11-24.txt).  The
-    declarations of helpers no longer called go; a specialised one is declared as its helper.
-    Data (addresses, sizes, values, PEs) stays arguments; API functions are called as they are, and
-    so are the helpers of ``keep`` (those linked from NVIDIA's compiled object: :func:`archived_helpers`);
-    those of ``rename`` (which that object defines otherwise) are called by a name of their own
-    where no constant specialises them (``<helper>$p``, built as the helper)."""
-    declared = helper_calls(ptx) - frozenset(keep)
-    rename = frozenset(rename)
-    if not declared:
-        return ptx
-    wanted: dict[str, set] = collections.defaultdict(set)
-
-    def callseq(m):
-        block = m.group(2)
-        call = _CALL.search(block)
-        if call is None or call.group(2) not in declared or SPECIALISED in call.group(2):
-            return m.group(0)
-        params = [p.strip() for p in call.group(3).split(",")]
-        stores = dict(_IMMEDIATE_B32.findall(block))
-        name = _callee(call.group(2), [int(stores[p]) if p in stores else None for p in params])
-        if name == call.group(2) and name in rename:
-            name += SPECIALISED
-        wanted[call.group(2)].add(name)
-        if name == call.group(2):
-            return m.group(0)
-        start = m.start(2) - m.start(0) + call.start(2)
-        return m.group(0)[:start] + name + m.group(0)[start + len(call.group(2)):]
-
-    out = _CALLSEQ.sub(callseq, ptx)
-    if not any(SPECIALISED in n for names in wanted.values() for n in names):
-        return ptx
-    for helper in declared:
-        names = wanted.get(helper, {helper})  # a helper declared but not called here stays as it is
-        decl = _declaration(out, helper)
-        if decl is None or names == {helper}:
-            continue
-        text = decl.group(0)
-        copies = "".join(text.replace(helper, n) for n in sorted(names))
-        out = out[:decl.start()] + copies + out[decl.end():]
-    return out
-
-
-def _callee(helper: str, arguments: list) -> str:
-    """The helper a call of NVSHMEM's ``helper`` with ``arguments`` (each a constant, or None)
-    calls: :func:`specialised_name` on the constants passed as its modes (:func:`_mangled_modes`),
-    where there are any."""
-    modes = _mangled_modes(helper)
-    if not modes or len(modes) != len(arguments):
-        return helper
-    constants = {i: v for i, v in enumerate(arguments) if v is not None and modes[i]}
-    return specialised_name(helper, constants) if constants else helper
-
-
-# a call in LLVM IR of a function whose name may be NVSHMEM's: `call fastcc void @_Z..(ptr %0, i32 9, i1 true)`
-_IR_CALL = re.compile(r"^[^;\n]*\bcall [^@\n]*@\"?(" + _NVSHMEM_FUNCTION + r")\"?\((.*)\)(?: #\d+)?(?:, !.*)?$", re.M)
-_IR_CONSTANT = re.compile(r"^i(?:1|8|16|32)\b.* (-?\d+|true|false)$")
-_BOOLEANS = {"true": 1, "false": 0}
-
-
-def _ir_constant(arg: str):
-    """An IR call argument's value (``i32 noundef 9``, ``i1 true``) if it is an integer of at most
-    32 bits given by value, else None."""
-    m = _IR_CONSTANT.match(arg.strip())
-    if m is None:
-        return None
-    return _BOOLEANS[m.group(1)] if m.group(1) in _BOOLEANS else int(m.group(1))
-
-
-def _ir_arguments(text: str) -> list:
-    """The arguments of an IR call (``ptr noundef %0, i32 9, i1 true``), each as :func:`_ir_constant`
-    reads it."""
-    return [_ir_constant(arg.decode()) for arg in pieces._split_top(text.encode())]
-
-
-
-def prepare_calls(ptx: str, bc_path=None) -> str:
-    """PTX ``ptx``, a kernel's or an object's, made ready to call NVSHMEM's objects: its calls of
-    the helpers specialised (:func:`specialise_helper_calls`; not where the helpers are NVIDIA's
-    compiled ones, :func:`helpers_archive`, which are not specialised), and the NVSHMEM API
-    functions it declares external or defines marked with their objects' calling convention
-    (:func:`nvshmem_dsl.linker.abi.mark`, :func:`nvshmem_dsl.linker.abi.preserve`; the helpers keep
-    CUDA's: see :func:`is_api_function`).  Every kernel's PTX passes here before it is linked with
-    objects, and every object's before ptxas; ``bc_path``: the NVSHMEM bitcode they link (default:
-    the host library's)."""
-    found = archived_helpers(ptx, bc_path)
-    ptx = specialise_helper_calls(ptx, keep={n for n, a in found.items() if a is True},
-                                  rename={n for n, a in found.items() if a == helper_archive.MISMATCH})
-    return abi.mark(ptx, abi.preserve(), is_api_function)
-
-
-def helpers_archive(cpu: str, bc_path=None):
-    """The object of NVSHMEM's transport helpers compiled by NVIDIA (:func:`nvshmem_dsl.linker.helper_archive.path`)
-    that kernels and objects for ``cpu`` (``sm_90a``) link instead of helper objects built here, or None."""
-    return helper_archive.path(store_file._arch_number(cpu), bc_path)
-
-
-def archived_helpers(ptx: str, bc_path=None) -> dict:
-    """Of the helpers PTX ``ptx`` declares, what NVIDIA's compiled object has of them
-    (:func:`nvshmem_dsl.linker.helper_archive.provided`): True where it defines one with the same
-    prototype (linked from it, not specialised), :data:`~nvshmem_dsl.linker.helper_archive.MISMATCH`
-    where it defines one with another (the bitcode's is renamed: NVIDIA's other helpers call theirs)."""
-    sm = store_file._arch_number(ptx_target(ptx)[0])
-    if helper_archive.path(sm, bc_path) is None:  # the default: nothing to ask
-        return {}
-    declared = {n: m.group(0).rstrip("\n") for n in helper_calls(ptx) if SPECIALISED not in n
-                for m in [_declaration(ptx, n)] if m is not None}
-    return helper_archive.provided(sm, declared, bc_path) if declared else {}
-
-
-def _archive_serves(names, sm: int, bc_path) -> bool:
-    """Whether a link of calls ``names`` may take NVIDIA's compiled helpers: every helper called by
-    its own name is known to be the member's with that prototype, or not in it (:func:`prepare_calls`
-    renames the others); else (PTX prepared otherwise: cached from another mode, linked by hand)
-    the link builds all its helpers and leaves the member out, so that none is defined twice."""
-    return all(helper_archive.known(sm, n, bc_path) in (True, False)
-               for n in names if SPECIALISED not in n and is_helper(n))
-
-
-def _declaration(ptx: str, name: str):
-    """The match of ``name``'s ``.extern .func`` declaration in ``ptx`` (with its line's end), or None."""
-    return re.search(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?" + re.escape(name) + r"\b[^;]*;\n?", ptx, re.M)
-
-
-def object_features(features: str) -> str:
-    """The LLVM features of the objects for a kernel of ``features`` (``+ptx85``): the same, with
-    a PTX ISA of at least :data:`nvshmem_dsl.linker.abi.MIN_PTX` where the objects preserve
-    registers (``.abi_preserve`` is PTX 9.0), and at most what their ptxas reads (a DSL's own
-    compiler may write a newer one: Triton 3.9 and CuTe built for CUDA 13 write 9.4)."""
-    from .link import ptxas_ptx_isa
-
-    least = abi.MIN_PTX if abi.preserve() is not None else 0
-    most = ptxas_ptx_isa() or 10 ** 6
-    return re.sub(r"\+ptx(\d+)", lambda m: f"+ptx{max(min(int(m.group(1)), most), least)}", features)
-
-def predicted_helper_calls(text: str) -> frozenset:
-    """The NVSHMEM helpers (specialised as :func:`specialise_helper_calls` will name them from the
-    PTX) that the IR ``text`` (an object's :func:`object_ir`) calls and declares: read before any
-    LLVM runs on it, so that their objects can start building at once.  A call the PTX passes a
-    mode in a register (not a constant: IPSCCP may fold one more) is named otherwise there; the
-    PTX's names are what links."""
-    declared = _declares(text).keys() - _optable.device_ops().keys()
-    return frozenset(_callee(name, _ir_arguments(args))
-                     for name, args in _IR_CALL.findall(text) if name in declared)
-
-
-def _declares(text: str) -> dict:
-    """``{function: its declare line}`` of the IR ``text``'s declarations."""
-    return {pieces._unquote(pieces._name_of(line.encode())): line for line in text.splitlines()
-            if line.startswith("declare ")}
-
-
-def helper_declarations(text: str, cpu: str, features: str) -> dict:
-    """``{helper: its PTX declaration}`` of the NVSHMEM helpers the IR ``text`` (an object's
-    :func:`object_ir`) declares, as the PTX that LLVM emits for ``cpu``/``features`` declares them
-    (:func:`archived_helpers` asks NVIDIA's compiled object about those), from a module of those
-    declarations alone: known before the object's own PTX is.  Helpers whose prototype names a type
-    of the IR's own are left to the PTX."""
-    return _ptx_declarations(helper_declares(text), cpu, features)
-
-
-def helper_declares(text: str) -> dict:
-    """:func:`_declares` of NVSHMEM's helpers (not specialised) whose prototypes name no type of the IR's
-    own, each less its attribute group."""
-    return {name: re.sub(r"\s+#\d+\s*$", "", line) for name, line in _declares(text).items()
-            if "%" not in line and is_helper(name) and SPECIALISED not in name}
-
-
-def _ptx_declarations(lines: dict, cpu: str, features: str) -> dict:
-    """:func:`helper_declarations` of the declare lines ``lines`` (:func:`helper_declares`)."""
-    import llvmlite.binding as llvm
-
-    from ._llvm import TRIPLE, target_machine
-
-    if not lines:
-        return {}
-    refs = ", ".join(f'ptr @"{n}"' for n in sorted(lines))
-    tm = target_machine(cpu, object_features(features), 2)
-    mod = llvm.parse_assembly("\n".join([*lines.values(), f"@nvshmem_dsl_refs = global [{len(lines)} x ptr] [{refs}]"]))
-    mod.triple, mod.data_layout = TRIPLE, str(tm.target_data)
-    ptx = tm.emit_assembly(mod)
-    return {n: m.group(0).rstrip("\n") for n in lines for m in [_declaration(ptx, n)] if m is not None}
-
-
-def _ask_archive_ahead(text: str, cpu: str, features: str, bc_path=None) -> None:
-    """Start asking NVIDIA's compiled helpers about the helpers the IR ``text`` declares
-    (:func:`ask_archive_ahead_declares` of their :func:`helper_declares`)."""
-    ask_archive_ahead_declares(helper_declares(text), cpu, features, bc_path)
-
-
-def ask_archive_ahead_declares(lines: dict, cpu: str, features: str, bc_path=None) -> None:
-    """Start asking NVIDIA's compiled helpers about the helpers of the IR declare lines ``lines``
-    (:func:`helper_declares`) (:func:`nvshmem_dsl.linker.helper_archive.ask_ahead`, their
-    :func:`helper_declarations` made only where one has no answer yet); nothing where the helpers are
-    built.  CuTe's compile asks with its kernel bitcode's (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_declares`)."""
-    helper_archive.ask_ahead(store_file._arch_number(cpu), lines, lambda: _ptx_declarations(lines, cpu, features),
-                             bc_path)
-
-
-def ask_archive_ahead(module, cpu: str, features: str, bc_path=None) -> None:
-    """:func:`_ask_archive_ahead` of the helpers that the llvmlite ``module`` (a kernel's NVSHMEM code,
-    before it is linked in) declares, as a kernel's PTX for ``cpu``/``features`` will declare them,
-    while the kernel is optimised and emitted."""
-    _ask_archive_ahead("\n".join(str(f).strip() for f in module.functions if f.is_declaration and is_helper(f.name)),
-                       cpu, features, bc_path)
-
-
-def helpers_out() -> bool:
-    """Whether kernels call NVSHMEM's out-of-line helpers (its ``noinline`` transport functions,
-    :attr:`nvshmem_dsl.linker.store_file._Store.helpers`) in cached objects instead of compiling
-    them again each (most of a fine-grained kernel's PTX, docs/concepts.rst): as hybrid linking,
-    unless :func:`mode` is ``none`` or there is no ptxas."""
-    return mode() != "none" and ptxas() is not None
-
-
-def extern_calls(ptx) -> frozenset:
-    """The NVSHMEM functions that PTX ``ptx`` (text or a list of texts) declares external: the
-    outlined ones its link needs :func:`objects` for."""
-    texts = [ptx] if isinstance(ptx, (str, bytes)) else ptx
-    return frozenset(n for t in texts
-                     for n in _EXTERN.findall(t.decode() if isinstance(t, bytes) else t))
-
-
-# --------------------------------------------------------------------------
-# Objects
-
-
-@functools.lru_cache(maxsize=None)
-def ptxas() -> str | None:
-    """The ptxas that assembles the objects.  Of those found (:func:`_ptxas_found`), where there is a
-    CUDA driver the newest of a CUDA release it runs the code of (the major version at most the
-    driver's: a CUDA 13 toolkit, or the ``nvidia-cuda-nvcc`` 13 wheel, beside the ``cu12`` wheels gives
-    the objects CUDA 13's calling convention, :mod:`nvshmem_dsl.linker.abi`; on a CUDA 12 driver the
-    ``cu12`` wheel's is used); without one, the first."""
-    found = _ptxas_found()
-    if not found:
-        return None
-    driver = abi.driver_major()
-    if driver is None:
-        return found[0]
-    usable = [(version, -k, path) for k, path in enumerate(found)
-              if (version := abi._ptxas_version(path)) is not None and version[0] <= driver]
-    return max(usable)[2] if usable else found[0]
-
-
-#: Where NVIDIA's nvcc wheels put ptxas under a site-packages folder: CUDA 13's, CUDA 12's.
-_WHEEL_PTXAS = (("nvidia", "cu13", "bin", "ptxas"), ("nvidia", "cuda_nvcc", "bin", "ptxas"))
-
-
-def _ptxas_found() -> list:
-    """The ptxas executables of this machine that :func:`ptxas` chooses from, in its order of preference:
-    ``cuda.pathfinder``'s, those of the nvcc wheels on ``sys.path`` (both where the CUDA 12 and 13 ones are
-    installed, e.g. ``nvidia-cuda-nvcc`` 13 beside the ``cu12`` wheels), CUDA_HOME's, PATH's, /usr/local/cuda's."""
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-
-        first = find_nvidia_binary_utility("ptxas")
-    except Exception:  # noqa: BLE001 - an older cuda.pathfinder, or none found
-        first = None
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    wheels = [os.path.join(entry, *parts) for entry in sys.path if entry for parts in _WHEEL_PTXAS]
-    out = []
-    for path in (first, *wheels, home and os.path.join(home, "bin", "ptxas"), shutil.which("ptxas"),
-                 "/usr/local/cuda/bin/ptxas"):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            real = os.path.realpath(path)
-            if real not in (os.path.realpath(p) for p in out):
-                out.append(path)
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _ptxas_options() -> tuple:
-    """``--split-compile=0`` where ptxas has it (CUDA 12.3+): it optimises the functions of an
-    object in threads, one per CPU (a broadcast's object: 5.7 -> 3.1 s on 2 CPUs)."""
-    help_text = subprocess.run([ptxas(), "--help"], capture_output=True, text=True).stdout
-    return ("--split-compile=0",) if "--split-compile" in help_text else ()
 
 
 def _objects_dir() -> Path:
@@ -622,69 +184,26 @@ def _object_path(name: str, bc_path: Path, cpu: str, features: str, cap: int, sp
                  opt: str | None = None) -> Path:
     """Where the object of ``name`` is cached; ``split``: its loops' :func:`nvshmem_dsl.linker.loop_split.key`
     (default: the one in effect); ``opt``: how it is optimised (default: :func:`opt_level`)."""
-    st = os.stat(ptxas())
+    st = os.stat(link.ptxas())
     split = loop_split.key() if split is None else split
     ident = [VERSION, store_file._cache_key(bc_path), rewrites.mode(), rewrites.REVISION,
-             cpu, features, cap, ptxas(), st.st_size, st.st_mtime_ns, opt or opt_level(name), split, abi.preserve(),
+             cpu, features, cap, link.ptxas(), st.st_size, st.st_mtime_ns, opt or opt_level(name), split, abi.preserve(),
              helper_archive.key(store_file._arch_number(cpu), bc_path)]
     digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
     return _objects_dir() / f"{name}-{cpu}-r{cap}-{digest}.cubin"
 
 
-def helper_calls(ptx) -> frozenset:
-    """The NVSHMEM helpers (not API functions) that PTX ``ptx`` calls in their objects."""
-    return frozenset(n for n in extern_calls(ptx) if is_helper(n))
-
-
-def is_api_function(name: str) -> bool:
-    """Whether ``name`` is one of NVSHMEM's device API functions (the op table's, from the spec). Their
-    objects preserve :func:`nvshmem_dsl.linker.abi.preserve` registers for their callers; the helpers
-    (:func:`is_helper`) keep CUDA's convention: an object calling one under ``.abi_preserve`` would save
-    what it keeps live around every call, in its hot path (a broadcast 1.15 -> 1.34x of C++ at 8 B with
-    the helpers marked too, tests/gpu/records/2026-11-25/h200-abi-preserve.txt)."""
-    return name in _optable.device_ops()
-
-
-def is_helper(name: str) -> bool:
-    """Whether ``name`` is one of NVSHMEM's out-of-line helpers (a C++ ``nvshmemi_`` function,
-    maybe specialised), not an API function."""
-    return re.fullmatch(_NVSHMEM_FUNCTION, name) is not None and not is_api_function(name)
-
-
-#: A PTX file's ``.version``: (major, minor).
-PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
-
-
-def ptx_isa(ptx: str) -> int | None:
-    """The PTX ISA (x10) that ``ptx`` says in its ``.version`` (None: none written)."""
-    m = PTX_VERSION.search(ptx)
-    return None if m is None else int(m.group(1)) * 10 + int(m.group(2))
-
-
-def with_ptx_isa(ptx: str, isa: int) -> str:
-    """``ptx`` with its ``.version`` saying ISA ``isa`` (x10)."""
-    m = PTX_VERSION.search(ptx)
-    return f"{ptx[:m.start()]}.version {isa // 10}.{isa % 10}{ptx[m.end():]}"
-
-
-def ptx_target(ptx: str) -> tuple[str, str]:
-    """``(cpu, features)`` of PTX ``ptx`` as LLVM names them (``sm_90a``, ``+ptx85``): its
-    ``.target`` and ``.version``, what objects linked with it are built for."""
-    cpu = re.search(r"^\.target (sm_\w+)", ptx, re.M).group(1).split(",")[0].strip()
-    return cpu, f"+ptx{ptx_isa(ptx)}"
-
-
 def objects_for(ptx: str, arch: int, max_registers=None, bc_path=None) -> list:
     """The objects (paths) a kernel's PTX ``ptx`` (for SM ``arch``'s bitcode) is to be linked
-    with: those of the NVSHMEM functions it calls out of line (:func:`extern_calls`), for its
+    with: those of the NVSHMEM functions it calls out of line (:func:`nvshmem_dsl.linker.calls.extern_calls`), for its
     ``.target`` and ``.version``, at the register cap its declared block size leaves
     (:func:`register_cap`); none when it calls none.  For PTX linked by hand (nvJitLink, the
     driver's linker) rather than through a DSL's own link."""
-    names = extern_calls(ptx)
+    names = calls.extern_calls(ptx)
     if not names:
         return []
-    cpu, features = ptx_target(ptx)
-    archived_helpers(ptx, bc_path)  # (asked already where the PTX was prepared: prepare_calls)
+    cpu, features = link.ptx_target(ptx)
+    calls.archived_helpers(ptx, bc_path)  # (asked already where the PTX was prepared: prepare_calls)
     return objects(names, arch, cpu, features, register_cap([ptx], max_registers), bc_path)
 
 
@@ -702,9 +221,9 @@ def prefetch(names, arch, cpu: str, features: str, max_registers=None, bc_path=N
     locks) instead of starting them again.  Errors are left to that call.  A process waits for
     the thread when it exits."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
-    features = object_features(features)
+    features = abi.object_features(features)
     sm = store_file._arch_number(cpu)
-    if all((is_helper(n) and helper_archive.known(sm, split_specialised(n)[0], bc_path) in (True, None))
+    if all((calls.is_helper(n) and helper_archive.known(sm, split_specialised(n)[0], bc_path) in (True, None))
            or _cached(_object_path(n, bc_path, cpu, features, _scope_cap(n, cap))) for n in names):
         return None
 
@@ -729,14 +248,14 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
     :func:`register_cap`).
 
     Builds run at once, largest IR first: those of the helpers an object will call start with
-    it (:func:`predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
+    it (:func:`nvshmem_dsl.linker.calls.predicted_helper_calls` of its IR; a call its PTX names otherwise starts when the
     PTX is there), since a collective's object and its put_signal helper take about as long."""
     cap, bc_path = _cap_and_bitcode(max_registers, arch, bc_path)
     abi.advise()  # where a CUDA 13 ptxas would make them faster
-    features = object_features(features)
-    archive = helpers_archive(cpu, bc_path)  # NVIDIA's compiled helpers, or None: built here
+    features = abi.object_features(features)
+    archive = calls.helpers_archive(cpu, bc_path)  # NVIDIA's compiled helpers, or None: built here
     sm = store_file._arch_number(cpu)
-    if archive is not None and not _archive_serves(names, sm, bc_path):
+    if archive is not None and not calls._archive_serves(names, sm, bc_path):
         archive = None  # PTX not prepared for it (Numba's cache from another mode, PTX by hand): all built
     paths: dict = {}  # every object wanted: called, or predicted to be
     lock = threading.Lock()
@@ -756,21 +275,17 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
             with lock:
                 if n in paths:
                     continue
-                if archive is not None and is_helper(n):
+                if archive is not None and calls.is_helper(n):
                     found = helper_archive.known(sm, split_specialised(n)[0], bc_path)
                     if found == helper_archive.MISMATCH and SPECIALISED not in n:
-                        from .link import NvshmemLinkError
-
-                        raise NvshmemLinkError(f"NVSHMEM's helper {n} is called by its name, which NVIDIA's "
+                        raise link.NvshmemLinkError(f"NVSHMEM's helper {n} is called by its name, which NVIDIA's "
                                                f"compiled helpers ({archive.name}) define with another prototype; "
                                                f"{helper_archive.ENV}=build builds them all instead")
                     if found is True:
                         paths[n] = archive
                         continue
                     if found is None and SPECIALISED not in n:  # every kernel's and object's helpers are asked
-                        from .link import NvshmemLinkError
-
-                        raise NvshmemLinkError(f"NVSHMEM's helper {n}: not known whether NVIDIA's compiled helpers "
+                        raise link.NvshmemLinkError(f"NVSHMEM's helper {n}: not known whether NVIDIA's compiled helpers "
                                                f"({archive.name}) define it; {helper_archive.ENV}=build builds them all "
                                                "instead")
                 paths[n] = path = _object_path(n, bc_path, cpu, features, _scope_cap(n, cap))
@@ -802,15 +317,15 @@ def objects(names, arch, cpu: str, features: str, max_registers=None, bc_path=No
                 continue
             builds.append((text, n))
             if archive is None:  # (else: its PTX names them, once asked whether NVIDIA's object has them)
-                todo += predicted_helper_calls(text)
+                todo += calls.predicted_helper_calls(text)
             else:  # asked while LLVM emits the object, not after
-                _ask_archive_ahead(text, cpu, features, bc_path)
+                calls._ask_archive_ahead(text, cpu, features, bc_path)
         return sorted(builds, key=lambda b: (-len(b[0]), b[1]))
 
     def want(wanted, ex):
         for text, n in plan(wanted):
             futures.append(ex.submit(_build, n, arch, bc_path, cpu, features, _scope_cap(n, cap), paths[n], text,
-                                     lambda calls: want(calls, ex), opt=forms.get(n)))
+                                     lambda called: want(called, ex), opt=forms.get(n)))
 
     built = 0
     with ThreadPoolExecutor(max_workers=store_build._cpus()) as ex:
@@ -845,7 +360,7 @@ def opt_tiered() -> bool:
     object took 1.1 s of LLVM and 2.8 s of ptxas where O3 took 2.75 and 3.4 s on an H200 host
     (tests/gpu/records/2026-12-01/h200-cold-o3-objects-light-first.txt), and ran 1.05x of C++ where O3
     ran 1.00x (tests/gpu/records/2026-11-25/h200-objects-opt-ab.txt)."""
-    return not os.environ.get(OPT_ENV, "").strip() and abi.driver_major() is not None
+    return not os.environ.get(OPT_ENV, "").strip() and link.driver_major() is not None
 
 
 def explain_tiers() -> str:
@@ -868,7 +383,7 @@ def _first_form(name: str, arch, bc_path) -> tuple | None:
     split (:func:`nvshmem_dsl.linker.loop_split.tiered`: the final one whole and light), light where the
     final one is at O3 (:func:`opt_tiered`); with ``$NVSHMEM_DSL_OUTLINE_OPT`` set, at its level.  Quick
     only for the split form: what it costs and gains, :data:`~nvshmem_dsl.linker.object_llvm.CODEGEN_LEVELS`."""
-    if not is_api_function(split_specialised(name)[0]):
+    if not calls.is_api_function(split_specialised(name)[0]):
         return None
     split_tier = loop_split.tiered() and _split([name], arch, bc_path)
     opt = opt_level(name)
@@ -943,7 +458,7 @@ def _cached(path: Path) -> bool:
 def object_calls(path: Path) -> frozenset:
     """The NVSHMEM functions the object ``path`` calls in other objects (written beside it when
     built: ``<object>.calls``; where that is missing, its undefined functions); none for NVIDIA's
-    compiled helpers (:func:`helpers_archive`, a host object: they call each other in it)."""
+    compiled helpers (:func:`nvshmem_dsl.linker.calls.helpers_archive`, a host object: they call each other in it)."""
     if Path(path).suffix == ".o":
         return frozenset()
     try:
@@ -952,8 +467,8 @@ def object_calls(path: Path) -> frozenset:
             raise FileNotFoundError
         return frozenset(text.split())
     except FileNotFoundError:
-        return frozenset(n for n, defined in elf_symbols(path.read_bytes())
-                         if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(_NVSHMEM_FUNCTION, n))
+        return frozenset(n for n, defined in link.elf_symbols(path.read_bytes())
+                         if not defined and n not in store.EXPORTED_GLOBALS and re.fullmatch(calls._NVSHMEM_FUNCTION, n))
 
 
 def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_calls=None,
@@ -968,37 +483,18 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
             return False
         for made in (path, path.with_suffix(".calls")):
             store_file.remove_temporaries(made)  # of a build that died
-        ptx = prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split, opt=opt), bc_path)
-        calls = extern_calls(ptx)
+        ptx = calls.prepare_calls(object_ptx([name], arch, cpu, features, bc_path, text=text, split=split, opt=opt), bc_path)
+        called = calls.extern_calls(ptx)
         if on_calls is not None:
-            on_calls(calls)
+            on_calls(called)
         try:
-            cubin = assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *_ptxas_options()))
-        except PtxasError as e:
-            raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({ENV}=none inlines it "
+            cubin = link.assemble(ptx, cpu, ("-O3", f"-maxrregcount={cap}", *link._ptxas_options()))
+        except link.PtxasError as e:
+            raise RuntimeError(f"ptxas failed on NVSHMEM's {name} for {cpu} ({code_env.OUTLINE}=none inlines it "
                                f"instead):\n{e}") from None
-        store_file.write_atomically(path.with_suffix(".calls"), "".join(f"{n}\n" for n in sorted(calls)).encode())
+        store_file.write_atomically(path.with_suffix(".calls"), "".join(f"{n}\n" for n in sorted(called)).encode())
         store_file.write_atomically(path, cubin)  # after its calls: an object's calls are known once it is there
         return True
-
-
-class PtxasError(RuntimeError):
-    """ptxas failed; the message is the end of what it printed."""
-
-
-def assemble(ptx, arch: str, options=()) -> bytes:
-    """The relocatable cubin ``ptxas -c -arch=<arch> <options>`` (:func:`ptxas`) makes of PTX ``ptx``
-    (text or bytes), compiled in a temporary folder; :class:`PtxasError` when it fails.  The one
-    place that runs ptxas on PTX: NVSHMEM's objects (:func:`_build`) and kernels whose PTX
-    nvJitLink does not read (:func:`nvshmem_dsl.linker.link.ptxas_object`)."""
-    with tempfile.TemporaryDirectory(prefix="nvshmem-dsl-ptxas-") as tmp:
-        src, out = Path(tmp, "in.ptx"), Path(tmp, "out.cubin")
-        src.write_bytes(ptx.encode() if isinstance(ptx, str) else ptx)
-        done = subprocess.run([ptxas(), "-c", f"-arch={arch}", *options, str(src), "-o", str(out)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise PtxasError(done.stderr[-3000:])
-        return out.read_bytes()
 
 
 def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
@@ -1031,64 +527,3 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
         text=text, names=list(names), cpu=cpu, features=features, opt=opt,
         split_loops=_split(names, arch, bc_path) if split is None else split,
         types={n: ops[n]["llvm_type"] for n in names if n in ops})
-
-
-# --------------------------------------------------------------------------
-# Reading a cubin (no CUDA tools needed)
-
-_EIATTR_REGCOUNT = 0x2F
-
-
-def elf_sections(cubin: bytes):
-    """``(section names, [(name offset, type, offset, size, link)], data(i))`` of a 64-bit ELF file
-    (a cubin, or a host object)."""
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    secs = [struct.unpack_from("<IIxxxxxxxxxxxxxxxxQQI", cubin, shoff + i * shentsize) for i in range(shnum)]
-
-    def data(i):
-        return cubin[secs[i][2]:secs[i][2] + secs[i][3]]
-
-    return data(shstrndx), secs, data
-
-
-def elf_string(blob: bytes, at: int) -> str:
-    """The string at ``at`` of an ELF string table ``blob``."""
-    return blob[at:blob.index(b"\0", at)].decode()
-
-
-def elf_symbols(cubin: bytes) -> list:
-    """``(name, defined)`` of every entry of an ELF cubin's symbol table, in order (unnamed ones
-    with the name "")."""
-    cubin = bytes(cubin)
-    _, secs, data = elf_sections(cubin)
-    out = []
-    for i, (_, kind, _, _, link) in enumerate(secs):
-        if kind == 2:  # SHT_SYMTAB
-            strtab, table = data(link), data(i)
-            for at in range(0, len(table), 24):
-                st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, at)
-                out.append((elf_string(strtab, st_name), st_shndx != 0))
-    return out
-
-
-def cubin_info(cubin: bytes) -> tuple[collections.Counter, dict]:
-    """``(defined, registers)`` of an ELF cubin: how many times each symbol is defined, and the
-    registers of each function (``.nv.info``'s REGCOUNT; a linked kernel's counts its callees)."""
-    cubin = bytes(cubin)
-    entries = elf_symbols(cubin)
-    symbols = [name for name, _ in entries]
-    defined = collections.Counter(name for name, is_defined in entries if is_defined)
-    names, secs, data = elf_sections(cubin)
-    registers = {}
-    for i, sec in enumerate(secs):
-        if elf_string(names, sec[0]) == ".nv.info":
-            blob, at = data(i), 0
-            while at + 4 <= len(blob):
-                fmt, attr, size = struct.unpack_from("<BBH", blob, at)
-                size = size if fmt == 4 else 0  # EIFMT_SVAL carries `size` bytes
-                if attr == _EIATTR_REGCOUNT and size == 8:
-                    sym, count = struct.unpack_from("<II", blob, at + 4)
-                    registers[symbols[sym]] = count
-                at += 4 + size
-    return defined, registers

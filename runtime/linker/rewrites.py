@@ -14,13 +14,12 @@ offsets 0, 4, 8, 12 of one base pointer; a ``call`` or a ``tail call``: clang le
 reductions plain calls, which until revision 6 kept them scalar loads and volatile stores: those
 collectives moved 1 MiB at one PE at 0.88-0.96x of C++'s speed) into plain LLVM IR:
 
-* ``store``: a weak ``store <4 x i32>`` (align 16, as ``st.v4`` itself requires) to the global
-  space, the same semantics as the header path (completion still comes from quiet/fence);
-* ``vector`` (the default): also one ``load <4 x i32>`` (align 16) for the four loads.  That
-  asserts the source is 16-byte aligned, so it is done only where the function checks it: the
-  source and destination are ``base[i]`` of two pointers whose ``(dst | src) & 15`` the
-  function tests (NVSHMEM's copy loops take the v4 path only when that is 0).  Other copy
-  sites are left as they are.
+a weak ``store <4 x i32>`` (align 16, as ``st.v4`` itself requires) to the global space, the same
+semantics as the header path (completion still comes from quiet/fence), of one ``load <4 x i32>``
+(align 16) for the four loads.  That asserts the source is 16-byte aligned, so it is done only
+where the function checks it: the source and destination are ``base[i]`` of two pointers whose
+``(dst | src) & 15`` the function tests (NVSHMEM's copy loops take the v4 path only when that is
+0).  Other copy sites are left as they are.
 
 The loop around a rewritten copy of one thread (one block, a step of one vector; NVSHMEM's
 metadata says ``unroll.disable``) is marked to be unrolled by :data:`UNROLL` (four), the shape
@@ -32,9 +31,9 @@ clang decided (libNVVM, for CuTe, runs its own pipeline on the library as it is)
 Other asm stores (LL-protocol packets with flags, IBGDA doorbells) are left alone.  Numba kernels
 get it in :func:`nvshmem_dsl.linker.store.api_module`, CuTe kernels in the copy of the library that
 :func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode` makes for libNVVM.  Selected by
-``NVSHMEM_DSL_COPY_REWRITE`` (``off``, ``store`` or ``vector``; default ``vector``).  Measured on
-2 x H200 (BENCHMARKS.md): thread-scope put of 1 MiB 0.66x -> 0.79x of C++, 4 KiB 0.78x -> 0.86x;
-``store`` alone changes nothing measurable.
+``NVSHMEM_DSL_COPY_REWRITE`` (``vector``, the default, or ``off``: NVSHMEM's code unchanged, to rule
+the rewrite out).  Measured on 2 x H200 (BENCHMARKS.md): thread-scope put of 1 MiB 0.66x -> 0.79x
+of C++, 4 KiB 0.78x -> 0.86x; the store alone, the loads left scalar, changed nothing measurable.
 """
 from __future__ import annotations
 
@@ -43,7 +42,7 @@ import re
 
 from . import code_env
 
-MODES = ("off", "store", "vector")
+MODES = ("off", "vector")
 #: Bump when what a mode produces changes (names the cached libNVVM copies).
 REVISION = 6
 ENV = code_env.COPY_REWRITE
@@ -114,7 +113,7 @@ def rewrite(text: str, how: str) -> tuple[str, int]:
     loops: list = []
     for i, fn in enumerate(parts):
         if _ASM in fn:
-            parts[i], n = _rewrite_function(fn, how, loops)
+            parts[i], n = _rewrite_function(fn, loops)
             total += n
     if loops:
         parts.append(f"!{_MD_BASE} = !{{!\"llvm.loop.unroll.count\", i32 {UNROLL}}}")
@@ -236,7 +235,7 @@ _ATTRS = re.compile(ATTRIBUTE_GROUP, re.M)
 # `#1 section ".text.compute" {`)
 _HELPER_DEFINE = re.compile(r'^(define [^\n]*@"?([\w.$]+)"?\([^\n]*\)[^\n]*?)#(\d+)((?: [^\n#{]+)? \{)$', re.M)
 _HELPER_CALL = re.compile(r'(call [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
-# a helper linked from its object (nvshmem_dsl.linker.outline.helpers_out) is declared
+# a helper linked from its object (nvshmem_dsl.linker.plan.helpers_out) is declared
 _HELPER_DECLARE = re.compile(r'^(declare [^\n]*@"?([\w.$]+)"?\([^\n]*\) )#(\d+)()$', re.M)
 _GROUP_INSTANCE = re.compile(r'threadgroup_t[123]')  # NVSHMEM's warp, warpgroup, block instances
 
@@ -311,12 +310,12 @@ def _loop_latch_hint(fn: str, start: int, end: int, loop_md: str):
     return (br + md.start(), br + md.end(), f", !llvm.loop {loop_md}")
 
 
-def _rewrite_function(fn: str, how: str, loops: list) -> tuple[str, int]:
+def _rewrite_function(fn: str, loops: list) -> tuple[str, int]:
     """``fn`` with its copy idioms rewritten, and how many; the loop edits it makes are
     appended to ``loops`` (their metadata nodes are numbered by position there)."""
     defs = _Defs(fn)
     loads, geps, indexed = defs.loads, defs.geps, defs.indexed
-    checked = defs.aligned_pairs if how == "vector" else set()
+    checked = defs.aligned_pairs
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), non-overlapping
     count = 0
     for st in _stores(fn):
@@ -330,7 +329,7 @@ def _rewrite_function(fn: str, how: str, loops: list) -> tuple[str, int]:
         d, s = indexed.get(st["dst"]), indexed.get(base)
         guarded = (d is not None and s is not None and d[1] == s[1]
                    and frozenset((d[0], s[0])) in checked)
-        if how == "vector" and not guarded:
+        if not guarded:
             continue  # alignment of the source unknown here: keep NVSHMEM's code
         tag = f"%nvdsl.cp{count}"
         ind = st["indent"]
@@ -346,7 +345,7 @@ def _rewrite_function(fn: str, how: str, loops: list) -> tuple[str, int]:
         if latch is not None:
             loops.append(latch)
             edits.append(latch)
-        if how == "vector" and all(lds[k].start() < lds[k + 1].start() for k in range(3)):
+        if all(lds[k].start() < lds[k + 1].start() for k in range(3)):
             first = lds[0]
             edits.append((first.start(), first.end(),
                           f"{first['indent']}{tag}.l = load <4 x i32>, ptr {base}, align 16\n"

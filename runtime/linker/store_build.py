@@ -29,14 +29,16 @@ from .store_file import _open_store, _write_store, release, stats, try_lock
 # Worker processes run `python -S -c _WORKER_MAIN ...` with the parent's sys.path: this folder
 # imported as a package of its own (``_nvshmem_dsl_linker``), so that neither the nvshmem_dsl
 # package (an editable install's import hook is not on sys.path) nor the user's __main__ is
-# imported.
+# imported.  The command (the first argument after the folder) is this module's
+# (:func:`_worker_main`), but ``objects``: an object worker, :mod:`.object_workers`'s.
 _WORKER_MAIN = (
     "import importlib, json, sys, types\n"
     "sys.path[:] = json.loads(sys.argv[1])\n"
     "pkg = types.ModuleType('_nvshmem_dsl_linker')\n"
     "pkg.__path__ = [sys.argv[2]]\n"
     "sys.modules[pkg.__name__] = pkg\n"
-    "importlib.import_module('_nvshmem_dsl_linker.store_build')._worker_main(sys.argv[3:])\n"
+    "module = 'object_workers' if sys.argv[3] == 'objects' else 'store_build'\n"
+    "importlib.import_module('_nvshmem_dsl_linker.' + module)._worker_main(sys.argv[3:])\n"
 )
 
 #: Most part processes a build starts, and the smallest bitcode worth them.
@@ -69,10 +71,6 @@ def _worker_main(argv) -> None:
         os.dup2(2, 1)  # only the pickle on the pipe
         pickle.dump(pieces._helpers_closure(Path(args[0])), answer, protocol=pickle.HIGHEST_PROTOCOL)
         answer.close()
-    elif what == "objects":  # an object worker: requests on stdin until it ends
-        from . import object_workers
-
-        object_workers._serve()
     else:
         raise SystemExit(f"unknown worker command {what!r}")
 

@@ -21,27 +21,23 @@ path to PTX, inside Numba's own code library:
      typed pointers, ``nvvm.annotations`` -> ``ptx_kernel``/launch bounds),
      links libdevice if ``__nv_*`` math functions are used, and runs O3 on
      that (NVSHMEM calls are still declarations, marked ``convergent`` so that loops around
-     them reach the second O3 whole; with ``NVSHMEM_DSL_UNSWITCH=0`` only those of warp or
-     block scope are, so loops around thread-scope calls unroll as in C++);
+     them reach the second O3 whole);
    * links in the NVSHMEM functions it calls, taken from a cached, pre-split
      copy of NVSHMEM's bitcode (:mod:`nvshmem_dsl.linker.store`, a few ms) -- but for the large
-     ones (collectives, barriers: :func:`nvshmem_dsl.linker.outline.split`), which stay
+     ones (collectives, barriers: :func:`nvshmem_dsl.linker.plan.split`), which stay
      declarations: the kernel calls them in relocatable objects built once and cached
      (:mod:`nvshmem_dsl.linker.outline`), which :meth:`NvshmemCodeLibrary._link_all` adds to the
      link (it reads which from the PTX's ``.extern .func`` declarations);
    * internalizes everything that came from NVSHMEM except the device state
      globals the host library looks up (``nvshmemi_device_state_d`` ...),
      inlines NVSHMEM's API (all ``alwaysinline``), runs O3 on the module once more
-     with LLVM's non-trivial loop unswitching (see :func:`unswitching`; it unrolls
-     the copy loops the copy rewrite marks, every other NVSHMEM loop is frozen as
+     with LLVM's non-trivial loop unswitching (see :func:`nvshmem_dsl.linker.pipeline.inline_nvshmem`;
+     it unrolls the copy loops the copy rewrite marks, every other NVSHMEM loop is frozen as
      clang built it, see :mod:`nvshmem_dsl.linker.rewrites`) and drops what is
-     unused (GlobalDCE).  With ``NVSHMEM_DSL_UNSWITCH=0`` the second pass is
-     lighter: the function simplification pipeline and LLVM's unroll pass on the
-     Numba functions only, NVSHMEM's out-of-line helpers (``noinline`` transport
-     paths, already optimised by clang) left as they are;
+     unused (GlobalDCE);
    * emits PTX with the LLVM NVPTX backend for the kernel's compute
      capability (``sm_90a`` etc.), PTX ISA 8.5 or the minimum the SM needs
-     (8.6 for sm_100); ``$NVSHMEM_DSL_PTX_VERSION`` overrides it.
+     (8.6 for sm_100).
 
    The PTX goes to Numba's usual link step (nvJitLink or the driver), with the objects of
    the functions it calls out of line, to give the cubin; ``kernel.inspect_asm()`` and
@@ -73,7 +69,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import os
 import re
 import threading
 import warnings
@@ -83,14 +78,13 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
-from ..linker import outline, store
+from ..linker import calls, outline, store
 from ..linker._llvm import internalize as _internalize
 from ..linker._llvm import run as _run
 from ..linker._llvm import target_machine as _target_machine
 from ..linker.hooks import ModuleHooks
-from ..linker.link import UNSWITCH_ENV  # noqa: F401 (read by tests and bench scripts here)
-from ..linker.link import (DECLARATION, NvshmemLinkError, inline_nvshmem, mark_declaration, default_ptx,
-                           nvjitlink_reads, nvshmem_functions, ptxas_object, unswitching)
+from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_reads, ptxas_object
+from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration, nvshmem_functions
 
 __all__ = [
     "NvshmemCodeLibrary",
@@ -142,9 +136,7 @@ def _target(cc) -> tuple[str, str]:
 
     cpu = nvrtc.get_arch_option(*cc).replace("compute_", "sm_")
     sm = int(re.match(r"sm_(\d+)", cpu).group(1))
-    ptx = os.environ.get("NVSHMEM_DSL_PTX_VERSION")
-    ptx = int(ptx.replace(".", "")) if ptx else default_ptx(sm)
-    return cpu, f"+ptx{ptx}"
+    return cpu, f"+ptx{default_ptx(sm)}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,16 +167,16 @@ _linking: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_numba_lin
 def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
-    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.outline.prepare_calls`).
+    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.calls.prepare_calls`).
     ``prefetch``: the PTX is to be linked: its objects start building meanwhile."""
     module, tm = link(llvm_strs, cc, opt, max_registers, prefetch)
-    return outline.prepare_calls(tm.emit_assembly(module))
+    return calls.prepare_calls(tm.emit_assembly(module))
 
 
 def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
-    target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.outline.split` says to call
+    target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.plan.split` says to call
     out of line stay declarations (the module still defines the device state); with ``prefetch``,
     their objects start building meanwhile, at the register cap of the kernels' launch bounds and
     ``max_registers`` (:func:`nvshmem_dsl.linker.outline.prefetch`).
@@ -202,18 +194,12 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False
     sm = _sm(tuple(cc))
     names = nvshmem_functions(llvm_strs)
 
-    # Calls to warp/block-scope NVSHMEM functions synchronise threads: keep them convergent
-    # while only their declarations are visible.  With unswitching, all of them: a loop around
-    # a thread-scope call must reach the second O3 whole, to be unswitched before it is unrolled.
-    unswitch = unswitching()
-    mark = functools.partial(mark_declaration, all_convergent=unswitch)
-    mods = [llvm.parse_assembly(DECLARATION.sub(mark, s)) for s in llvm_strs]
+    mods = [llvm.parse_assembly(DECLARATION.sub(mark_declaration, s)) for s in llvm_strs]
     main = mods[0]
     for m in mods[1:]:
         main.link_in(m)
     main.triple = _codegen.CUDA_TRIPLE
     main.data_layout = str(tm.target_data)
-    numba_fns = {f.name for f in main.functions if not f.is_declaration}
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration}
     keep.update(store.EXPORTED_GLOBALS)
@@ -231,7 +217,7 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False
         # NvshmemCodeLibrary._link_all); the module still defines the device state they read
         blocks = [int(n) for s in llvm_strs for n in _MAX_THREADS.findall(s)] or [None]
         cap = outline.block_cap(blocks, [max_registers])
-        inline_nvshmem(main, names, sm, keep, pb, numba_fns, unswitch=unswitch, opt=bool(opt),
+        inline_nvshmem(main, names, sm, keep, pb, opt=bool(opt),
                        objects_target=(cpu, features, cap) if prefetch else None)
     return main, tm
 
@@ -327,7 +313,7 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
         # the NVSHMEM functions the PTX calls out of line (read from the PTX, which may come from
         # Numba's cache): their objects
         ptx = self.get_asm_strs(cc=cc)
-        outlined = outline.extern_calls(ptx)
+        outlined = calls.extern_calls(ptx)
         if outlined:
             cpu, features = _target(cc)
             cap = outline.register_cap(ptx, self._max_registers)

@@ -20,13 +20,13 @@ what hand-written bindings do).  So NVSHMEM never reaches Triton's LLVM:
    call are linked from the cached piece store (:mod:`nvshmem_dsl.linker.store`, the one the Numba
    path builds), everything from NVSHMEM is internalized but the device-state globals, NVSHMEM's
    API is inlined, and the module optimised once more at O3 (with the same non-trivial loop
-   unswitching as Numba kernels, ``NVSHMEM_DSL_UNSWITCH``).  LLVM's NVPTX backend then emits the
+   unswitching as Numba kernels).  LLVM's NVPTX backend then emits the
    PTX, for the kernel's SM and Triton's PTX ISA, with NVSHMEM's (LLVM's default) data layout,
    or with Triton's 32-bit shared pointers where its inline assembly needs them
    (:func:`_needs_short_pointers`); Triton's own post-processing of PTX is repeated (kernel name
    into the metadata, ``.version``, ``.target``).  Kernels without NVSHMEM externs take Triton's
    stages unchanged.
-3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.linker.outline.split`) stay
+3. NVSHMEM's large routines (collectives, barriers: :func:`nvshmem_dsl.linker.plan.split`) stay
    calls into relocatable objects compiled once (:mod:`nvshmem_dsl.linker.outline`, the Numba path's
    cache); when the PTX calls one, the ``cubin`` stage is ours too: nvJitLink links the PTX with
    those objects (:func:`link_cubin`).  Without nvJitLink they are inlined instead.
@@ -432,7 +432,7 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     register cap of ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid``
     and ``.maxnreg``, which :func:`link_cubin` reads)."""
     from ..linker import outline, store
-    from ..linker.link import DECLARATION, inline_nvshmem, mark_declaration, unswitching
+    from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration
 
     llvm = _llvm()
     externs = nvshmem_externs(llir)
@@ -450,23 +450,17 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     main = llvm.parse_assembly(llir)
     main.triple = TRIPLE
     main.data_layout = str(tm.target_data)
-    kernel_fns = {f.name for f in main.functions if not f.is_declaration}
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration and v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private)}
     keep.update(store.EXPORTED_GLOBALS)
     keep -= {SHIM_PREFIX + s for s in externs}
 
-    unswitch = unswitching()
-    mark = functools.partial(mark_declaration, all_convergent=unswitch)
-    shims = llvm.parse_assembly(DECLARATION.sub(mark, shim_module(externs, num_warps)))
+    shims = llvm.parse_assembly(DECLARATION.sub(mark_declaration, shim_module(externs, num_warps)))
     shims.data_layout = main.data_layout
     main.link_in(shims)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
-    # by-value parameters of NVSHMEM's helpers: see _needs_short_pointers
     cap = outline.block_cap([num_warps * 32 if num_warps else None], [max_registers])
-    outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, kernel_fns, unswitch=unswitch,
-                              outline_objects=outline_objects,
-                              before_simplify=("argument_promotion",) if short_ptr else (),
+    outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, outline_objects=outline_objects,
                               objects_target=(cpu, features, cap) if prefetch else None)
     return main, tm, outlined
 
@@ -495,14 +489,14 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
     """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring);
     ``prefetch``: our cubin stage follows, so the objects of what it calls out of line start
     building meanwhile."""
-    from ..linker import outline
+    from ..linker import calls, plan
 
     if getattr(options, "num_ctas", 1) > 1:
         raise NvshmemLinkError(
             f"kernel {metadata.get('name') or ''}: NVSHMEM calls in a kernel with num_ctas="
             f"{options.num_ctas} (a cluster per program) are not supported; use num_ctas=1")
     cpu, features, ptx_version = _triton_target(options, capability)
-    objects = outline.helpers_out()  # hybrid linking on, and a ptxas for the objects
+    objects = plan.helpers_out()  # hybrid linking on, and a ptxas for the objects
     link_ptx = nvjitlink_ptx_isa() if objects else None  # the highest PTX ISA nvJitLink reads
     if objects and link_ptx is None:
         objects = False  # no nvJitLink to link the objects: everything inlined
@@ -515,7 +509,7 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
                                 getattr(options, "maxnreg", None), prefetch)
     # the calls' convention after Triton's .version: a kernel that calls objects may need PTX 9.0
     # (nvJitLink links it), one that calls none keeps Triton's (Triton's ptxas compiles it)
-    ptx = outline.prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
+    ptx = calls.prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
     stats["kernels"] += 1
     return ptx
 
@@ -525,10 +519,9 @@ def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     out of line (:func:`nvshmem_dsl.linker.outline.objects`).  ``metadata``: the compile's (Triton's
     stages pass it), whose ``hash`` names the kernel in Triton's cache, for
     :func:`_forget_provisional`."""
-    from ..linker import outline
-    from ..linker.link import nvjitlink_cubin
+    from ..linker import link, outline
 
-    cpu, _ = outline.ptx_target(ptx)
+    cpu, _ = link.ptx_target(ptx)
     paths = outline.objects_for(ptx, _sm(capability))
     from triton import knobs
 
@@ -541,7 +534,7 @@ def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     # in the PTX, which outline.register_cap reads for the objects)
     opts += [f"-Xptxas={o}" for o in (getattr(options, "ptx_options", None) or "").split()]
     inputs = [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths]
-    cubin = nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
+    cubin = link.nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
     stats["cubins_linked"] += 1
     if metadata is not None and metadata.get("hash") and outline.provisional(paths):
         _keep_from_cache(metadata["hash"])
@@ -584,9 +577,9 @@ def _forget_provisional() -> None:
 
 #: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
 #: the generated op table.
-_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/link.py", "linker/store.py",
-            "linker/pieces.py", "linker/rewrites.py", "linker/outline.py", "linker/loop_split.py", "linker/_llvm.py",
-            "linker/object_llvm.py", "linker/abi.py")
+_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/pipeline.py", "linker/plan.py", "linker/link.py",
+            "linker/store.py", "linker/pieces.py", "linker/rewrites.py", "linker/calls.py", "linker/outline.py",
+            "linker/loop_split.py", "linker/_llvm.py", "linker/object_llvm.py", "linker/abi.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -652,10 +645,10 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
     ours = None  # our cubin stage, when Triton has one
     if triton_cubin is not None:
-        from ..linker import outline
+        from ..linker import calls
 
         def cubin_stage(src, metadata):
-            if isinstance(src, str) and outline.extern_calls(src):
+            if isinstance(src, str) and calls.extern_calls(src):
                 return link_cubin(src, cap, options, metadata)
             return triton_cubin(src, metadata)
 
