@@ -203,7 +203,6 @@ SIGNATURES = {name: f"void({', '.join(NUMBA_TYPES[shapes.arg_type(a)] for a in s
 
 #: The one-thread latency kernels declare their launch shape, as bench.cu's do (ONE_THREAD) and
 #: CuTe's static launches do (.reqntid 1): with it ptxas does not aggregate a warp's atomics.
-#: BENCH_ONE_THREAD_BOUNDS=0 leaves it out (bench/experiments/one_thread_bounds.sh).
 ONE_THREAD = shapes.ONE_THREAD
 
 
@@ -213,13 +212,11 @@ def jit_options(name: str) -> dict:
     bandwidth kernel compiled for any block size takes 66-72 registers, more than a block of 1024
     threads leaves a thread (64; with the declaration 64, no spills:
     bench/test_bench_compile.py::test_numba_bandwidth_kernel_fits_its_block), and the objects of the thread- and warp-scope
-    collectives may use more registers (nvshmem_dsl.linker.outline.register_cap);
-    BENCH_BLOCK_BOUNDS=0 leaves it out."""
-    if name in ONE_THREAD and os.environ.get("BENCH_ONE_THREAD_BOUNDS", "1") != "0":
+    collectives may use more registers (nvshmem_dsl.linker.outline.register_cap)."""
+    if name in ONE_THREAD:
         return {"launch_bounds": (1,)}
     s = shapes.SHAPES.get(name)
-    if (s is not None and (s.bench == "coll" or s.bench.endswith("_bw"))
-            and os.environ.get("BENCH_BLOCK_BOUNDS", "1") != "0"):
+    if s is not None and (s.bench == "coll" or s.bench.endswith("_bw")):
         return {"launch_bounds": (s.block,)}
     return {}
 

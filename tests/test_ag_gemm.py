@@ -183,7 +183,7 @@ def test_gemm_compiles_to_ptx(compiled, fetch_wait):
 def test_send_compiles_to_ptx(compiled):
     import nvshmem_dsl.triton as nv
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls, link
     from nvshmem_dsl.triton import _compile
     ck = compiled("ag_send")
     ptx, llir = ck.asm["ptx"], ck.asm["llir"]
@@ -192,7 +192,7 @@ def test_send_compiles_to_ptx(compiled):
     assert set(_compile.nvshmem_externs(llir)) == {nv.DISPATCH["put_signal_nbi_block"]["bf16"],
                                                    nv.DISPATCH["signal_op"][None], nv.DISPATCH["quiet"][None]}
     assert not _CALL.findall(ptx)
-    assert all(outline.is_helper(name) for name in outline.extern_calls(ptx)), outline.extern_calls(ptx)
+    assert all(calls.is_helper(name) for name in calls.extern_calls(ptx)), calls.extern_calls(ptx)
     assert "wgmma" not in ptx
 
 
@@ -202,20 +202,20 @@ def test_gemm_to_a_cubin_keeps_wgmma_asynchronous(tmp_path, monkeypatch):
     """ptxas says C7509 and serialises every wgmma of a kernel that calls a function; the
     signal_fetch GEMM calls none (its cubin links and has the device state)."""
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls, link
     from nvshmem_dsl.triton import _compile
-    if outline.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
     ck = kt.compile("ag_gemm")
     assert ck.asm["cubin"][:4] == b"\x7fELF"
-    defined, _ = outline.cubin_info(ck.asm["cubin"])
+    defined, _ = link.cubin_info(ck.asm["cubin"])
     assert defined["nvshmemi_device_state_d"] == 1
     ptx = tmp_path / "ag_gemm.ptx"
     ptx.write_text(ck.asm["ptx"])
     import subprocess
-    log = subprocess.run([outline.ptxas(), "-v", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "x.cubin")],
+    log = subprocess.run([link.ptxas(), "-v", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "x.cubin")],
                          capture_output=True, text=True)
     assert log.returncode == 0, log.stderr
     assert "C7509" not in log.stderr and "0 bytes spill stores" in log.stderr, log.stderr
@@ -293,7 +293,7 @@ def test_cute_gemm_compiles_to_ptx_with_the_per_chunk_wait(monkeypatch):
     one signal_wait_until (thread 0, then bar.sync) before a remote chunk's mainloop; its cubin links."""
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     from nvshmem_dsl.kernels.ag_gemm import cute as kc
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import calls, link
     from test_cute_api import PTX_OPTIONS, _check_ptx
     ptx = kc.compile_ptx("ag_gemm", "sm_90a", options=PTX_OPTIONS)
     assert re.search(r"^\.target sm_90a\b", ptx, re.M)
@@ -305,7 +305,7 @@ def test_cute_gemm_compiles_to_ptx_with_the_per_chunk_wait(monkeypatch):
     assert "bar.sync" in ptx and ("cvt.rn.bf16x2.f32" in ptx or "cvt.rn.bf16.f32" in ptx)
     k = kc._compiled("ag_gemm", "sm_90a")
     assert k.linked_cubin[:4] == b"\x7fELF"
-    assert outline.cubin_info(k.linked_cubin)[0]["nvshmemi_device_state_d"] == 1
+    assert link.cubin_info(k.linked_cubin)[0]["nvshmemi_device_state_d"] == 1
 
 
 @pytest.mark.skipif(not _have_cute_bitcode(), reason="no CuTe DSL or NVSHMEM device bitcode")

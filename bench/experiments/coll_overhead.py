@@ -107,7 +107,7 @@ def _noinline_api(names):
 
     import llvmlite.binding as llvm
 
-    from nvshmem_dsl.linker import store
+    from nvshmem_dsl.linker import link, store
 
     orig = store.api_module
 
@@ -179,13 +179,13 @@ def check_sass():
     import subprocess
     import tempfile
 
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import link, outline
 
-    from nvshmem_dsl.linker import abi
+    from nvshmem_dsl.linker import abi, link
 
     nvdisasm = os.environ.get("NVDISASM", "nvdisasm")
     if os.environ.get("PTXAS"):  # another ptxas for the objects (CUDA 13's: .abi_preserve)
-        outline.ptxas = lambda: os.environ["PTXAS"]
+        link.ptxas = lambda: os.environ["PTXAS"]
     name = "nvshmem_float_broadcast"
     for how in ("off", str(abi.PRESERVE)) if os.environ.get("PTXAS") else ("off",):
         os.environ[abi.ENV] = how
@@ -201,7 +201,7 @@ def check_sass():
         src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        subprocess.run([outline.ptxas(), "-arch=sm_90", "-O3", src, "-o", out], check=True)
+        subprocess.run([link.ptxas(), "-arch=sm_90", "-O3", src, "-o", out], check=True)
         sass = subprocess.run([nvdisasm, "-c", out], capture_output=True, text=True).stdout
     print(f"noinline in the kernel's PTX: {prologue_saves(sass, name)} STL at the entry, "
           f"{sass.count('CALL.REL')} CALL.REL in the module (the collective called, not inlined)")

@@ -25,14 +25,14 @@ def registers(mode: str, bounds: bool) -> None:
     import numba_bench as nb
     from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
-    from nvshmem_dsl.linker import outline
+    from nvshmem_dsl.linker import link
 
     for name in KERNELS:
         extra = {"launch_bounds": (1024,)} if bounds else {}
         lib, _ = _compile_pyfunc_with_fixup(nb.KERNELS[name], nb.SIGNATURES[name], device=False, abi="numba",
                                             cc=(9, 0), **extra)
         cubin = lib.get_cubin(cc=(9, 0))
-        _, regs = outline.cubin_info(bytes(getattr(cubin, "code", cubin)))
+        _, regs = link.cubin_info(bytes(getattr(cubin, "code", cubin)))
         print(f"{name:>10}  outline={mode:<4}  launch_bounds={'1024' if bounds else '-':<4}  "
               f"{regs[lib._entry_name]} registers", flush=True)
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from nvshmem_dsl.linker import outline
+from nvshmem_dsl.linker import calls, link, outline
 
 CPU, FEATURES = "sm_90", "+ptx85"
 DISPATCH = "_Z37nvshmemi_transfer_put_signal_dispatchIL13threadgroup_t0EEvPvS1_mS1_m14nvshmemi_amo_tibi"
@@ -36,7 +36,7 @@ def ptxas_seconds(ptx: str, *options: str) -> float:
         with open(src, "w") as fh:
             fh.write(ptx)
         t0 = time.perf_counter()
-        subprocess.run([outline.ptxas(), "-c", f"-arch={CPU}", *options, src, "-o", os.path.join(tmp, "o.cubin")],
+        subprocess.run([link.ptxas(), "-c", f"-arch={CPU}", *options, src, "-o", os.path.join(tmp, "o.cubin")],
                        check=True, capture_output=True)
         return time.perf_counter() - t0
 
@@ -49,15 +49,15 @@ def largest_function_kib(ptx: str) -> int:
 def measure(names, helpers_out=True, options=("-O3", "-maxrregcount=64")) -> str:
     t0 = time.perf_counter()
     ptx = outline.object_ptx(names, 90, CPU, FEATURES, helpers_out=helpers_out)
-    ptx = outline.specialise_helper_calls(ptx) if helpers_out else ptx
+    ptx = calls.specialise_helper_calls(ptx) if helpers_out else ptx
     llvm_s = time.perf_counter() - t0
     return (f"{len(ptx) // 1024} KiB of PTX, largest function {largest_function_kib(ptx)} KiB, LLVM {llvm_s:.2f} s, "
-            f"ptxas {ptxas_seconds(ptx, *options, *outline._ptxas_options()):.2f} s")
+            f"ptxas {ptxas_seconds(ptx, *options, *link._ptxas_options()):.2f} s")
 
 
 def main(argv) -> int:
     what = (argv[0] if argv else "helper,objects,ptxas").split(",")
-    print(f"ptxas {outline.ptxas()} {' '.join(outline._ptxas_options())}; {os.cpu_count()} CPUs", flush=True)
+    print(f"ptxas {link.ptxas()} {' '.join(link._ptxas_options())}; {os.cpu_count()} CPUs", flush=True)
     if "helper" in what:
         spec = outline.specialised_name(DISPATCH, {5: SIGNAL_SET, 7: 0})
         print(f"put_signal dispatch helper, unspecialised: {measure([DISPATCH])}", flush=True)
@@ -67,13 +67,13 @@ def main(argv) -> int:
             print(f"{name}, helpers inside: {measure([name], helpers_out=False)}", flush=True)
             print(f"{name}, helpers in their objects: {measure([name])}", flush=True)
     if "ptxas" in what:
-        ptx = outline.specialise_helper_calls(outline.object_ptx([OBJECTS[1]], 90, CPU, FEATURES))
+        ptx = calls.specialise_helper_calls(outline.object_ptx([OBJECTS[1]], 90, CPU, FEATURES))
         for options in (("-O3",), ("-O2",), ("-O1",), ("-Ofc", "min"), ("-Ofc", "mid")):
             print(f"{OBJECTS[1]} ptxas {' '.join(options)} -maxrregcount=64: "
-                  f"{ptxas_seconds(ptx, *options, '-maxrregcount=64', *outline._ptxas_options()):.2f} s", flush=True)
+                  f"{ptxas_seconds(ptx, *options, '-maxrregcount=64', *link._ptxas_options()):.2f} s", flush=True)
         for cap in (128, 255):
             print(f"{OBJECTS[1]} ptxas -O3 -maxrregcount={cap}: "
-                  f"{ptxas_seconds(ptx, '-O3', f'-maxrregcount={cap}', *outline._ptxas_options()):.2f} s", flush=True)
+                  f"{ptxas_seconds(ptx, '-O3', f'-maxrregcount={cap}', *link._ptxas_options()):.2f} s", flush=True)
     return 0
 
 

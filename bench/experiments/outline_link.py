@@ -51,7 +51,7 @@ from numba.cuda.compiler import _compile_pyfunc_with_fixup  # noqa: E402
 
 import nvshmem_dsl.numba as nv  # noqa: E402
 from nvshmem_dsl import _optable
-from nvshmem_dsl.linker import store, outline  # noqa: E402
+from nvshmem_dsl.linker import calls, link, outline, plan, store  # noqa: E402
 from nvshmem_dsl.linker._llvm import TRIPLE, internalize, run, target_machine  # noqa: E402
 
 CC, CPU, FEATURES = (9, 0), "sm_90", "+ptx85"
@@ -146,12 +146,12 @@ def cubin_of(fn, sig) -> dict:
     cubin = lib.get_cubin(cc=CC)
     t2 = time.perf_counter()
     busy1, own1 = _cpu_seconds()
-    defined, registers = outline.cubin_info(bytes(getattr(cubin, "code", cubin)))
+    defined, registers = link.cubin_info(bytes(getattr(cubin, "code", cubin)))
     others = max(0.0, (busy1 - busy0) - (own1 - own0)) / ((t2 - t0) * os.cpu_count())
     return {"to_ptx_s": round(t1 - t0, 2), "link_s": round(t2 - t1, 2), "total_s": round(t2 - t0, 2),
             "cpu_s": round(own1 - own0, 2), "others": round(others, 2),
             "ptx_kib": round(len(ptx) / 1024), "registers": registers[lib._entry_name],
-            "outlined": len(outline.extern_calls(ptx)), "state_definitions": defined[store.DEVICE_STATE]}
+            "outlined": len(calls.extern_calls(ptx)), "state_definitions": defined[store.DEVICE_STATE]}
 
 
 # ------------------------------------------------------------------ criterion
@@ -175,11 +175,11 @@ def criterion() -> None:
         op = ops[name]
         rows[(op["group"], op["family"], op["scope"])].append(
             (st.instructions(name), sum(st.instructions(n) for n in closure(name))))
-    print(f"criterion: is_large(own) = own >= {outline.MIN_INSTRUCTIONS}")
+    print(f"criterion: is_large(own) = own >= {plan.MIN_INSTRUCTIONS}")
     print(f"{'own min':>8} {'own max':>8} | {'closure min':>11} {'max':>7} | {'n':>3}  group/family/scope  outlined")
     for key, v in sorted(rows.items(), key=lambda kv: min(o for o, _ in kv[1])):
         own, clo = [o for o, _ in v], [c for _, c in v]
-        large = {outline.is_large(o) for o in own}
+        large = {plan.is_large(o) for o in own}
         verdict = "MIXED" if len(large) > 1 else "yes" if large == {True} else "no"
         print(f"{min(own):8d} {max(own):8d} | {min(clo):11d} {max(clo):7d} | {len(v):3d}  {'/'.join(key)}  {verdict}")
 
@@ -198,7 +198,7 @@ def _ptxas(ptx: str, *flags) -> tuple[bytes, float, str]:
     with tempfile.TemporaryDirectory() as d:
         Path(d, "o.ptx").write_text(ptx)
         t0 = time.perf_counter()
-        done = subprocess.run([outline.ptxas(), "-c", f"-arch={CPU}", "-O3", "-v", *flags,
+        done = subprocess.run([link.ptxas(), "-c", f"-arch={CPU}", "-O3", "-v", *flags,
                                f"{d}/o.ptx", "-o", f"{d}/o.cubin"], capture_output=True, text=True, check=True)
         return Path(d, "o.cubin").read_bytes(), time.perf_counter() - t0, done.stderr
 
@@ -242,7 +242,7 @@ def one_object(name: str) -> None:
                 wait_quiet()
                 cubin, dt, _ = _ptxas(ptx, *flags)
                 times.append(dt)
-            regs = outline.cubin_info(cubin)[1]
+            regs = link.cubin_info(cubin)[1]
             print(f"    ptxas -c {' '.join(flags):38s} {_times(times)}, {name} {regs.get(name, '?')} registers "
                   f"(most of any function {max(regs.values())}), cubin {len(cubin) // 1024} KiB")
 
@@ -283,7 +283,7 @@ def globals_in_object() -> None:
         nv.sync_all()
 
     kptx, _ = cuda.compile_ptx(k, (I32,), cc=CC)
-    print(f"kernel calling {name} out of line: PTX declares {sorted(outline.extern_calls(kptx))}, "
+    print(f"kernel calling {name} out of line: PTX declares {sorted(calls.extern_calls(kptx))}, "
           f"defines the device state: {'.visible .const' in kptx}")
     for how in ("defined", "internal", "declared"):
         mod, tm = _object_module([name], declare_exported=how == "declared")
@@ -292,7 +292,7 @@ def globals_in_object() -> None:
         decl = [ln.split(" .align")[0] for ln in ptx.splitlines() if ln.startswith(".") and store.DEVICE_STATE in ln]
         obj, _, _ = _ptxas(ptx)
         cubin, log = _link([(nj.InputType.PTX, kptx.encode()), (nj.InputType.CUBIN, obj)])
-        count = outline.cubin_info(cubin)[0][store.DEVICE_STATE] if cubin else "-"
+        count = link.cubin_info(cubin)[0][store.DEVICE_STATE] if cubin else "-"
         print(f"  object {how:9s} ({decl[0] if decl else 'none'}): link {'ok' if cubin else 'FAILED'}, "
               f"{store.DEVICE_STATE} defined {count} time(s); log: {log[:200] or '-'}")
 
@@ -392,7 +392,7 @@ def main(argv) -> None:
         return _child(argv[1:])
     what = argv or ["criterion", "globals", "object", "family", "kernels", "ptx"]
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, NVSHMEM bitcode "
-          f"{store._default_bitcode(90)}, ptxas {outline.ptxas()}", flush=True)
+          f"{store._default_bitcode(90)}, ptxas {link.ptxas()}", flush=True)
     for w in what:
         print(f"\n## {w}", flush=True)
         if w == "criterion":

@@ -98,7 +98,7 @@ def inline_nvshmem(main, names, sm: int, keep, pb, *, opt: bool = True, outline_
     ``p``/``g``/atomics splits on NVSHMEM's loop-invariant P2P test into a loop of plain stores /
     loads / atomics and one with the transport calls, as libNVVM does for CuTe kernels (NVSHMEM's
     thread-scope helpers are not ``convergent`` in the bitcode linked: ``unswitch`` of
-    :func:`nvshmem_dsl.linker.store.api_module`; bench/experiments/unswitch.py; what it gains and
+    :func:`nvshmem_dsl.linker.store.api_module`; what it gains and
     costs: BENCHMARKS.md)."""
     inline, outlined = plan.split(names, sm) if outline_objects else (frozenset(names), frozenset())
     if outlined and objects_target is not None:
