@@ -129,10 +129,23 @@ def test_numba_kernel_compiles(kind, dtype):
     from nvshmem_dsl.kernels import numba as K
     ptx = K.compile_ptx(kind, dtype)
     assert ".entry" in ptx and "st.global" in ptx and "llvm." not in ptx
+    assert f".maxntid {_plan.THREADS}" in ptx
     # NVSHMEM's signal wait is inlined: a loop on a volatile or acquire load of the signal word
     assert ("ld.volatile" in ptx) or ("ld.acquire" in ptx) or ("ld.relaxed" in ptx), kind
     if dtype == "bfloat16":
         assert "ld.global.u16" in ptx or "ld.global.nc.u16" in ptx or "ld.u16" in ptx or "ld.global.b16" in ptx
+
+
+def test_numba_kernels_declare_their_block():
+    """As the C++ twins' __launch_bounds__(THREADS): without it ptxas budgets registers for 1024
+    threads (64 a thread) and a kernel may spill where its twin does not."""
+    from nvshmem_dsl.kernels import numba as K
+    from nvshmem_dsl.kernels.moe import numba as M
+    for dtype in _plan.DTYPES:
+        for kind, kernel in K.kernels(dtype).items():
+            assert kernel.targetoptions["launch_bounds"] == (_plan.THREADS,), (kind, dtype)
+    for kernel in (M.dispatch, M.combine):
+        assert kernel.targetoptions["launch_bounds"] == (M.THREADS,)
 
 
 def test_cpp_plans_are_the_protocols():
@@ -176,6 +189,7 @@ def test_moe_buffer_checks_its_sizes(fake):
 def test_moe_numba_kernel_compiles(kind):
     from nvshmem_dsl.kernels.moe import numba as M
     ptx = M.compile_ptx(kind)
+    assert f".maxntid {M.THREADS}" in ptx
     assert ".entry" in ptx and "bar.sync" in ptx and "membar.sys" in ptx  # fence before each signal
     assert "llvm." not in ptx  # an intrinsic LLVM does not know stays a call ptxas cannot parse
     if kind == "dispatch":

@@ -14,7 +14,7 @@ from numba.cuda import libdevice
 from .. import numba as nv
 from . import _plan
 
-THREADS = _plan.THREADS
+THREADS = _plan.THREADS  #: every launch's block, declared to ptxas (launch_bounds) as the C++ twins do
 #: The arrays launch() takes: Numba device arrays (the host calls convert).
 ARRAYS = "numba"
 
@@ -83,7 +83,7 @@ def kernels(dtype: str) -> dict:
                 acc += load(stage[slots + p * span + j])
         return acc
 
-    @cuda.jit
+    @cuda.jit(launch_bounds=(THREADS,))
     def one_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes):
         b = cuda.blockIdx.x
         lo = b * chunk
@@ -98,7 +98,7 @@ def kernels(dtype: str) -> dict:
             out[i] = store(pe_sum(x, i, stage, par * npes * span, i, span, npes, me))
         _finish()
 
-    @cuda.jit
+    @cuda.jit(launch_bounds=(THREADS,))
     def two_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes):
         b = cuda.blockIdx.x
         lo = b * chunk
@@ -134,7 +134,7 @@ def kernels(dtype: str) -> dict:
                         out[i] = stage[src + j]
         _finish()
 
-    @cuda.jit
+    @cuda.jit(launch_bounds=(THREADS,))
     def all_gather(out, x, stage, sig, epoch, n, span, chunk, me, npes):
         b = cuda.blockIdx.x
         lo = b * chunk
@@ -154,7 +154,7 @@ def kernels(dtype: str) -> dict:
                     out[q * n + i] = stage[src + i]
         _finish()
 
-    @cuda.jit
+    @cuda.jit(launch_bounds=(THREADS,))
     def reduce_scatter(out, x, stage, sig, epoch, n, span, chunk, me, npes):
         b = cuda.blockIdx.x
         lo = b * chunk
@@ -184,7 +184,7 @@ def signature(dtype: str):
 
 def compile_ptx(kind: str, dtype: str, cc=(9, 0)) -> str:
     """PTX of one kernel (CPU: no GPU needed)."""
-    return cuda.compile_ptx(kernels(dtype)[kind].py_func, signature(dtype), cc=cc)[0]
+    return cuda.compile_ptx(kernels(dtype)[kind].py_func, signature(dtype), cc=cc, launch_bounds=(THREADS,))[0]
 
 
 _streams: dict = {}

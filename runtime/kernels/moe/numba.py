@@ -15,7 +15,7 @@ MAX_TOPK = _layout.MAX_TOPK
 ARRAYS = "numba"
 
 
-@cuda.jit
+@cuda.jit(launch_bounds=(THREADS,))
 def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, npes, T_max):
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -71,7 +71,7 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
     _finish()
 
 
-@cuda.jit
+@cuda.jit(launch_bounds=(THREADS,))
 def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, K, H, L, me, npes, T_max):
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -145,7 +145,7 @@ def signatures():
 
 def compile_ptx(kind: str, cc=(9, 0)) -> str:
     fn = {"dispatch": dispatch, "combine": combine}[kind]
-    return cuda.compile_ptx(fn.py_func, signatures()[kind], cc=cc)[0]
+    return cuda.compile_ptx(fn.py_func, signatures()[kind], cc=cc, launch_bounds=(THREADS,))[0]
 
 
 def launch_dispatch(layout, x, topk, recv_x, recv_src, sig, recv_count, epoch, T, me, stream):
