@@ -59,8 +59,10 @@ Triton's cache at its exit (:func:`_forget_provisional`): the next process compi
 
 Limits: FP contraction follows LLVM's defaults in NVSHMEM kernels (Triton's
 ``enable_fp_fusion`` is not passed to llvmlite's target machine); kernels with ``num_ctas > 1``
-(a cluster per program) are refused; the broadcast slot is 8 bytes of static shared memory
-beside Triton's dynamic shared memory.
+(a cluster per program) are refused; the broadcast slot is static shared memory beside Triton's
+dynamic shared memory, :data:`SLOT_BYTES` of it (see there: Triton's swizzled tiles need their
+dynamic shared memory 1024-byte aligned, and more than 48 KB of shared memory in all needs an
+opt-in, :func:`opt_in_shared`).
 
 Public: :func:`install`, :func:`uninstall`, :func:`compile_ptx`, :func:`shim_module`,
 :func:`link_cubin`, :func:`identity`, :func:`nvshmem_externs`, the module hooks
@@ -104,7 +106,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 3
+SHIM_VERSION = 4
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -118,6 +120,19 @@ _LLVM = {"int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": 
          "fp32": "float", "fp64": "double"}
 #: Threads of a program that make a call of each scope (block: all of them).
 _LEADERS = {"thread": 1, "warp": 32, "warpgroup": 128}
+
+#: Bytes of the shims' broadcast slot (static shared memory; 8 used). The dynamic shared memory
+#: (Triton's ``global_smem``) follows the static in the CTA's window, and Triton assumes it starts
+#: 1024-byte aligned: its 128-byte swizzled tiles are written at swizzled offsets from it (cp.async)
+#: and read by wgmma, whose hardware swizzles the absolute address. An 8-byte slot put it 16 bytes
+#: off, so wgmma read permuted operands (our reading of the wrong sums of the ag_gemm GEMM in its
+#: first H200 run). So the slot fills a whole 1024 bytes, 1024-aligned, and the PTX declares
+#: ``global_smem`` 1024-aligned (:func:`align_dynamic_shared`).
+SLOT_BYTES = 1024
+#: Dynamic shared memory a kernel may use without an opt-in (CUDA's 48 KB), static included.
+DEFAULT_SHARED = 48 * 1024
+#: Alignment of Triton's dynamic shared memory that its swizzled layouts need.
+DYNAMIC_SHARED_ALIGN = 1024
 
 #: Counters for tests and diagnostics.
 stats = {"kernels": 0, "cubins_linked": 0, "modules_initialised": 0}
@@ -318,6 +333,13 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
     return "\n".join(out) + "\n", f"declare {cret} @{symbol}({_decl_params(op)})\n"
 
 
+#: The broadcast slot (only where a shim uses it), in llvm.used: kept whole, where LLVM would
+#: shrink it to the 8 bytes the shims touch (:data:`SLOT_BYTES`).
+_SLOT = (f"@{SHIM_PREFIX}slot = internal addrspace(3) global [{SLOT_BYTES} x i8] undef, align {DYNAMIC_SHARED_ALIGN}",
+         f"@llvm.used = appending global [1 x ptr] [ptr addrspacecast (ptr addrspace(3) @{SHIM_PREFIX}slot to ptr)], "
+         'section "llvm.metadata"')
+
+
 def shim_module(symbols, num_warps: int | None = None) -> str:
     """LLVM IR defining the externs ``__nvshmem_dsl_tt_<symbol>`` for ``symbols``, called by
     programs of ``num_warps`` warps (None: unknown)."""
@@ -331,7 +353,7 @@ def shim_module(symbols, num_warps: int | None = None) -> str:
         "%struct.__half = type { i16 }",
         "%struct.__nv_bfloat16 = type { i16 }",
         "%struct.double2 = type { double, double }",
-        f"@{SHIM_PREFIX}slot = internal addrspace(3) global [8 x i8] undef, align 8",
+        *(_SLOT if any(f"@{SHIM_PREFIX}slot" in d for d in defs) else ()),
         "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
         "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)",
         "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)",
@@ -465,14 +487,51 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     return main, tm, outlined
 
 
+_STATIC_SHARED = re.compile(r"^\s*\.shared\s+\.align\s+(\d+)\s+\.(?:b|u|s)(\d+)\s+([\w$.]+)(?:\[(\d+)\])?\s*;", re.M)
+_DYNAMIC_SHARED = re.compile(r"^(\s*\.extern\s+\.shared\s+\.align\s+)(\d+)(\s+\.b8\s+global_smem\[\]\s*;)", re.M)
+
+
+def static_shared_bytes(ptx: str) -> int:
+    """Bytes of static shared memory the PTX declares (each variable rounded up to the next one's
+    alignment is left to ptxas: this is the sum of their sizes)."""
+    return sum(int(bits) // 8 * int(count or 1) for _, bits, _, count in _STATIC_SHARED.findall(ptx))
+
+
+def align_dynamic_shared(ptx: str) -> str:
+    """The PTX with Triton's dynamic shared memory (``global_smem``) declared
+    :data:`DYNAMIC_SHARED_ALIGN`-aligned, where static shared memory precedes it."""
+    if not static_shared_bytes(ptx):
+        return ptx
+    return _DYNAMIC_SHARED.sub(lambda m: m.group(1) + str(max(int(m.group(2)), DYNAMIC_SHARED_ALIGN)) + m.group(3),
+                               ptx)
+
+
+def opt_in_shared(dynamic: int, static: int) -> int:
+    """The dynamic shared memory to tell Triton a kernel needs (its metadata's ``shared``), given
+    what it uses and the static shared memory the PTX declares. Triton opts a kernel in to more
+    than :data:`DEFAULT_SHARED` only when its dynamic shared memory alone passes that; with static
+    shared memory beside it (the slot) a kernel of 48 KB less the static, up to 48 KB, of dynamic
+    shared memory is refused at launch (CUDA_ERROR_INVALID_VALUE: Triton's "invalid argument"; the
+    GEMM of nvshmem_dsl.kernels.ag_gemm at unaligned shapes, one 48 KB stage). Such a kernel says it
+    needs a byte more than 48 KB, so that Triton opts it in."""
+    if static and dynamic <= DEFAULT_SHARED < dynamic + static:
+        return DEFAULT_SHARED + 1
+    return dynamic
+
+
 def _postprocess(ptx: str, metadata: dict, ptx_version: int | None, capability: int) -> str:
-    """What Triton's ``make_ptx`` does to the PTX it emits."""
+    """What Triton's ``make_ptx`` does to the PTX it emits; and Triton's dynamic shared memory
+    aligned and opted in beside the static (:data:`SLOT_BYTES`)."""
     from triton import knobs
 
     names = re.findall(r"\.visible \.entry ([a-zA-Z_][a-zA-Z0-9_]*)", ptx)
     if len(names) != 1:
         raise NvshmemLinkError(f"expected one kernel in the PTX, found {names}")
     metadata["name"] = names[0]
+    ptx = align_dynamic_shared(ptx)
+    static = static_shared_bytes(ptx)
+    if isinstance(metadata.get("shared"), int):
+        metadata["shared"] = opt_in_shared(metadata["shared"], static)
     if ptx_version is not None:
         ptx = re.sub(r"\.version \d+\.\d+", f".version {ptx_version // 10}.{ptx_version % 10}", ptx,
                      flags=re.M)
