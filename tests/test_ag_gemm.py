@@ -185,10 +185,10 @@ def _assert_swizzle_safe_shared(ptx):
     wgmma's hardware swizzles the absolute address) need global_smem 1024-byte aligned; the shims'
     static slot precedes it. With an 8-byte slot it sat 16 bytes off and wgmma read permuted
     operands (the cause we find of the wrong sums of the first H200 run)."""
-    from nvshmem_dsl.triton import _compile
+    from nvshmem_dsl.triton import _shared
     assert re.search(r"^\s*\.extern \.shared \.align 1024 \.b8 global_smem\[\];", ptx, re.M), \
         re.findall(r".*global_smem\[\].*", ptx)
-    static = _compile.static_shared_bytes(ptx)
+    static = _shared.static_shared_bytes(ptx)
     assert static and static % 1024 == 0, static
     assert re.search(r"^\s*\.shared \.align 1024 \.b8 \S*slot\S*\[1024\];", ptx, re.M)
 
@@ -197,7 +197,7 @@ def test_static_shared_beside_triton_s_is_opted_in():
     """Triton opts a kernel in to more than 48 KB of shared memory only when its dynamic shared
     memory passes 48 KB; the slot's static bytes beside 48 KB less them, up to 48 KB, failed at
     launch (CUDA_ERROR_INVALID_VALUE, "invalid argument": the GEMM at m=7 K=72 N=40 on the H200)."""
-    from nvshmem_dsl.triton import _compile as c
+    from nvshmem_dsl.triton import _shared as c
     kb48 = c.DEFAULT_SHARED
     assert c.opt_in_shared(kb48, c.SLOT_BYTES) == kb48 + 1  # the unaligned GEMM: one 48 KB stage
     assert c.opt_in_shared(kb48 - c.SLOT_BYTES + 1, c.SLOT_BYTES) == kb48 + 1
@@ -222,9 +222,9 @@ def test_gemm_at_unaligned_shapes_compiles_opted_in(tmp_path, monkeypatch):
     ck = kt.compile("ag_gemm", aligned=False, ptx_only=True)
     ptx = ck.asm["ptx"]
     _assert_swizzle_safe_shared(ptx)
-    from nvshmem_dsl.triton import _compile
-    assert ck.metadata.shared + _compile.static_shared_bytes(ptx) > _compile.DEFAULT_SHARED
-    assert ck.metadata.shared > _compile.DEFAULT_SHARED  # so Triton raises the kernel's limit
+    from nvshmem_dsl.triton import _shared
+    assert ck.metadata.shared + _shared.static_shared_bytes(ptx) > _shared.DEFAULT_SHARED
+    assert ck.metadata.shared > _shared.DEFAULT_SHARED  # so Triton raises the kernel's limit
 
 
 @needs_bitcode

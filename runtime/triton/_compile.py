@@ -59,10 +59,10 @@ Triton's cache at its exit (:func:`_forget_provisional`): the next process compi
 
 Limits: FP contraction follows LLVM's defaults in NVSHMEM kernels (Triton's
 ``enable_fp_fusion`` is not passed to llvmlite's target machine); kernels with ``num_ctas > 1``
-(a cluster per program) are refused; the broadcast slot is static shared memory beside Triton's
-dynamic shared memory, :data:`SLOT_BYTES` of it (see there: Triton's swizzled tiles need their
-dynamic shared memory 1024-byte aligned, and more than 48 KB of shared memory in all needs an
-opt-in, :func:`opt_in_shared`).
+(a cluster per program) are refused; the broadcast slot is 1 KB of static shared memory beside
+Triton's dynamic shared memory (:mod:`nvshmem_dsl.triton._shared`: Triton's swizzled tiles need
+their dynamic shared memory 1024-byte aligned, and more than 48 KB of shared memory in all needs
+an opt-in).
 
 Public: :func:`install`, :func:`uninstall`, :func:`compile_ptx`, :func:`shim_module`,
 :func:`link_cubin`, :func:`identity`, :func:`nvshmem_externs`, the module hooks
@@ -86,6 +86,7 @@ from ..linker import code_env  # names only: the cache key stays cheap to import
 from ..linker.hooks import ModuleHooks
 from ..linker.link import NvshmemLinkError, nvjitlink_ptx_isa
 from ._calls import SHIM_PREFIX, form
+from ._shared import DYNAMIC_SHARED_ALIGN, SLOT_BYTES, align_dynamic_shared, opt_in_shared, static_shared_bytes
 
 __all__ = [
     "NvshmemLinkError",
@@ -120,19 +121,6 @@ _LLVM = {"int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": 
          "fp32": "float", "fp64": "double"}
 #: Threads of a program that make a call of each scope (block: all of them).
 _LEADERS = {"thread": 1, "warp": 32, "warpgroup": 128}
-
-#: Bytes of the shims' broadcast slot (static shared memory; 8 used). The dynamic shared memory
-#: (Triton's ``global_smem``) follows the static in the CTA's window, and Triton assumes it starts
-#: 1024-byte aligned: its 128-byte swizzled tiles are written at swizzled offsets from it (cp.async)
-#: and read by wgmma, whose hardware swizzles the absolute address. An 8-byte slot put it 16 bytes
-#: off, so wgmma read permuted operands (our reading of the wrong sums of the ag_gemm GEMM in its
-#: first H200 run). So the slot fills a whole 1024 bytes, 1024-aligned, and the PTX declares
-#: ``global_smem`` 1024-aligned (:func:`align_dynamic_shared`).
-SLOT_BYTES = 1024
-#: Dynamic shared memory a kernel may use without an opt-in (CUDA's 48 KB), static included.
-DEFAULT_SHARED = 48 * 1024
-#: Alignment of Triton's dynamic shared memory that its swizzled layouts need.
-DYNAMIC_SHARED_ALIGN = 1024
 
 #: Counters for tests and diagnostics.
 stats = {"kernels": 0, "cubins_linked": 0, "modules_initialised": 0}
@@ -334,7 +322,7 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
 
 
 #: The broadcast slot (only where a shim uses it), in llvm.used: kept whole, where LLVM would
-#: shrink it to the 8 bytes the shims touch (:data:`SLOT_BYTES`).
+#: shrink it to the 8 bytes the shims touch (``_shared.SLOT_BYTES``).
 _SLOT = (f"@{SHIM_PREFIX}slot = internal addrspace(3) global [{SLOT_BYTES} x i8] undef, align {DYNAMIC_SHARED_ALIGN}",
          f"@llvm.used = appending global [1 x ptr] [ptr addrspacecast (ptr addrspace(3) @{SHIM_PREFIX}slot to ptr)], "
          'section "llvm.metadata"')
@@ -487,41 +475,9 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     return main, tm, outlined
 
 
-_STATIC_SHARED = re.compile(r"^\s*\.shared\s+\.align\s+(\d+)\s+\.(?:b|u|s)(\d+)\s+([\w$.]+)(?:\[(\d+)\])?\s*;", re.M)
-_DYNAMIC_SHARED = re.compile(r"^(\s*\.extern\s+\.shared\s+\.align\s+)(\d+)(\s+\.b8\s+global_smem\[\]\s*;)", re.M)
-
-
-def static_shared_bytes(ptx: str) -> int:
-    """Bytes of static shared memory the PTX declares (each variable rounded up to the next one's
-    alignment is left to ptxas: this is the sum of their sizes)."""
-    return sum(int(bits) // 8 * int(count or 1) for _, bits, _, count in _STATIC_SHARED.findall(ptx))
-
-
-def align_dynamic_shared(ptx: str) -> str:
-    """The PTX with Triton's dynamic shared memory (``global_smem``) declared
-    :data:`DYNAMIC_SHARED_ALIGN`-aligned, where static shared memory precedes it."""
-    if not static_shared_bytes(ptx):
-        return ptx
-    return _DYNAMIC_SHARED.sub(lambda m: m.group(1) + str(max(int(m.group(2)), DYNAMIC_SHARED_ALIGN)) + m.group(3),
-                               ptx)
-
-
-def opt_in_shared(dynamic: int, static: int) -> int:
-    """The dynamic shared memory to tell Triton a kernel needs (its metadata's ``shared``), given
-    what it uses and the static shared memory the PTX declares. Triton opts a kernel in to more
-    than :data:`DEFAULT_SHARED` only when its dynamic shared memory alone passes that; with static
-    shared memory beside it (the slot) a kernel of 48 KB less the static, up to 48 KB, of dynamic
-    shared memory is refused at launch (CUDA_ERROR_INVALID_VALUE: Triton's "invalid argument"; the
-    GEMM of nvshmem_dsl.kernels.ag_gemm at unaligned shapes, one 48 KB stage). Such a kernel says it
-    needs a byte more than 48 KB, so that Triton opts it in."""
-    if static and dynamic <= DEFAULT_SHARED < dynamic + static:
-        return DEFAULT_SHARED + 1
-    return dynamic
-
-
 def _postprocess(ptx: str, metadata: dict, ptx_version: int | None, capability: int) -> str:
     """What Triton's ``make_ptx`` does to the PTX it emits; and Triton's dynamic shared memory
-    aligned and opted in beside the static (:data:`SLOT_BYTES`)."""
+    aligned and opted in beside the static (:mod:`nvshmem_dsl.triton._shared`)."""
     from triton import knobs
 
     names = re.findall(r"\.visible \.entry ([a-zA-Z_][a-zA-Z0-9_]*)", ptx)
@@ -636,8 +592,8 @@ def _forget_provisional() -> None:
 
 #: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
 #: the generated op table.
-_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/pipeline.py", "linker/plan.py", "linker/link.py",
-            "linker/store.py", "linker/pieces.py", "linker/rewrites.py", "linker/calls.py", "linker/outline.py",
+_SOURCES = ("triton/_compile.py", "triton/_calls.py", "triton/_shared.py", "linker/pipeline.py", "linker/plan.py",
+            "linker/link.py", "linker/store.py", "linker/pieces.py", "linker/rewrites.py", "linker/calls.py", "linker/outline.py",
             "linker/loop_split.py", "linker/_llvm.py", "linker/object_llvm.py", "linker/abi.py")
 
 
