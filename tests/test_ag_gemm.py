@@ -177,6 +177,54 @@ def test_gemm_compiles_to_ptx(compiled, fetch_wait):
     assert "cp.async" in ptx
     assert ck.metadata.shared >= kt.NUM_STAGES * (kt.BM * kt.BK + kt.BK * kt.BN) * 2
     assert "cvt.rn.bf16" in ptx  # the float32 sums rounded once to bfloat16
+    _assert_swizzle_safe_shared(ptx)
+
+
+def _assert_swizzle_safe_shared(ptx):
+    """Triton's 128-byte swizzled tiles (cp.async writes them at swizzled offsets from global_smem,
+    wgmma's hardware swizzles the absolute address) need global_smem 1024-byte aligned; the shims'
+    static slot precedes it. With an 8-byte slot it sat 16 bytes off and wgmma read permuted
+    operands (the cause we find of the wrong sums of the first H200 run)."""
+    from nvshmem_dsl.triton import _shared
+    assert re.search(r"^\s*\.extern \.shared \.align 1024 \.b8 global_smem\[\];", ptx, re.M), \
+        re.findall(r".*global_smem\[\].*", ptx)
+    static = _shared.static_shared_bytes(ptx)
+    assert static and static % 1024 == 0, static
+    assert re.search(r"^\s*\.shared \.align 1024 \.b8 \S*slot\S*\[1024\];", ptx, re.M)
+
+
+def test_static_shared_beside_triton_s_is_opted_in():
+    """Triton opts a kernel in to more than 48 KB of shared memory only when its dynamic shared
+    memory passes 48 KB; the slot's static bytes beside 48 KB less them, up to 48 KB, failed at
+    launch (CUDA_ERROR_INVALID_VALUE, "invalid argument": the GEMM at m=7 K=72 N=40 on the H200)."""
+    from nvshmem_dsl.triton import _shared as c
+    kb48 = c.DEFAULT_SHARED
+    assert c.opt_in_shared(kb48, c.SLOT_BYTES) == kb48 + 1  # the unaligned GEMM: one 48 KB stage
+    assert c.opt_in_shared(kb48 - c.SLOT_BYTES + 1, c.SLOT_BYTES) == kb48 + 1
+    assert c.opt_in_shared(kb48 - c.SLOT_BYTES, c.SLOT_BYTES) == kb48 - c.SLOT_BYTES  # fits without
+    assert c.opt_in_shared(147456, c.SLOT_BYTES) == 147456  # Triton opts it in itself
+    assert c.opt_in_shared(kb48, 0) == kb48  # no static shared memory: Triton's own rule holds
+    ptx = (".extern .shared .align 16 .b8 global_smem[];\n.shared .align 1024 .b8 s[1024];\n"
+           ".shared .align 8 .u64 t;\n")
+    assert c.static_shared_bytes(ptx) == 1032
+    assert ".extern .shared .align 1024 .b8 global_smem[];" in c.align_dynamic_shared(ptx)
+    alone = ".extern .shared .align 16 .b8 global_smem[];\n"
+    assert c.align_dynamic_shared(alone) == alone  # no static shared memory: left as Triton made it
+
+
+@needs_bitcode
+def test_gemm_at_unaligned_shapes_compiles_opted_in(tmp_path, monkeypatch):
+    """The GEMM as launched at odd shapes (K, N, strides not multiples of 16): no cp.async, one
+    stage of 48 KB of dynamic shared memory, which with the slot beside it needs the opt-in."""
+    from nvshmem_dsl.kernels.ag_gemm import triton as kt
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    ck = kt.compile("ag_gemm", aligned=False, ptx_only=True)
+    ptx = ck.asm["ptx"]
+    _assert_swizzle_safe_shared(ptx)
+    from nvshmem_dsl.triton import _shared
+    assert ck.metadata.shared + _shared.static_shared_bytes(ptx) > _shared.DEFAULT_SHARED
+    assert ck.metadata.shared > _shared.DEFAULT_SHARED  # so Triton raises the kernel's limit
 
 
 @needs_bitcode

@@ -59,8 +59,10 @@ Triton's cache at its exit (:func:`_forget_provisional`): the next process compi
 
 Limits: FP contraction follows LLVM's defaults in NVSHMEM kernels (Triton's
 ``enable_fp_fusion`` is not passed to llvmlite's target machine); kernels with ``num_ctas > 1``
-(a cluster per program) are refused; the broadcast slot is 8 bytes of static shared memory
-beside Triton's dynamic shared memory.
+(a cluster per program) are refused; the broadcast slot is 1 KB of static shared memory beside
+Triton's dynamic shared memory (:mod:`nvshmem_dsl.triton._shared`: Triton's swizzled tiles need
+their dynamic shared memory 1024-byte aligned, and more than 48 KB of shared memory in all needs
+an opt-in).
 
 Public: :func:`install`, :func:`uninstall`, :func:`compile_ptx`, :func:`shim_module`,
 :func:`link_cubin`, :func:`identity`, :func:`nvshmem_externs`, the module hooks
@@ -84,6 +86,7 @@ from ..linker import code_env  # names only: the cache key stays cheap to import
 from ..linker.hooks import ModuleHooks
 from ..linker.link import NvshmemLinkError, nvjitlink_ptx_isa
 from ._calls import SHIM_PREFIX, form
+from ._shared import DYNAMIC_SHARED_ALIGN, SLOT_BYTES, align_dynamic_shared, opt_in_shared, static_shared_bytes
 
 __all__ = [
     "NvshmemLinkError",
@@ -104,7 +107,7 @@ __all__ = [
 ]
 
 #: Bump when the shims or the way kernels are linked change (part of :func:`identity`).
-SHIM_VERSION = 3
+SHIM_VERSION = 4
 
 TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -318,6 +321,13 @@ def _shim(symbol: str, num_warps: int | None = None) -> tuple[str, str]:
     return "\n".join(out) + "\n", f"declare {cret} @{symbol}({_decl_params(op)})\n"
 
 
+#: The broadcast slot (only where a shim uses it), in llvm.used: kept whole, where LLVM would
+#: shrink it to the 8 bytes the shims touch (``_shared.SLOT_BYTES``).
+_SLOT = (f"@{SHIM_PREFIX}slot = internal addrspace(3) global [{SLOT_BYTES} x i8] undef, align {DYNAMIC_SHARED_ALIGN}",
+         f"@llvm.used = appending global [1 x ptr] [ptr addrspacecast (ptr addrspace(3) @{SHIM_PREFIX}slot to ptr)], "
+         'section "llvm.metadata"')
+
+
 def shim_module(symbols, num_warps: int | None = None) -> str:
     """LLVM IR defining the externs ``__nvshmem_dsl_tt_<symbol>`` for ``symbols``, called by
     programs of ``num_warps`` warps (None: unknown)."""
@@ -331,7 +341,7 @@ def shim_module(symbols, num_warps: int | None = None) -> str:
         "%struct.__half = type { i16 }",
         "%struct.__nv_bfloat16 = type { i16 }",
         "%struct.double2 = type { double, double }",
-        f"@{SHIM_PREFIX}slot = internal addrspace(3) global [8 x i8] undef, align 8",
+        *(_SLOT if any(f"@{SHIM_PREFIX}slot" in d for d in defs) else ()),
         "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
         "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)",
         "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)",
@@ -466,13 +476,18 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
 
 
 def _postprocess(ptx: str, metadata: dict, ptx_version: int | None, capability: int) -> str:
-    """What Triton's ``make_ptx`` does to the PTX it emits."""
+    """What Triton's ``make_ptx`` does to the PTX it emits; and Triton's dynamic shared memory
+    aligned and opted in beside the static (:mod:`nvshmem_dsl.triton._shared`)."""
     from triton import knobs
 
     names = re.findall(r"\.visible \.entry ([a-zA-Z_][a-zA-Z0-9_]*)", ptx)
     if len(names) != 1:
         raise NvshmemLinkError(f"expected one kernel in the PTX, found {names}")
     metadata["name"] = names[0]
+    ptx = align_dynamic_shared(ptx)
+    static = static_shared_bytes(ptx)
+    if isinstance(metadata.get("shared"), int):
+        metadata["shared"] = opt_in_shared(metadata["shared"], static)
     if ptx_version is not None:
         ptx = re.sub(r"\.version \d+\.\d+", f".version {ptx_version // 10}.{ptx_version % 10}", ptx,
                      flags=re.M)
@@ -577,8 +592,8 @@ def _forget_provisional() -> None:
 
 #: The sources whose code decides what an NVSHMEM kernel becomes (relative to the package), and
 #: the generated op table.
-_SOURCES = ("triton/_compile.py", "triton/_calls.py", "linker/pipeline.py", "linker/plan.py", "linker/link.py",
-            "linker/store.py", "linker/pieces.py", "linker/rewrites.py", "linker/calls.py", "linker/outline.py",
+_SOURCES = ("triton/_compile.py", "triton/_calls.py", "triton/_shared.py", "linker/pipeline.py", "linker/plan.py",
+            "linker/link.py", "linker/store.py", "linker/pieces.py", "linker/rewrites.py", "linker/calls.py", "linker/outline.py",
             "linker/loop_split.py", "linker/_llvm.py", "linker/object_llvm.py", "linker/abi.py")
 
 
