@@ -67,16 +67,10 @@ _EXTERN_FUNC = re.compile(r"^\.extern \.func\s+(?:\([^)]*\)\s*)?(nvshmem\w+)", r
 
 
 def _ptx_only_hook(ours):
-    """An inspection hook over ours that leaves Triton's cubin stage out (and says so in the key)."""
+    """An inspection hook over ours that leaves Triton's cubin stage out (the kernels' own)."""
+    from nvshmem_dsl.kernels.triton import _ptx_only_hook as hook
 
-    def hook(*args, **kwargs):
-        if not args and not kwargs:
-            key, hsh = ours()
-            return key + "-ptx-only", hsh + "-ptx-only"
-        ours(*args, **kwargs)
-        args[1]["cubin"] = lambda src, metadata: b""
-
-    return hook
+    return hook(ours)
 
 
 def _build(fn, signature, ptx_only=True, **options):
