@@ -150,6 +150,29 @@ def ag_gemm_table(records) -> str:
     return "\n".join(lines)
 
 
+def _build_cpp(target: str, env, args) -> None:
+    """bench/cpp/build.sh for one C++ program (comm, moe) unless --no-build."""
+    if not args.no_build:
+        subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False,
+                       env=dict(env, BENCH_CPP_TARGETS=target))
+
+
+def _step(name: str, argv, env, args, logs, steps: dict, key: str) -> list:
+    """One program at args.nproc PEs under our launcher: its status and time in ``steps[key]``, its records."""
+    status, lines, secs = R.run_step(name, R.launcher_cmd(args.python, args.nproc, 120) + argv, env,
+                                     args.timeout, logs)
+    steps[key] = {"status": status, "seconds": round(secs, 1)}
+    return R.parse_records(lines)
+
+
+def _write(args, default_name: str, meta: dict, records, text: str) -> None:
+    """The results file (--out, or bench/results/<default_name>)."""
+    out = Path(args.out) if args.out else HERE / "results" / default_name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
+    print(f"results: {out}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nproc", type=int, default=2)
@@ -188,23 +211,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="comm-bench-") as work:
         logs = Path(work) / "logs"
         if "cpp" in impls:
-            if not args.no_build:
-                subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False,
-                               env=dict(env, BENCH_CPP_TARGETS="comm"))
+            _build_cpp("comm", env, args)
             cpp = [str(HERE / "cpp" / "exec.py"), str(COMM_BINARY), "--uid-file", str(Path(work) / "uid"),
                    "--plans", plans(kinds, dtypes, sizes, args.nproc), *common]
-            status, lines, secs = R.run_step("comm_cpp", R.launcher_cmd(args.python, args.nproc, 120) + cpp, env,
-                                             args.timeout, logs)
-            steps["cpp"] = {"status": status, "seconds": round(secs, 1)}
-            records += R.parse_records(lines)
+            records += _step("comm_cpp", cpp, env, args, logs, steps, "cpp")
         py = [i for i in impls if i != "cpp"]
         if py:
-            argv_py = R.launcher_cmd(args.python, args.nproc, 120) + [
-                str(HERE / "comm_bench.py"), "--impls", ",".join(py), "--kinds", ",".join(kinds),
-                "--dtypes", ",".join(dtypes), "--bytes", ",".join(map(str, sizes)), *common]
-            status, lines, secs = R.run_step("comm_py", argv_py, env, args.timeout, logs)
-            steps["py"] = {"status": status, "seconds": round(secs, 1)}
-            records += R.parse_records(lines)
+            argv_py = [str(HERE / "comm_bench.py"), "--impls", ",".join(py), "--kinds", ",".join(kinds),
+                       "--dtypes", ",".join(dtypes), "--bytes", ",".join(map(str, sizes)), *common]
+            records += _step("comm_py", argv_py, env, args, logs, steps, "py")
     agg = aggregate(records)
     text = table(agg, impls)
     print(text)
@@ -212,10 +227,7 @@ def main(argv=None) -> int:
             "host": platform.node(), "nproc": args.nproc, "command": " ".join(["comm_run.py", *(argv or sys.argv[1:])]),
             "steps": steps, "env": {k: env.get(k) for k in ("NVSHMEM_SYMMETRIC_SIZE", "NVSHMEM_DISABLE_NVLS",
                                                               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}}
-    out = Path(args.out) if args.out else HERE / "results" / "comm-latest.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
-    print(f"results: {out}")
+    _write(args, "comm-latest.json", meta, records, text)
     return 0 if all(s["status"] == 0 for s in steps.values()) and all(v["ok"] for v in agg.values()) else 1
 
 
@@ -230,30 +242,19 @@ def main_moe(args) -> int:
     with tempfile.TemporaryDirectory(prefix="moe-bench-") as work:
         logs = Path(work) / "logs"
         if "cpp" in impls:
-            if not args.no_build:
-                subprocess.run(["bash", str(HERE / "cpp" / "build.sh")], cwd=ROOT, check=False,
-                               env=dict(env, BENCH_CPP_TARGETS="moe"))
+            _build_cpp("moe", env, args)
             cpp = [str(HERE / "cpp" / "exec.py"), str(MOE_BINARY), "--uid-file", str(Path(work) / "uid"), *shape]
-            status, lines, secs = R.run_step("moe_cpp", R.launcher_cmd(args.python, args.nproc, 120) + cpp, env,
-                                             args.timeout, logs)
-            steps["cpp"] = {"status": status, "seconds": round(secs, 1)}
-            records += R.parse_records(lines)
+            records += _step("moe_cpp", cpp, env, args, logs, steps, "cpp")
         py = [i for i in impls if i != "cpp"]
         if py:
-            argv_py = R.launcher_cmd(args.python, args.nproc, 120) + [
-                str(HERE / "moe_bench.py"), "--impls", ",".join(py), *shape]
-            status, lines, secs = R.run_step("moe_py", argv_py, env, args.timeout, logs)
-            steps["py"] = {"status": status, "seconds": round(secs, 1)}
-            records += R.parse_records(lines)
+            records += _step("moe_py", [str(HERE / "moe_bench.py"), "--impls", ",".join(py), *shape], env, args,
+                             logs, steps, "py")
     text = moe_table(records)
     print(text)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "nproc": args.nproc, "tokens": args.tokens, "hidden": args.hidden,
             "experts": args.experts, "topk": args.topk, "steps": steps}
-    out = Path(args.out) if args.out else HERE / "results" / "moe-latest.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
-    print(f"results: {out}")
+    _write(args, "moe-latest.json", meta, records, text)
     checks = [r for r in records if r.get("bench") in ("moe", "moe_check")]
     return 0 if all(s["status"] == 0 for s in steps.values()) and all(r.get("ok", True) for r in checks) else 1
 
@@ -264,22 +265,18 @@ def main_ag_gemm(args) -> int:
     argv = [str(HERE / "ag_gemm_bench.py"), "--comm-ctas", args.comm_ctas, "--reps", str(args.reps)]
     argv += ["--sizes", args.ag_sizes] if args.ag_sizes else []
     argv += ["--impls", args.ag_impls] if args.ag_impls else []
+    steps = {}
     with tempfile.TemporaryDirectory(prefix="ag-gemm-bench-") as work:
-        status, lines, secs = R.run_step("ag_gemm_py", R.launcher_cmd(args.python, args.nproc, 120) + argv, env,
-                                         args.timeout, Path(work) / "logs")
-    records = R.parse_records(lines)
+        records = _step("ag_gemm_py", argv, env, args, Path(work) / "logs", steps, "py")
     text = ag_gemm_table(records)
     print(text)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(), "nproc": args.nproc, "steps": {"py": {"status": status, "seconds": round(secs, 1)}},
+            "host": platform.node(), "nproc": args.nproc, "steps": steps,
             "env": {k: env.get(k) for k in ("NVSHMEM_SYMMETRIC_SIZE", "NVSHMEM_DISABLE_NVLS",
                                             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}}
-    out = Path(args.out) if args.out else HERE / "results" / "ag-gemm-latest.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "records": records, "table": text}, indent=1))
-    print(f"results: {out}")
+    _write(args, "ag-gemm-latest.json", meta, records, text)
     rows = [r for r in records if r.get("bench") == "ag_gemm"]
-    return 0 if status == 0 and rows and all(r.get("ok", True) for r in rows) else 1
+    return 0 if steps["py"]["status"] == 0 and rows and all(r.get("ok", True) for r in rows) else 1
 
 
 if __name__ == "__main__":

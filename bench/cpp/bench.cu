@@ -41,6 +41,7 @@
 
 #include "coll.cuh"
 #include "init.cuh"  // CUDA_CHECK, g_pe / g_npes, now_s, init_nvshmem (shared with comm.cu)
+#include "driver.cuh"  // median, print_meta (shared with comm.cu, moe.cu)
 
 // ------------------------------------------------------------------ parameters (= _common.py)
 
@@ -246,12 +247,6 @@ __global__ void spin(int us) {
 
 // ------------------------------------------------------------------ output
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // value = median over reps; best = the best rep (max for GB/s, min for times).
 static void emit(const char* bench, const char* scope, long long bytes, const std::vector<double>& vals,
                  const char* unit, bool higher_better, long long iters) {
@@ -448,22 +443,7 @@ int main(int argc, char** argv) {
     }
     int me = g_pe, npes = g_npes, peer = (me + 1) % npes;
 
-    {
-        int dev = 0, rt = 0, drv = 0, maj = 0, min = 0, pat = 0;
-        cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-        cudaRuntimeGetVersion(&rt);
-        cudaDriverGetVersion(&drv);
-        nvshmemx_vendor_get_version_info(&maj, &min, &pat);
-        printf("{\"impl\":\"cpp\",\"bench\":\"meta\",\"pe\":%d,\"npes\":%d,\"device\":\"%s\",\"cc\":\"%d.%d\","
-               "\"nvshmem\":\"%d.%d.%d\",\"nvshmem_headers\":\"%d.%d.%d\",\"cuda_runtime\":%d,\"cuda_driver\":%d,"
-               "\"quick\":%s,\"init_s\":%.3f}\n",
-               me, npes, prop.name, prop.major, prop.minor, maj, min, pat, NVSHMEM_VENDOR_MAJOR_VERSION,
-               NVSHMEM_VENDOR_MINOR_VERSION, NVSHMEM_VENDOR_PATCH_VERSION, rt, drv, quick ? "true" : "false",
-               t_init);
-        fflush(stdout);
-    }
+    print_meta("bench_cpp", me, npes, t_init, quick ? "\"quick\":true" : "\"quick\":false");
 
     Buffers buf;
     buf.max_bytes = *std::max_element(p.sizes.begin(), p.sizes.end());
