@@ -15,6 +15,8 @@
 #   faults       tests/gpu/test_faults_gpu.py: PEs that raise, exit, are SIGKILLed or skip a collective (it starts
 #                its own jobs under its own MPS daemon); FAULT_LAUNCHERS (default all found), FAULT_PES (default
 #                2,4); the table of times to end in faults.rst
+#   cold-pes     tests/gpu/test_cold_pes_gpu.py: COLD_PES (default 8) PEs starting together on an empty cache
+#                directory, beside one PE's cold start (it starts its own jobs under its own MPS daemon)
 #   core         tests/gpu/test_core_gpu.py (the NVSHMEM4Py programs through nvshmem_dsl.core; it starts its
 #                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
 #   bench        bench/run.py with the step's arguments (make bench's first half; e.g. --quick, --impls,
@@ -126,6 +128,12 @@ case "$step" in
       -p no:cacheprovider tests/gpu/test_faults_gpu.py --junitxml="$work/faults.xml" "$@" > "$work/faults.txt" 2>&1 || rc=$?
     tail -30 "$work/faults.txt"
     [ -f "$work/faults.jsonl" ] && python3 tests/gpu/test_faults_gpu.py "$work/faults.jsonl" > "$work/faults.rst" && cat "$work/faults.rst"
+    ;;
+  cold-pes)
+    NVSHMEM_DSL_COLD_TABLE="$work/cold.jsonl" NVSHMEM_DSL_COLD_PES=${COLD_PES:-8} timeout ${STEP_TIMEOUT:-560} \
+      python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/gpu/test_cold_pes_gpu.py --junitxml="$work/cold.xml" "$@" \
+      > "$work/cold.txt" 2>&1 || rc=$?
+    grep -E "^COLD |passed|failed|Error" "$work/cold.txt" | tail -20
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
