@@ -1,7 +1,7 @@
 """The NVSHMEM host library, loaded through cffi in ABI mode.
 
-The declarations are the generated ``host_cdef.h`` (never written by hand); the
-library is the ``libnvshmem_host.so.3`` that :mod:`nvshmem_dsl._libs` finds.
+The declarations are the generated ``host_cdef.h`` (never written by hand; parsed once and kept
+by :mod:`._ffi`); the library is the ``libnvshmem_host.so.3`` that :mod:`nvshmem_dsl._libs` finds.
 Both are loaded lazily, once, under a lock, on the first use.
 
 :func:`call` is the one door to the C functions used by the rest of the runtime:
@@ -18,7 +18,7 @@ import threading
 from importlib import resources
 from typing import Any, Callable
 
-from . import _table, _state
+from . import _ffi as _ffi_module, _table, _state
 from .. import _libs
 from ..errors import NvshmemMpgError, NvshmemNotFoundError, NvshmemStatusError
 
@@ -48,11 +48,7 @@ def _cdef_only():
     if _cdef_ffi is None:
         with _lock:
             if _cdef_ffi is None:
-                import cffi
-
-                f = cffi.FFI()
-                f.cdef(cdef_text())
-                _cdef_ffi = f
+                _cdef_ffi = _ffi_module.new_ffi(cdef_text())
     return _cdef_ffi
 
 
@@ -61,13 +57,10 @@ def _load():
     if _lib is None:
         with _lock:
             if _lib is None:
-                import cffi
-
                 path = _libs.host_library_path()
                 f = _cdef_ffi
                 if f is None:
-                    f = cffi.FFI()
-                    f.cdef(cdef_text())
+                    f = _ffi_module.new_ffi(cdef_text())
                 try:
                     handle = f.dlopen(str(path))
                 except OSError as exc:
