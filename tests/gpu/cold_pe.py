@@ -43,7 +43,7 @@ def timed(name, fn):
     times[name] = time.perf_counter() - t
 
 
-a = nvshmem.zeros((npes,), np.int32)
+a = nvshmem.zeros((npes,), np.int32, like="numba")
 nvshmem.barrier_all()
 timed("numba_p_s", lambda: p_kernel[1, 1](a))
 nvshmem.barrier_all()
@@ -51,8 +51,8 @@ got = a.copy_to_host()
 left = (me - 1) % npes
 ok["numba_p"] = bool(got[left] == left + 100)
 
-src = nvshmem.full((64,), me + 1, np.float32)
-dst = nvshmem.zeros((64,), np.float32)
+src = nvshmem.full((64,), me + 1, np.float32, like="numba")
+dst = nvshmem.zeros((64,), np.float32, like="numba")
 nvshmem.barrier_all()
 timed("numba_reduce_s", lambda: reduce_kernel[1, 32](dst, src))
 ok["numba_reduce"] = bool((dst.copy_to_host() == npes * (npes + 1) / 2).all())

@@ -158,9 +158,12 @@ def _record(row: dict) -> None:
 
 
 #: An MPS client killed inside a kernel puts the MPS server into recovery for a while: a job started
-#: then fails at init with CUDA_ERROR_MPS_SERVER_NOT_READY (seen on an H200, 2026-12-03). The next
-#: job waits for the server (retries of the whole job, this far apart, at most MPS_RETRIES).
+#: then fails at init with CUDA_ERROR_MPS_SERVER_NOT_READY, or with CUDA_ERROR_LAUNCH_FAILED when it
+#: makes its device current (both seen on an H200, 2026-12-03: the second in mpirun jobs started right
+#: after a torchrun job whose agent had SIGTERMed PEs waiting in a kernel). The next job waits for the
+#: server (retries of the whole job, this far apart, at most MPS_RETRIES).
 MPS_RECOVERY_WAIT_S, MPS_RETRIES = 5.0, 6
+MPS_RECOVERING = ("MPS_SERVER_NOT_READY", "cannot make CUDA device")
 
 
 def _run_job(mps: MpsDaemon, launcher: str, pes: int, fault: str) -> dict:
@@ -170,7 +173,7 @@ def _run_job(mps: MpsDaemon, launcher: str, pes: int, fault: str) -> dict:
         pytest.skip(f"{launcher}: {why}")
     for _ in range(MPS_RETRIES):
         job = _run_job_once(mps, launcher, pes, fault)
-        if job["ready"] == pes or "MPS_SERVER_NOT_READY" not in job["output"]:
+        if job["ready"] == pes or not any(sign in job["output"] for sign in MPS_RECOVERING):
             return job
         time.sleep(MPS_RECOVERY_WAIT_S)
     return job
