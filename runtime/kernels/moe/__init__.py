@@ -1,4 +1,5 @@
-"""MoE dispatch and combine in low-latency mode, written with nvshmem_dsl's device API (Numba, Triton):
+"""MoE dispatch and combine in low-latency mode, written with nvshmem_dsl's device API (Numba, Triton,
+CuTe DSL: ``dsl="numba" | "triton" | "cute"``):
 
     buf = MoEBuffer(max_tokens=128, hidden=7168, num_experts=64, topk=8)      # collective
     recv_x, recv_count = buf.dispatch(x, topk_idx)     # x: symmetric (T, 7168) bfloat16
@@ -28,7 +29,7 @@ from . import _layout
 __all__ = ["MoEBuffer", "DSLS"]
 
 #: The DSLs the MoE kernels are written in.
-DSLS = ("numba", "triton")
+DSLS = ("numba", "triton", "cute")
 
 
 def _module(dsl: str, function: str):
