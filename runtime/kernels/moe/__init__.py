@@ -16,13 +16,13 @@ one stream per buffer. ``recv_x`` of a dispatch stays valid until the dispatch a
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ...errors import NvshmemArgumentError, NvshmemStateError, NvshmemTypeError
 from ...host import _arrays, _state, memory
 from ...host._cuda import stream_handle
 from ...host.views import span_is_symmetric
+from .. import _dsl
 from .._views import default_stream, kernel_array
 from . import _layout
 
@@ -33,9 +33,7 @@ DSLS = ("numba", "triton", "cute")
 
 
 def _module(dsl: str, function: str):
-    if dsl not in DSLS:
-        raise NvshmemArgumentError(f"{function}(): argument 'dsl' must be one of {', '.join(DSLS)}, got {dsl!r}")
-    return importlib.import_module(f".{dsl}", __name__)
+    return _dsl.module(__name__, DSLS, dsl, function)
 
 
 def _positive(value: Any, name: str) -> int:
