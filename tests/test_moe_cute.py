@@ -193,6 +193,9 @@ def test_launches_up_to_the_launch(monkeypatch):
         assert isinstance(args[n + 9], driver.CUstream) and int(args[n + 9]) == 7
         exe, _ = k._fn.generate_execution_args(*args)
         assert len(exe) == n + 8 + 2  # a descriptor per tensor, the scalars, grid and stream
+    # the launch's dynamic shared memory, as CuTe infers it: dispatch's list and scan words
+    smem = 4 * (mc.MAX_TOKENS + mc.THREADS)
+    assert f"llvm.mlir.constant({smem} : i64)" in str(real("dispatch", "sm_90a")._fn.ir_module)
     # a PE with no tokens this call: empty x, topk (and weights, out)
     calls.clear()
     empty = bf(0)

@@ -39,8 +39,6 @@ ARRAYS = "torch"
 WARPS = THREADS // 32
 #: Steps of the block scan (THREADS is a power of two).
 SCAN_STEPS = THREADS.bit_length() - 1
-#: Shared memory of each kernel (bytes): dispatch's list and scan words, combine's slot rows.
-SMEM = {"dispatch": 4 * (MAX_TOKENS + THREADS), "combine": 4 * MAX_TOPK}
 SET = nv.SignalOp.SIGNAL_SET
 GE = nv.Cmp.CMP_GE
 
@@ -195,7 +193,7 @@ def _launch_dispatch(x: cute.Tensor, topk: cute.Tensor, recv_x: cute.Tensor, rec
                      sig: cute.Tensor, recv_count: cute.Tensor, epoch: Int64, T: Int64, K: Int64, H: Int64, L: Int64,
                      me: Int64, npes: Int64, T_max: Int64, grid: Int32, stream: cuda.CUstream):
     dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, npes, T_max).launch(
-        grid=[grid, 1, 1], block=[THREADS, 1, 1], smem=SMEM["dispatch"], stream=stream)
+        grid=[grid, 1, 1], block=[THREADS, 1, 1], stream=stream)  # smem: as allocated
 
 
 @cute.jit
@@ -204,7 +202,7 @@ def _launch_combine(y: cute.Tensor, topk: cute.Tensor, weights: cute.Tensor, rec
                     T: Int64, K: Int64, H: Int64, L: Int64, me: Int64, npes: Int64, T_max: Int64, grid: Int32,
                     stream: cuda.CUstream):
     combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, K, H, L, me, npes, T_max).launch(
-        grid=[grid, 1, 1], block=[THREADS, 1, 1], smem=SMEM["combine"], stream=stream)
+        grid=[grid, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
 
 _LAUNCHERS = {"dispatch": _launch_dispatch, "combine": _launch_combine}
