@@ -31,6 +31,7 @@ from nvshmem_dsl.kernels.moe import _layout  # noqa: E402
 from nvshmem_dsl.kernels.moe import cute as mc  # noqa: E402
 from nvshmem_dsl.kernels.moe import numba as mn  # noqa: E402
 from test_cute_api import PTX_OPTIONS, _called, _check_ptx  # noqa: E402
+from test_kernels_cute import _WAIT, _params, record_launches  # noqa: E402
 
 KINDS = ("dispatch", "combine")
 #: The NVSHMEM functions each kernel calls (the protocol's), and no other.
@@ -42,9 +43,6 @@ CALLS = {
 }
 #: The kernels' arrays: the tensor parameters before the eight Int64 scalars.
 ARRAYS = {"dispatch": 6, "combine": 8}
-# NVSHMEM's signal_wait_until(CMP_GE), inlined: poll the word while it is below the value
-_WAIT = re.compile(r"ld\.volatile\.global\.b64\s+(%rd\d+),\s*\[[^\]]+\];\s*"
-                   r"setp\.lt\.u64\s+%p\d+,\s*\1,\s*%rd\d+;")
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +56,6 @@ def ptx():
         return done[kind]
 
     return get
-
-
-def _params(ptx: str, kind: str) -> list[str]:
-    """The kernel's parameter kinds: "tensor" (a 16-byte descriptor) or the scalar's PTX type."""
-    m = re.search(rf"^\.visible \.entry (kernel_cutlass_{kind}_\w*)\((.*?)\)", ptx, re.M | re.S)
-    assert m, f"no entry for {kind}"
-    return ["tensor" if ".b8" in p else p.split()[-1].lstrip(".")
-            for p in re.findall(r"\.param\s+([^,]+?)\s+\w+(?:\[\d+\])?\s*(?:,|$)", m.group(2))]
 
 
 def test_kernels_take_the_numba_kernels_arguments():
@@ -144,18 +134,7 @@ def test_launches_up_to_the_launch(monkeypatch):
     compiled function marshals every argument, also of a call with no tokens."""
     from cuda.bindings import driver
 
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
-    calls = []
-
-    class Recorder:
-        def __init__(self, kernel):
-            self.kernel = kernel
-
-        def __call__(self, *args):
-            calls.append((self.kernel, args))
-
-    real = mc._compiled
-    monkeypatch.setattr(mc, "_compiled", lambda *key: Recorder(real(*key)))
+    calls, real = record_launches(monkeypatch, mc)
     numba_args = {}
 
     class NumbaKernel:
