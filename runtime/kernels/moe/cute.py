@@ -8,7 +8,16 @@ of ``MAX_TOKENS`` entries and a word a thread), rows go out a warp a row (``put_
 ``out[t]`` over j in order in float32 (four elements a thread a step, loads before the mask's
 select), rounded to bfloat16 to nearest even (CuTe's ``cvt.rn``). Nothing of the kernels needs
 hand-written PTX: the scan is shared memory and ``sync_threads`` (no ballot, as in Numba), the
-rest is the device API of :mod:`nvshmem_dsl.cute`.
+NVSHMEM calls are the device API of :mod:`nvshmem_dsl.cute`. Two things the DSL does its own way:
+
+* CuTe's ``*`` and ``+`` on Float32 may be contracted to an ``fma`` (the DSL has no switch for
+  it), so the combine's products and sums are NVVM's rounded operations (:func:`_mul_rn`,
+  :func:`_add_rn`: ``mul.rn.f32`` and ``add.rn.f32``, as Numba's combine compiles): the same bits
+  as the Numba and Triton kernels.
+* A ``range`` with a runtime step and Int64 bounds does not trace (nvidia-cutlass-dsl 4.8.1: the
+  rewrite for a possibly negative step yields Int64 or the Int32 ``0``), so the block-strided
+  loops (``b, b + grid, ...`` over experts, words and tokens, all < 2**31) count in Int32 and
+  index in Int64.
 
 Tensors are 1-D with a dynamic size and the scalars runtime ``Int64`` arguments (the Numba
 kernels' int64 scalars; index arithmetic in 64 bits), so one compile per (kind, arch) serves every
