@@ -206,7 +206,10 @@ def test_a_dsl_not_installed_is_named_with_its_package(monkeypatch, package, fun
     (the communication kernels, MoE and the fused GEMM alike); a name not among DSLS: the argument."""
     import importlib
     pkg = importlib.import_module(package)
-    pick = (lambda dsl: pkg._module(dsl)) if function == "all_gather_matmul" else (lambda dsl: pkg._module(dsl, function))
+    if function == "all_gather_matmul":
+        pick = pkg._module
+    else:
+        pick = lambda dsl: pkg._module(dsl, function)  # noqa: E731
     monkeypatch.setitem(sys.modules, "cutlass", None)  # import cutlass: ModuleNotFoundError
     monkeypatch.delitem(sys.modules, f"{package}.cute", raising=False)
     with pytest.raises(ImportError, match=rf"^{function}\(\): dsl='cute' needs the Python module 'cutlass' "

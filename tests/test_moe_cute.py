@@ -90,7 +90,8 @@ def test_compiles_to_ptx(ptx, kind):
     text = ptx(kind)
     assert re.search(r"^\.target sm_90a\b", text, re.M)
     assert len(re.findall(r"^\.visible \.entry ", text, re.M)) == 1
-    assert _params(text, kind) == ["tensor"] * ARRAYS[kind] + ["u64"] * 8  # (arrays, epoch, T, K, H, L, me, npes, T_max)
+    # (arrays, epoch, T, K, H, L, me, npes, T_max)
+    assert _params(text, kind) == ["tensor"] * ARRAYS[kind] + ["u64"] * 8
     assert re.search(rf"^\.reqntid {_layout.THREADS}, 1, 1\b", text, re.M)
     # NVSHMEM inlined: no call of an API function, no indirect call; the device state is there
     _check_ptx(text)

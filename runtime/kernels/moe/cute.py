@@ -152,7 +152,8 @@ def combine(y: cute.Tensor, topk: cute.Tensor, weights: cute.Tensor, recv_src: c
     for e in range(tid, E, THREADS):
         nv.signal_wait_until(sig, E + e, GE, Uint64(epoch))
     smem = SmemAllocator()
-    slot = smem.allocate_tensor(Int32, cute.make_layout(MAX_TOPK), 16)  # slot j's row: its expert's first slot; -1: none
+    # slot j's row: that of its expert's first slot; -1: none
+    slot = smem.allocate_tensor(Int32, cute.make_layout(MAX_TOPK), 16)
     for t32_ in range(b32, Int32(T), g32):
         t = Int64(t32_)
         cute.arch.sync_threads()
