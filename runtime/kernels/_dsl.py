@@ -13,7 +13,8 @@ DISTRIBUTIONS = {"numba": "numba-cuda", "triton": "triton", "cutlass": "nvidia-c
 
 def module(package: str, dsls: tuple, dsl: str, function: str) -> ModuleType:
     """``package``'s module of ``dsl`` (one of ``dsls``). A DSL that is not installed: an ImportError
-    naming the call, the DSL and the package to install (the original error as its cause)."""
+    naming the call, the DSL, the missing module and (for a DSL's own) the package to install, with
+    the original error as its cause."""
     if dsl not in dsls:
         raise NvshmemArgumentError(f"{function}(): argument 'dsl' must be one of {', '.join(dsls)}, got {dsl!r}")
     try:
@@ -22,6 +23,6 @@ def module(package: str, dsls: tuple, dsl: str, function: str) -> ModuleType:
         top = (e.name or "").split(".")[0]
         if not top or top == package.split(".")[0]:
             raise
-        dist = DISTRIBUTIONS.get(top, top)
-        raise ImportError(f"{function}(): dsl={dsl!r} needs the Python module {top!r} (pip install {dist}), "
+        hint = f" (pip install {DISTRIBUTIONS[top]})" if top in DISTRIBUTIONS else ""
+        raise ImportError(f"{function}(): dsl={dsl!r} needs the Python module {top!r}{hint}, "
                           f"which does not import here: {e}") from e
