@@ -233,7 +233,8 @@ def main(argv=None) -> int:
 
 
 def main_moe(args) -> int:
-    impls = [i for i in args.impls.split(",") if i in ("cpp", "numba", "triton")]
+    from nvshmem_dsl.kernels.moe import DSLS
+    impls = [i for i in args.impls.split(",") if i == "cpp" or i in DSLS]
     shape = ["--tokens", str(args.tokens), "--hidden", str(args.hidden), "--experts", str(args.experts),
              "--topk", str(args.topk), "--reps", str(args.reps)]
     env = R.bench_env(None, args.nproc)

@@ -127,7 +127,7 @@ def measure(impl, args, me, npes, cycles_per_us):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impls", default="numba,triton")
+    ap.add_argument("--impls", default=None, help="DSLs, comma-separated (default: all of kernels.moe.DSLS)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--experts", type=int, default=64)
@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     with nvshmem.init():
         me, npes = nvshmem.my_pe(), nvshmem.n_pes()
         cycles_per_us = _spin_cycles_per_us()
-        for impl in args.impls.split(","):
+        from nvshmem_dsl.kernels.moe import DSLS
+        for impl in args.impls.split(",") if args.impls else DSLS:
             try:
                 __import__(f"nvshmem_dsl.kernels.moe.{impl}")
             except Exception as exc:  # noqa: BLE001

@@ -198,6 +198,28 @@ def test_moe_numba_kernel_compiles(kind):
         assert "fma.rn.f32" in ptx or "mul.f32" in ptx or "mul.rn.f32" in ptx  # the weighted sum
 
 
+@pytest.mark.parametrize("package,function", [("nvshmem_dsl.kernels", "all_reduce"),
+                                              ("nvshmem_dsl.kernels.moe", "dispatch"),
+                                              ("nvshmem_dsl.kernels.ag_gemm", "all_gather_matmul")])
+def test_a_dsl_not_installed_is_named_with_its_package(monkeypatch, package, function):
+    """dsl='cute' without the CuTe DSL: an ImportError naming the call, the DSL and what to install
+    (the communication kernels, MoE and the fused GEMM alike); a name not among DSLS: the argument."""
+    import importlib
+    pkg = importlib.import_module(package)
+    if function == "all_gather_matmul":
+        pick = pkg._module
+    else:
+        pick = lambda dsl: pkg._module(dsl, function)  # noqa: E731
+    monkeypatch.setitem(sys.modules, "cutlass", None)  # import cutlass: ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, f"{package}.cute", raising=False)
+    with pytest.raises(ImportError, match=rf"^{function}\(\): dsl='cute' needs the Python module 'cutlass' "
+                                          r"\(pip install nvidia-cutlass-dsl\)") as err:
+        pick("cute")
+    assert isinstance(err.value.__cause__, ModuleNotFoundError)
+    with pytest.raises(NvshmemArgumentError, match=rf"^{function}\(\): argument 'dsl' must be one of"):
+        pick("cuda")
+
+
 def test_moe_bench_table_averages_pes_and_divides_by_cpp():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import comm_run

@@ -111,13 +111,9 @@ def test_compiles_to_ptx(ptx, kind, dtype):
         assert "add.f32" in text
 
 
-def test_launch_up_to_the_launch(monkeypatch):
-    """launch() on host arrays, up to the launch (which needs a GPU): it compiles once per (kind,
-    dtype, arch) to a cubin, turns the arrays into tensors of a dynamic size (bfloat16 also from
-    its int16 / uint16 bits) and the stream handle into a CUstream, and the compiled function marshals
-    every argument it passes; arrays of the wrong element type are refused."""
-    from cuda.bindings import driver
-
+def record_launches(monkeypatch, module) -> tuple[list, object]:
+    """``module._compiled`` (sm_90a) made to record its kernels' calls, (kernel, args), instead of
+    launching them (no GPU here); returns the list of calls and the real ``_compiled``."""
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     calls = []
 
@@ -128,8 +124,19 @@ def test_launch_up_to_the_launch(monkeypatch):
         def __call__(self, *args):
             calls.append((self.kernel, args))
 
-    real = kc._compiled
-    monkeypatch.setattr(kc, "_compiled", lambda *key: Recorder(real(*key)))
+    real = module._compiled
+    monkeypatch.setattr(module, "_compiled", lambda *key: Recorder(real(*key)))
+    return calls, real
+
+
+def test_launch_up_to_the_launch(monkeypatch):
+    """launch() on host arrays, up to the launch (which needs a GPU): it compiles once per (kind,
+    dtype, arch) to a cubin, turns the arrays into tensors of a dynamic size (bfloat16 also from
+    its int16 / uint16 bits) and the stream handle into a CUstream, and the compiled function marshals
+    every argument it passes; arrays of the wrong element type are refused."""
+    from cuda.bindings import driver
+
+    calls, real = record_launches(monkeypatch, kc)
     plan = _plan.plan("two_shot", "bfloat16", 1000, 2)
     out, x = np.zeros(plan.n, np.uint16), np.zeros(plan.n, np.int16)
     stage, sig = np.zeros(plan.stage_elems, np.uint16), np.zeros(_plan.signal_words(2), np.uint64)

@@ -20,14 +20,13 @@ first call of a shape checks that every PE makes it (one host collective), later
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ..errors import NvshmemArgumentError, NvshmemTypeError
 from ..host import _arrays, _state
 from ..host._cuda import stream_handle, synchronize
 from ..host.views import span_is_symmetric
-from . import _plan
+from . import _dsl, _plan
 from ._views import default_stream, kernel_array
 from ._workspace import Workspace, default as default_workspace
 
@@ -40,9 +39,7 @@ ALGORITHMS = ("one_shot", "two_shot")
 
 
 def _module(dsl: str, function: str):
-    if dsl not in DSLS:
-        raise NvshmemArgumentError(f"{function}(): argument 'dsl' must be one of {', '.join(DSLS)}, got {dsl!r}")
-    return importlib.import_module(f".{dsl}", __name__)
+    return _dsl.module(__name__, DSLS, dsl, function)
 
 
 def _input(x: Any, function: str) -> _arrays.ArrayInfo:

@@ -15,13 +15,14 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 import shapes as S  # noqa: E402
+from nvshmem_dsl.kernels.moe import DSLS  # noqa: E402  (numba, triton, cute)
 
 session = S.session_fixture()
 
 HIDDEN, TOPK, EXPERTS, MAX_TOKENS = 7168, 8, 16, 128
 
 
-@pytest.fixture(params=("numba", "triton"))
+@pytest.fixture(params=DSLS)
 def dsl(request):
     try:
         importlib.import_module(f"nvshmem_dsl.kernels.moe.{request.param}")

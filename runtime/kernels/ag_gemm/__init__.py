@@ -21,13 +21,13 @@ no reset between calls; the first call of a shape is checked on every PE).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ...errors import NvshmemArgumentError, NvshmemTypeError, NvshmemUnsupportedError
 from ...host import _arrays, _state
 from ...host._cuda import stream_handle, synchronize
 from ...host.views import span_is_symmetric
+from .. import _dsl
 from .._views import default_stream, torch_stream
 from .._workspace import Workspace
 from . import _plan
@@ -52,9 +52,7 @@ def default_workspace() -> Workspace:
 
 
 def _module(dsl: str):
-    if dsl not in DSLS:
-        raise NvshmemArgumentError(f"{_FN}(): argument 'dsl' must be one of {', '.join(DSLS)}, got {dsl!r}")
-    return importlib.import_module(f".{dsl}", __name__)
+    return _dsl.module(__name__, DSLS, dsl, _FN)
 
 
 def _matrix(x: Any, name: str) -> _arrays.ArrayInfo:

@@ -1,4 +1,5 @@
-"""MoE dispatch and combine in low-latency mode, written with nvshmem_dsl's device API (Numba, Triton):
+"""MoE dispatch and combine in low-latency mode, written with nvshmem_dsl's device API (Numba, Triton,
+CuTe DSL: ``dsl="numba" | "triton" | "cute"``):
 
     buf = MoEBuffer(max_tokens=128, hidden=7168, num_experts=64, topk=8)      # collective
     recv_x, recv_count = buf.dispatch(x, topk_idx)     # x: symmetric (T, 7168) bfloat16
@@ -15,26 +16,24 @@ one stream per buffer. ``recv_x`` of a dispatch stays valid until the dispatch a
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ...errors import NvshmemArgumentError, NvshmemStateError, NvshmemTypeError
 from ...host import _arrays, _state, memory
 from ...host._cuda import stream_handle
 from ...host.views import span_is_symmetric
+from .. import _dsl
 from .._views import default_stream, kernel_array
 from . import _layout
 
 __all__ = ["MoEBuffer", "DSLS"]
 
 #: The DSLs the MoE kernels are written in.
-DSLS = ("numba", "triton")
+DSLS = ("numba", "triton", "cute")
 
 
 def _module(dsl: str, function: str):
-    if dsl not in DSLS:
-        raise NvshmemArgumentError(f"{function}(): argument 'dsl' must be one of {', '.join(DSLS)}, got {dsl!r}")
-    return importlib.import_module(f".{dsl}", __name__)
+    return _dsl.module(__name__, DSLS, dsl, function)
 
 
 def _positive(value: Any, name: str) -> int:

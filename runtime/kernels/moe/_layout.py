@@ -1,5 +1,5 @@
 """MoE dispatch and combine in low-latency mode (as DeepEP defines it): the protocol and buffer
-layout every implementation (Numba, Triton) follows.
+layout every implementation (Numba, Triton, CuTe DSL) follows.
 
 Sizes: ``npes`` PEs, ``L`` experts on each (``E = L * npes`` in all; expert ``e`` lives on PE
 ``e // L`` as its local expert ``e % L``), ``H`` elements a token (bfloat16), top-``K`` routing,
