@@ -29,7 +29,7 @@ Read it top-down, in the order of :data:`STAGES`; a module imports only modules 
 #: ``(stage, modules)`` in pipeline order, each stage's modules in import order: a module imports
 #: only the modules after it (its stage's later ones, and later stages').
 STAGES = (
-    ("interface", ("pipeline", "nvvm", "module_init", "hooks")),
+    ("interface", ("pipeline", "nvvm", "info", "module_init", "hooks")),
     ("plan", ("plan",)),
     ("objects", ("outline", "calls", "object_workers", "object_llvm", "loop_split", "abi")),
     ("bodies", ("store", "cache", "helper_archive", "store_build", "store_file", "pieces", "bodies")),

@@ -35,7 +35,7 @@ import functools
 import re
 
 from . import abi, calls, code_env, link, outline, plan, store
-from .calls import extern_calls, prepare_calls
+from .calls import prepare_calls
 from .link import NvshmemLinkError, nvjitlink_reads, ptxas_object
 from .outline import registers_a_thread
 from .plan import override
@@ -180,7 +180,7 @@ def objects_ptx_isa() -> int | None:
 def default_features(arch) -> str:
     """The LLVM features of a kernel for ``arch`` and of the objects it calls: the SM's default PTX
     ISA (:func:`nvshmem_dsl.linker.link.default_ptx`), e.g. ``+ptx85``."""
-    return f"+ptx{link.default_ptx(_arch_number(arch))}"
+    return link.default_features(_arch_number(arch))
 
 
 def prefetch_device_code(arch) -> None:
@@ -257,6 +257,14 @@ def link_nvshmem(main, names, arch, tm, cpu: str, features: str, keep, *, opt: i
 
 # --------------------------------------------------------------------------
 # The objects and the link
+
+
+def extern_calls(ptx, of=None) -> frozenset:
+    """The NVSHMEM functions (and helpers) that PTX ``ptx`` (a text or a list of them) calls out of
+    line (:func:`nvshmem_dsl.linker.calls.extern_calls`); with ``of``, those of them that are functions
+    of ``of`` or their specialisations (:func:`nvshmem_dsl.linker.outline.split_specialised`)."""
+    names = calls.extern_calls(ptx)
+    return names if of is None else frozenset(n for n in names if outline.split_specialised(n)[0] in of)
 
 
 def prefetch_objects(names, arch, cpu: str, features: str, blocks=(None,), max_registers=None, bc_path=None):
