@@ -14,7 +14,7 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    was).  Before the pipeline, the wrapper makes the kernel's bitcode: the
    NVSHMEM functions it inlines and what they call, *without* the outlined ones (so that libNVVM
    cannot inline them), with the device state kept (:func:`resolve_kernel_bitcode`,
-   :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`: from a closure of the piece store, so that a
+   :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_for`: from a closure of the piece store, so that a
    first kernel need not wait for the whole store), and starts building the outlined functions'
    objects at the register cap of the kernel's declared block size (``nvvm.reqntid``), while CuTe
    compiles.  NVSHMEM's out-of-line helpers (its ``noinline`` transport functions, most of a
@@ -24,9 +24,9 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    module declares outlined NVSHMEM functions, or its bitcode helpers, the wrapper
    adds ``-c`` to the pipeline's ``ptx-options`` (CuTe's own ptxas then accepts the unresolved
    calls) and asks for the kernel's PTX (``dump-ptx-path``); after the pipeline
-   :func:`link_module` links that PTX with the functions' objects
-   (:func:`nvshmem_dsl.linker.outline.objects`, capped at what the kernel's block size leaves a
-   thread, :func:`~nvshmem_dsl.linker.outline.register_cap`) with nvJitLink and puts the executable cubin in place of the fatbin.  The
+   :func:`link_module` links that PTX with the functions' objects (capped at what the kernel's
+   block size leaves a thread) with nvJitLink (:func:`nvshmem_dsl.linker.pipeline.link_cubin`) and
+   puts the executable cubin in place of the fatbin.  The
    PTX, not CuTe's relocatable cubin, goes to nvJitLink: CuTe's bundled ptxas may be newer than
    the nvJitLink installed (CUDA 13.0's rejects a cubin of CuTe's ``cu13`` build as "bad input"),
    and the objects come from the installed ptxas, so the installed toolkit compiles both.  What

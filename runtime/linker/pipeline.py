@@ -23,6 +23,11 @@ order the steps come:
 5. link (:mod:`.link`): nvJitLink makes the cubin of the PTX and those objects
    (:func:`link_cubin`; PTX it does not read, :func:`nvjitlink_reads`, compiled by ptxas first,
    :func:`ptxas_object`).
+
+Besides: the name of NVSHMEM's device state in a loaded module (:data:`DEVICE_STATE`, the host's
+test for a module to initialise), the bitcode prepared while NVSHMEM initialises
+(:func:`prefetch_device_code`), the registers a thread of a block may have
+(:func:`registers_a_thread`, Numba's launch error).
 """
 
 from __future__ import annotations
@@ -43,10 +48,15 @@ from .store import DEVICE_STATE
 from .store_file import _arch_number
 
 __all__ = [
-    "CODE_ENV", "DEVICE_STATE", "NvshmemLinkError", "OUTLINE_ENV", "calls_out_of_line", "default_features", "extern_calls",
-    "link_cubin", "link_nvshmem", "mark_declarations", "nvshmem_functions", "objects", "objects_ptx_isa",
-    "nvjitlink_reads", "outline_mode", "override", "prefetch_device_code", "prefetch_objects", "prepare_calls",
-    "ptxas_object", "registers_a_thread", "target_machine",
+    # the plan
+    "OUTLINE_ENV", "CODE_ENV", "calls_out_of_line", "outline_mode", "override",
+    # the kernel's LLVM module (Numba, Triton)
+    "default_features", "link_nvshmem", "mark_declarations", "nvshmem_functions", "target_machine",
+    # its PTX, objects and link
+    "NvshmemLinkError", "extern_calls", "link_cubin", "nvjitlink_reads", "objects", "objects_ptx_isa",
+    "prefetch_objects", "prepare_calls", "ptxas_object",
+    # for the host and the launch
+    "DEVICE_STATE", "prefetch_device_code", "registers_a_thread",
 ]
 
 #: The variable that sets the outlining mode (:func:`outline_mode`).
