@@ -22,15 +22,9 @@ def _versions() -> list[tuple[str, str]]:
         rows.append(("NVSHMEM", f"not found: {str(exc).splitlines()[0]}"))
     for dist in ("numba-cuda", "llvmlite", "nvidia-cutlass-dsl", "triton", "cuda-core", "mpi4py"):
         rows.append((dist, metadata.version(dist) if _installed(dist) else "not installed"))
-    from .linker import abi, helper_archive, outline
+    from .linker.info import explain
 
-    for what, explain in (("collective objects", abi.explain), ("cold objects", outline.explain_tiers),
-                          ("transport helpers", helper_archive.explain)):
-        try:
-            rows.append((what, explain()))
-        except Exception as exc:  # noqa: BLE001 - report, don't fail
-            rows.append((what, f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
-    return rows
+    return rows + explain()
 
 
 def _installed(dist: str) -> bool:
@@ -172,11 +166,10 @@ def _days_ago(when: float) -> str:
 def cache(prune: float | None = None, clear: bool = False, dry_run: bool = False) -> int:
     """Report the cache directory's contents by kind; with ``prune``, remove the entries unused for
     that many days first, with ``clear`` all (``dry_run``: say what would go)."""
-    from .linker import cache as c
-    from .linker.store_file import cache_dir
+    from .linker import info as c
 
     days = c.auto_days()
-    print(f"cache directory: {cache_dir()} ($NVSHMEM_DSL_CACHE); automatic pruning: "
+    print(f"cache directory: {c.cache_dir()} ($NVSHMEM_DSL_CACHE); automatic pruning: "
           + (f"entries unused for {days:g} days" if days else "off") + f" (${c.DAYS_ENV})")
     if prune is not None or clear:
         gone = c.prune(0 if clear else prune, dry_run=dry_run)

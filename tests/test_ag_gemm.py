@@ -252,7 +252,7 @@ def test_gemm_to_a_cubin_keeps_wgmma_asynchronous(tmp_path, monkeypatch):
     from nvshmem_dsl.kernels.ag_gemm import triton as kt
     from nvshmem_dsl.linker import calls, link
     from nvshmem_dsl.triton import _compile
-    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")

@@ -71,7 +71,7 @@ def _calls(ptx: str) -> set:
 
 
 def _undefined(cubin: bytes) -> set:
-    return {n for n in _link.undefined_symbols(cubin) if n.startswith("nvshmem")}
+    return {n for n in pipeline.undefined_symbols(cubin) if n.startswith("nvshmem")}
 
 
 @pytest.fixture(scope="module")
@@ -194,9 +194,21 @@ def test_relocatable_pipeline():
         _link.relocatable_pipeline("builtin.module(something-else)")
 
 
-def test_nvjitlink_error_is_clear():
+def test_nvjitlink_error_is_clear(monkeypatch):
+    """A failed link of a CuTe kernel names the way out (link_module's hint to the linker's link)."""
+    seen = {}
+
+    def link_cubin(ptx, arch, options=(), **kw):
+        seen.update(kw)
+        return real(ptx, arch, options, **kw)
+
+    real = pipeline.link_cubin
+    monkeypatch.setattr(_link, "link_cubin", link_cubin)
+    monkeypatch.setattr(_link, "_binaries", lambda module: iter([(None, b"")]))
+    ptx = ".version 8.5\n.target sm_90a\n.address_size 64\nnot PTX at all\n"
     with pytest.raises(NvshmemLinkError, match=r"nvJitLink failed.*\n(.|\n)*NVSHMEM_DSL_OUTLINE=none"):
-        _link._nvjitlink("sm_90a", [("broken.cubin", b"\x7fELF not a cubin at all")])
+        _link.link_module(None, "sm_90a", frozenset(), ptx)
+    assert seen["what"] == "a CuTe kernel" and seen["names"] == frozenset()
 
 
 def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):

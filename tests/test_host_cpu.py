@@ -1203,7 +1203,7 @@ def test_layer_imported_after_init_gets_the_hooks():
             import nvshmem_dsl.numba
             from nvshmem_dsl.numba import _linker
             hooked = module_init.library_init in _linker.hooks.init
-            module_init._on_finalize()
+            module_init.on_finalize()
             print(hooked, module_init.library_init in _linker.hooks.init)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -99,7 +99,7 @@ def test_aligned_arrays_get_vector_copies(compiled, kind, dtype):
 
 
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
-    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")

@@ -140,7 +140,7 @@ def test_compile_ptx_leaves_tritons_hooks_as_they_were(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_kernels_to_cubins(tmp_path, monkeypatch, kind):
-    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")

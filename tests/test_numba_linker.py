@@ -242,7 +242,7 @@ exit:
 
 def _unswitched_by_o3() -> bool:
     mod = llvm.parse_assembly(DIVERGENT_LOOP)
-    tm = _linker._target_machine("sm_90", "+ptx85", 3)
+    tm = pipeline.target_machine("sm_90", "+ptx85", 3)
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
     pb.getModulePassManager().run(mod, pb)
     return ".us" in str(mod)  # the loop's unswitched copy

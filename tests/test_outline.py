@@ -687,7 +687,7 @@ def test_a_kernels_helpers_are_asked_about_before_its_ptx_is_emitted(monkeypatch
                         lambda sm, names, declarations, bc_path=None: asked.append(declarations()))
     monkeypatch.setattr(outline, "prefetch", lambda *a, **k: None)
     lib, _ = _compile_pyfunc_with_fixup(k_small, SMALL_SIG, device=False, abi="numba", cc=CC)
-    monkeypatch.setattr(calls, "prepare_calls", lambda ptx, bc_path=None: ptx)  # the PTX as LLVM emitted it
+    monkeypatch.setattr(_linker, "prepare_calls", lambda ptx, bc_path=None: ptx)  # the PTX as LLVM emitted it
     ptx = _linker.compile_ptx(lib.llvm_strs, CC, prefetch=False)
     assert asked == []
     ptx = _linker.compile_ptx(lib.llvm_strs, CC, prefetch=True)

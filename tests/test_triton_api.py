@@ -346,7 +346,7 @@ def test_ptx_alone_builds_no_objects(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_collective_to_a_cubin_linked_with_its_object(tmp_path, monkeypatch):
-    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     before = _compile.stats["cubins_linked"]
@@ -382,7 +382,7 @@ def _barrier(dst):
 def test_a_kernel_linked_with_provisional_objects_leaves_tritons_cache_at_exit(tmp_path, monkeypatch, provisional):
     """A kernel linked with split objects whose whole form is still being built serves this
     process; at its exit its cache group goes, so that the next process compiles it again."""
-    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(outline, "provisional", lambda paths: provisional and bool(paths))
@@ -768,7 +768,7 @@ def test_maxnreg_holds_for_the_kernel_and_its_objects(tmp_path, monkeypatch):
     """A fine-grained kernel calls NVSHMEM's transport helpers in their objects (nvJitLink links
     them): Triton's maxnreg (a .maxnreg in the PTX) caps the objects too, and ptx_options reach
     the ptxas inside nvJitLink."""
-    if link.ptxas() is None or _compile.nvjitlink_ptx_isa() is None:
+    if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     sig = {"ctr": "*u64", "out": "*u64", "iters": "i32", "peer": "i32"}

@@ -38,7 +38,7 @@ from ._compile import (
     set_module_init_hook,
 )
 from ..errors import NvshmemTypeError
-from ..linker.plan import override as outline
+from ..linker.pipeline import override as outline
 
 DISPATCH = _dispatch.table("cute")
 # The generated API: one function per DSL function of the spec.

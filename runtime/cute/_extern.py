@@ -37,12 +37,12 @@ The bitcode is chosen when the call is traced, for the arch being compiled
 with NN <= the target (NVSHMEM >= 3.5), else the single ``libnvshmem_device.bc``.
 
 Hybrid linking (:mod:`nvshmem_dsl.cute._link`): a function that
-:func:`nvshmem_dsl.linker.plan.split` outlines (collectives, barriers; all of them with
+:func:`nvshmem_dsl.linker.pipeline.calls_out_of_line` says (collectives, barriers; all of them with
 ``NVSHMEM_DSL_OUTLINE=all``, none with ``none``) is declared ``inline=False`` and linked from
 its cached object after CuTe's compile; every call names the kernel's own bitcode, made at the
-compile from the functions the kernel inlines (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`;
+compile from the functions the kernel inlines (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_for`;
 until then a placeholder path, :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`).  The
-choice is made when the call is traced, for :func:`nvshmem_dsl.linker.plan.mode` then
+choice is made when the call is traced, for :func:`nvshmem_dsl.linker.pipeline.outline_mode` then
 (``with nvshmem_dsl.cute.outline("none"):`` around the compile: the whole library, prepared for
 libNVVM once, :func:`nvshmem_dsl.linker.nvvm.nvvm_bitcode`).
 """
@@ -103,12 +103,9 @@ def _outlined(symbol: str, arch: str, how: str) -> bool:
     if how == "none":
         return False
     from .._libs import bitcode_path
-    from ..linker import plan
-    from ..linker.store_file import _arch_number
+    from ..linker.pipeline import calls_out_of_line
 
-    with plan.override(how):
-        _, out = plan.split([symbol], _arch_number(arch), bitcode_path(arch))
-    return symbol in out
+    return symbol in calls_out_of_line([symbol], arch, bitcode_path(arch), how)
 
 
 # --------------------------------------------------------------- LLVM types

@@ -14,7 +14,7 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    was).  Before the pipeline, the wrapper makes the kernel's bitcode: the
    NVSHMEM functions it inlines and what they call, *without* the outlined ones (so that libNVVM
    cannot inline them), with the device state kept (:func:`resolve_kernel_bitcode`,
-   :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`: from a closure of the piece store, so that a
+   :func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_for`: from a closure of the piece store, so that a
    first kernel need not wait for the whole store), and starts building the outlined functions'
    objects at the register cap of the kernel's declared block size (``nvvm.reqntid``), while CuTe
    compiles.  NVSHMEM's out-of-line helpers (its ``noinline`` transport functions, most of a
@@ -24,9 +24,9 @@ with ``cudaLibraryLoadData``); it has no device linker.  Hybrid linking
    module declares outlined NVSHMEM functions, or its bitcode helpers, the wrapper
    adds ``-c`` to the pipeline's ``ptx-options`` (CuTe's own ptxas then accepts the unresolved
    calls) and asks for the kernel's PTX (``dump-ptx-path``); after the pipeline
-   :func:`link_module` links that PTX with the functions' objects
-   (:func:`nvshmem_dsl.linker.outline.objects`, capped at what the kernel's block size leaves a
-   thread, :func:`~nvshmem_dsl.linker.outline.register_cap`) with nvJitLink and puts the executable cubin in place of the fatbin.  The
+   :func:`link_module` links that PTX with the functions' objects (capped at what the kernel's
+   block size leaves a thread) with nvJitLink (:func:`nvshmem_dsl.linker.pipeline.link_cubin`) and
+   puts the executable cubin in place of the fatbin.  The
    PTX, not CuTe's relocatable cubin, goes to nvJitLink: CuTe's bundled ptxas may be newer than
    the nvJitLink installed (CUDA 13.0's rejects a cubin of CuTe's ``cu13`` build as "bad input"),
    and the objects come from the installed ptxas, so the installed toolkit compiles both.  What
@@ -60,20 +60,19 @@ import threading
 import warnings
 from typing import Optional
 
-from ..linker import calls, link, outline, plan
-from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_cubin
-from ..linker.pipeline import ptx_for_nvjitlink
+from ..linker.pipeline import (OUTLINE_ENV, NvshmemLinkError, default_features, extern_calls, link_cubin,
+                               outline_mode, prefetch_objects, prepare_calls)
 from ._compile import current_arch, linked_binaries
 
 __all__ = ["effective_mode", "inlined_declarations", "install", "link_module", "outlined_declarations",
-           "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats", "undefined_symbols"]
+           "ptx_dump_pipeline", "relocatable_pipeline", "resolve_kernel_bitcode", "stats"]
 
 #: Counters for tests and diagnostics: kernels linked by nvJitLink.
 stats = {"linked": 0}
 
 _lock = threading.Lock()
 _installed: Optional[bool] = None
-_HINT = f"{plan.ENV}=none (or `with nvshmem_dsl.cute.outline('none'):`) inlines everything instead"
+_HINT = f"{OUTLINE_ENV}=none (or `with nvshmem_dsl.cute.outline('none'):`) inlines everything instead"
 
 
 def _cute_version() -> str:
@@ -159,9 +158,9 @@ def _holds_provisional(module) -> bool:
 
 
 def effective_mode() -> str:
-    """:func:`nvshmem_dsl.linker.plan.mode` for CuTe kernels: ``none`` when the link step
+    """:func:`nvshmem_dsl.linker.pipeline.outline_mode` for CuTe kernels: ``none`` when the link step
     cannot be installed (:func:`install`)."""
-    how = plan.mode()
+    how = outline_mode()
     if how != "none" and not install():
         return "none"
     return how
@@ -226,17 +225,16 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
     """Make the bitcode of the NVSHMEM functions a traced module inlines
     (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode`) and put its path in place of the placeholder
     its calls named (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_placeholder`), in the module's
-    ``link-libraries`` and in ``pipeline`` (which CuTe made of them), and start asking NVIDIA's compiled
-    helpers about the helpers it declares (:func:`_ask_archive_ahead`).  Returns the pipeline, the
-    NVSHMEM helpers that bitcode declares (called in their objects) and the names their calls are
-    predicted to have (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_calls`).  A module whose
-    calls named no placeholder (mode ``none``) is left as it is."""
+    ``link-libraries`` and in ``pipeline`` (which CuTe made of them); NVIDIA's compiled helpers are
+    asked about the helpers it declares meanwhile (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_for`).
+    Returns the pipeline, the NVSHMEM helpers that bitcode declares (called in their objects) and the
+    names their calls are predicted to have (:func:`nvshmem_dsl.linker.nvvm.kernel_bitcode_calls`).
+    A module whose calls named no placeholder (mode ``none``) is left as it is."""
     from cutlass._mlir import ir
 
     from .. import _optable
     from .._libs import bitcode_path
-    from ..linker.nvvm import kernel_bitcode, kernel_bitcode_calls, kernel_bitcode_placeholder
-    from ..linker.store_file import _arch_number
+    from ..linker.nvvm import kernel_bitcode_for, kernel_bitcode_placeholder
 
     arch = _pipeline_arch(pipeline)
     placeholder = kernel_bitcode_placeholder(bitcode_path(arch))
@@ -246,36 +244,22 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
         return pipeline, frozenset(), frozenset()
     # NVSHMEM's functions (the op table's); another ``nvshmem*`` declaration is not ours to define
     names = inlined_declarations(module) & _optable.device_ops().keys()
-    path = str(kernel_bitcode(names, _arch_number(arch), bitcode_path(arch)))
-    _ask_archive_ahead(path, arch)
+    path, helpers, predicted = kernel_bitcode_for(names, arch, bitcode_path(arch))
+    path = str(path)
     for op in modules:
         paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]})
         op.attributes["link-libraries"] = ir.ArrayAttr.get([ir.StringAttr.get(x) for x in paths])
-    return (pipeline.replace(placeholder, path), *kernel_bitcode_calls(path))
-
-
-def _ask_archive_ahead(path: str, arch: str) -> None:
-    """Start asking NVIDIA's compiled helpers about the helpers the kernel bitcode ``path`` declares
-    (:func:`nvshmem_dsl.linker.calls.ask_archive_ahead_declares`), while libNVVM compiles the kernel:
-    :func:`link_module`'s :func:`~nvshmem_dsl.linker.calls.prepare_calls` then finds the answers, or
-    waits for that probe, instead of probing after the compile."""
-    from .._libs import bitcode_path
-    from ..linker.nvvm import kernel_bitcode_declares
-    from ..linker.store_file import _arch_number
-
-    calls.ask_archive_ahead_declares(kernel_bitcode_declares(path), arch, _features(_arch_number(arch)),
-                                       bitcode_path(arch))
+    return pipeline.replace(placeholder, path), helpers, predicted
 
 
 _INTS = re.compile(r"\d+")
 
 
 def _prefetch_objects(module, arch: str, names, max_registers: Optional[int]) -> None:
-    """Start building the objects of the outlined ``names`` (:func:`nvshmem_dsl.linker.outline.prefetch`)
+    """Start building the objects of the outlined ``names`` (:func:`nvshmem_dsl.linker.pipeline.prefetch_objects`)
     at the register cap :func:`link_module` will ask for: the kernels' declared block sizes
     (``nvvm.reqntid``/``nvvm.maxntid``, the PTX's ``.reqntid``/``.maxntid``) and ``max_registers``."""
     from .._libs import bitcode_path
-    from ..linker.store_file import _arch_number
 
     blocks = []
     for op in _gpu_modules(module):
@@ -286,13 +270,7 @@ def _prefetch_objects(module, arch: str, names, max_registers: Optional[int]) ->
             # `array<i32: 64, 1, 1>`: the numbers after the element type
             blocks.append(math.prod(int(d) for d in _INTS.findall(str(dims).rpartition(":")[2]))
                           if dims is not None else None)
-    sm = _arch_number(arch)
-    outline.prefetch(names, sm, arch, _features(sm), outline.block_cap(blocks, [max_registers]), bitcode_path(arch))
-
-
-def _features(sm: int) -> str:
-    """The PTX ISA the objects of a kernel for SM ``sm`` are built for (LLVM's feature string)."""
-    return f"+ptx{default_ptx(sm)}"
+    prefetch_objects(names, arch, arch, default_features(arch), blocks, max_registers, bitcode_path(arch))
 
 
 _PTX_OPTIONS = re.compile(r"ptx-options='([^']*)'")
@@ -387,30 +365,16 @@ def _binaries(module):
             yield op, data
 
 
-def undefined_symbols(cubin: bytes) -> frozenset:
-    """The symbols an ELF cubin references but does not define."""
-    return frozenset(n for n, defined in link.elf_symbols(cubin) if n and not defined)
-
-
-def _nvjitlink(arch: str, inputs, max_registers: Optional[int] = None) -> bytes:
-    """:func:`nvshmem_dsl.linker.link.nvjitlink_cubin` for a CuTe kernel (at most ``max_registers``
-    registers), failures naming the way out."""
-    return nvjitlink_cubin(arch, inputs, [f"-maxrregcount={max_registers}"] if max_registers else [],
-                           what="a CuTe kernel", hint=f"nvshmem_dsl.cute: {_HINT}")
-
-
 def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[int] = None) -> list:
     """Replace the binary CuTe embedded in ``module`` (compiled with ``ptxas -c``) by the executable
     cubin nvJitLink makes of the module's ``ptx`` and the objects of the outlined NVSHMEM functions
     and helpers it calls (of ``declared``; a helper also specialised on the modes the PTX passes it,
-    :func:`nvshmem_dsl.linker.calls.prepare_calls`); returns ``[(names, cubin)]``."""
+    :func:`nvshmem_dsl.linker.pipeline.prepare_calls`): :func:`nvshmem_dsl.linker.pipeline.link_cubin`,
+    at most ``max_registers`` registers; returns ``[(names, cubin)]``."""
     from cutlass._mlir import ir
 
     from .._libs import bitcode_path
-    from ..linker.store_file import _arch_number
 
-    sm = _arch_number(arch)
-    features = _features(sm)
     bc_path = bitcode_path(arch)
     done = []
     binaries = list(_binaries(module))
@@ -419,18 +383,14 @@ def link_module(module, arch: str, declared, ptx: str, max_registers: Optional[i
             f"nvshmem_dsl.cute: {len(binaries)} kernel binaries in one module of nvidia-cutlass-dsl "
             f"{_cute_version()}, one PTX; {_HINT}")
     # NVSHMEM's helpers, called with constant modes, called in objects specialised on them
-    ptx = calls.prepare_calls(ptx)
+    ptx = prepare_calls(ptx)
     for op, _ in binaries:
-        names = frozenset(n for n in calls.extern_calls(ptx) if outline.split_specialised(n)[0] in declared)
-        kernel = ("kernel.ptx", ptx_for_nvjitlink(ptx).encode())
-        cap = outline.register_cap([ptx], max_registers)
-        paths = outline.objects(names, sm, arch, features, cap, bc_path) if names else []
-        inputs = [kernel] + [(p.name, p.read_bytes()) for p in paths]
-        linked = _nvjitlink(arch, inputs, max_registers)
-        missing = sorted(n for n in undefined_symbols(linked) if n.startswith("nvshmem") or calls.is_helper(n))
-        if missing:
-            raise NvshmemLinkError(f"nvshmem_dsl.cute: the linked kernel still lacks {missing}; {_HINT}")
-        if outline.provisional(paths):
+        names = extern_calls(ptx, of=declared)
+        linked, provisional = link_cubin(ptx, arch, [f"-maxrregcount={max_registers}"] if max_registers else [],
+                                         target=(arch, default_features(arch)), names=names,
+                                         max_registers=max_registers, bc_path=bc_path, what="a CuTe kernel",
+                                         hint=f"nvshmem_dsl.cute: {_HINT}")
+        if provisional:
             _provisional_cubins.add(hashlib.sha256(linked).digest())
         op.attributes["value"] = ir.StringAttr.get(linked)
         op.attributes["global_type"] = ir.TypeAttr.get(ir.Type.parse(f"!llvm.array<{len(linked)} x i8>"))

@@ -74,9 +74,9 @@ def init_driver() -> None:
 
 def library_uses_nvshmem(handle: int) -> bool:
     """Whether the loaded ``CUlibrary`` ``handle`` holds NVSHMEM's device state
-    (:data:`nvshmem_dsl.linker.store.DEVICE_STATE`): it then needs ``nvshmemx_culibrary_init`` before
+    (:data:`nvshmem_dsl.linker.pipeline.DEVICE_STATE`): it then needs ``nvshmemx_culibrary_init`` before
     its kernels run; without it NVSHMEM's init fails (status 7)."""
-    from ..linker.store import DEVICE_STATE
+    from ..linker.pipeline import DEVICE_STATE
 
     drv = driver()
     err = drv.cuLibraryGetGlobal(drv.CUlibrary(int(handle)), DEVICE_STATE.encode())[0]
@@ -88,9 +88,9 @@ def library_uses_nvshmem(handle: int) -> bool:
 
 def module_uses_nvshmem(handle: int) -> bool:
     """Whether the loaded ``CUmodule`` ``handle`` holds NVSHMEM's device state
-    (:data:`nvshmem_dsl.linker.store.DEVICE_STATE`): it then needs ``nvshmemx_cumodule_init`` before
+    (:data:`nvshmem_dsl.linker.pipeline.DEVICE_STATE`): it then needs ``nvshmemx_cumodule_init`` before
     its kernels run (Triton loads its kernels as modules)."""
-    from ..linker.store import DEVICE_STATE
+    from ..linker.pipeline import DEVICE_STATE
 
     drv = driver()
     err = drv.cuModuleGetGlobal(drv.CUmodule(int(handle)), DEVICE_STATE.encode())[0]

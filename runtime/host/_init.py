@@ -319,15 +319,14 @@ DEVICE_APIS = ("nvshmem_dsl.numba", "nvshmem_dsl.cute", "nvshmem_dsl.triton")
 def _prefetch_device_code(device_id: int) -> None:
     """With a device API of :data:`DEVICE_APIS` imported, start preparing what this device's first
     kernels need of NVSHMEM's device bitcode while NVSHMEM initialises, if it is not cached yet
-    (:func:`nvshmem_dsl.linker.store.prefetch`: the store's build and the helpers' closure).
+    (:func:`nvshmem_dsl.linker.pipeline.prefetch_device_code`: the store's build and the helpers' closure).
     Never raises."""
     if not any(name in sys.modules for name in DEVICE_APIS):
         return
     try:
-        from ..linker import store
-        from ..linker.store_file import _arch_number
+        from ..linker.pipeline import prefetch_device_code
 
-        store.prefetch(_arch_number(_cuda.compute_capability(device_id)))
+        prefetch_device_code(_cuda.compute_capability(device_id))
     except Exception:  # noqa: BLE001 - the first kernel reads the bitcode itself
         pass
 
@@ -355,7 +354,7 @@ def _finalize_locked(report: bool) -> str | None:
     timeout = None if s.fake else s.extra.get("finalize_timeout", _exit.DEFAULT_FINALIZE_TIMEOUT)
     try:
         with _exit.FinalizeWatchdog(s.my_pe, s.n_pes, timeout):  # nvshmem_free and finalize are collective
-            module_init._on_finalize()
+            module_init.on_finalize()
             text = memory._on_finalize(free_internal=not s.fake)
             if not s.fake:
                 _lib.call("nvshmemx_hostlib_finalize")

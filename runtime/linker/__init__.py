@@ -3,10 +3,16 @@
 Read it top-down, in the order of :data:`STAGES`; a module imports only modules after it there
 (``tests/test_linker_layers.py`` checks it), so no import circle is possible:
 
-* interface: what the front-ends call.  :mod:`.pipeline` (Numba, Triton: a kernel's llvmlite module
-  in, NVSHMEM linked and inlined, the out-of-line calls' objects started), :mod:`.nvvm` (CuTe:
-  the bitcode libNVVM links), :mod:`.module_init` and :mod:`.hooks` (NVSHMEM's initialisation of
-  every loaded module);
+* interface: what the rest of the package calls; the modules outside the linker (the front-ends,
+  the host, ``__main__``) import from the linker only these, and of each only the names of its
+  ``__all__`` (``tests/test_linker_layers.py`` checks it).  :mod:`.pipeline` (each function a whole
+  step of a kernel's link: Numba's and Triton's llvmlite module in, NVSHMEM linked and inlined,
+  :func:`~.pipeline.link_nvshmem`; the out-of-line calls' objects, :func:`~.pipeline.objects`;
+  the cubin nvJitLink links of the PTX and them, :func:`~.pipeline.link_cubin`; the outlining mode
+  and its override), :mod:`.nvvm` (CuTe: the bitcode libNVVM links,
+  :func:`~.nvvm.kernel_bitcode_for`), :mod:`.info` (what ``python -m nvshmem_dsl`` shows: how the
+  objects are built, the cache), :mod:`.module_init` and :mod:`.hooks` (NVSHMEM's initialisation
+  of every loaded module);
 * plan (:mod:`.plan`): which NVSHMEM functions a kernel inlines and which it calls out of line: the
   criterion, ``NVSHMEM_DSL_OUTLINE``, the per-kernel override;
 * objects: the out-of-line functions' cached relocatable objects.  :mod:`.outline` (which objects a
@@ -29,7 +35,7 @@ Read it top-down, in the order of :data:`STAGES`; a module imports only modules 
 #: ``(stage, modules)`` in pipeline order, each stage's modules in import order: a module imports
 #: only the modules after it (its stage's later ones, and later stages').
 STAGES = (
-    ("interface", ("pipeline", "nvvm", "module_init", "hooks")),
+    ("interface", ("pipeline", "nvvm", "info", "module_init", "hooks")),
     ("plan", ("plan",)),
     ("objects", ("outline", "calls", "object_workers", "object_llvm", "loop_split", "abi")),
     ("bodies", ("store", "cache", "helper_archive", "store_build", "store_file", "pieces", "bodies")),

@@ -26,9 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["NvshmemLinkError", "PTX_VERSION", "PtxasError", "assemble", "cubin_info", "default_ptx", "driver_major",
-           "elf_sections", "elf_string", "elf_symbols", "min_ptx", "nvjitlink_cubin", "nvjitlink_ptx_isa",
-           "nvjitlink_reads", "ptx_isa", "ptx_target", "ptxas", "ptxas_object", "ptxas_ptx_isa", "with_ptx_isa"]
+__all__ = ["NvshmemLinkError", "PTX_VERSION", "PtxasError", "assemble", "cubin_info", "default_features",
+           "default_ptx", "driver_major", "elf_sections", "elf_string", "elf_symbols", "min_ptx", "nvjitlink_cubin",
+           "nvjitlink_ptx_isa", "nvjitlink_reads", "ptx_isa", "ptx_target", "ptxas", "ptxas_object", "ptxas_ptx_isa", "with_ptx_isa"]
 
 
 class NvshmemLinkError(RuntimeError):
@@ -45,6 +45,11 @@ def default_ptx(sm: int) -> int:
     """The PTX ISA (x10) kernels' NVSHMEM code and NVSHMEM's objects are emitted for by default:
     8.5, or what the SM needs (:func:`min_ptx`)."""
     return max(85, min_ptx(sm))
+
+
+def default_features(sm: int) -> str:
+    """The LLVM features of :func:`default_ptx`, e.g. ``+ptx85``."""
+    return f"+ptx{default_ptx(sm)}"
 
 
 def _isa(major: int, minor: int) -> int | None:

@@ -29,6 +29,8 @@ __all__ = [
     "install_dsl_hooks",
     "uninstall_dsl_hooks",
     "installed_hooks",
+    "on_finalize",
+    "wire_if_running",
 ]
 
 _lock = threading.Lock()
@@ -248,7 +250,7 @@ def uninstall_dsl_hooks() -> None:
         _installed[layer] = False
 
 
-def _on_finalize() -> None:
+def on_finalize() -> None:
     """At runtime finalize: forget every handle (NVSHMEM's finalize releases their state)
     and unhook the DSL layers."""
     with _lock:

@@ -1,6 +1,11 @@
 """NVSHMEM's device bitcode in forms libNVVM accepts (the CuTe DSL links bitcode through
 libNVVM): the whole library (:func:`nvvm_bitcode`, for kernels that inline everything) and, with
-hybrid linking, one file per set of functions kernels inline (:func:`kernel_bitcode`)."""
+hybrid linking, one file per set of functions kernels inline (:func:`kernel_bitcode`).
+
+CuTe's front-end (:mod:`nvshmem_dsl.cute._link`, :mod:`nvshmem_dsl.cute._extern`) calls
+:func:`nvvm_bitcode`, :func:`kernel_bitcode_placeholder` (what a traced call names) and
+:func:`kernel_bitcode_for` (the kernel's bitcode at its compile); its objects and link are
+:mod:`.pipeline`'s."""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ import sys
 from pathlib import Path
 
 from . import rewrites
-from .store_file import (KERNELS_FOLDER, _cache_key, _file_lock, cache_dir, mark_used, remove_temporaries,
-                         whole_bitcode, write_atomically)
+from .store_file import (KERNELS_FOLDER, _arch_number, _cache_key, _file_lock, cache_dir, mark_used,
+                         remove_temporaries, whole_bitcode, write_atomically)
+
+__all__ = ["kernel_bitcode_for", "kernel_bitcode_placeholder", "nvvm_bitcode"]
 
 _SECTION = re.compile(r' section "\.text\.[^"]*"')
 _DATA_LAYOUT = re.compile(r'^target datalayout = "[^"]*"$', re.M)
@@ -175,6 +182,21 @@ def kernel_bitcode(names, arch, bc_path, helpers_out=None) -> Path:
         write_atomically(_calls_path(path), json.dumps(called).encode())  # before the bitcode: read once it is there
         write_atomically(path, mod.as_bitcode())
         return path
+
+
+def kernel_bitcode_for(names, arch, bc_path) -> tuple[Path, frozenset, frozenset]:
+    """``(path, helpers, predicted)``: the :func:`kernel_bitcode` of a CuTe kernel for ``arch``
+    (``sm_90a``) that inlines the NVSHMEM functions ``names`` of ``bc_path``, and its
+    :func:`kernel_bitcode_calls`; NVIDIA's compiled helpers asked about the helpers it declares
+    meanwhile (:func:`nvshmem_dsl.linker.calls.ask_archive_ahead_declares`, for the kernel's
+    default PTX ISA), so that the kernel's :func:`nvshmem_dsl.linker.pipeline.prepare_calls`
+    finds the answers, or waits for that probe, instead of probing after libNVVM's compile."""
+    from . import calls, link
+
+    sm = _arch_number(arch)
+    path = kernel_bitcode(names, sm, bc_path)
+    calls.ask_archive_ahead_declares(kernel_bitcode_declares(path), arch, link.default_features(sm), bc_path)
+    return (path, *kernel_bitcode_calls(path))
 
 
 def _calls_path(path: Path) -> Path:

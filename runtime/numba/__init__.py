@@ -26,7 +26,7 @@ from ._linker import (
     remove_module_init_hook, set_module_init_hook,
 )
 from ._views import multicast, peer, window
-from ..linker.plan import override as outline
+from ..linker.pipeline import override as outline
 
 DISPATCH = _dispatch.table("numba")
 # The generated API: one intrinsic per DSL function of the spec.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ..errors import NvshmemError
-from ..linker.outline import registers_a_thread
+from ..linker.pipeline import registers_a_thread
 
 __all__ = ["NvshmemLaunchError", "install", "too_many_threads"]
 

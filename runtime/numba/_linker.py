@@ -78,13 +78,9 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
-from ..linker import calls, outline, store
-from ..linker._llvm import internalize as _internalize
-from ..linker._llvm import run as _run
-from ..linker._llvm import target_machine as _target_machine
 from ..linker.hooks import ModuleHooks
-from ..linker.link import NvshmemLinkError, default_ptx, nvjitlink_reads, ptxas_object
-from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration, nvshmem_functions
+from ..linker.pipeline import (NvshmemLinkError, default_features, link_nvshmem, mark_declarations, nvjitlink_reads,
+                               nvshmem_functions, objects, prepare_calls, ptxas_object, target_machine)
 
 __all__ = [
     "NvshmemCodeLibrary",
@@ -135,8 +131,7 @@ def _target(cc) -> tuple[str, str]:
     from numba.cuda.cudadrv import nvrtc
 
     cpu = nvrtc.get_arch_option(*cc).replace("compute_", "sm_")
-    sm = int(re.match(r"sm_(\d+)", cpu).group(1))
-    return cpu, f"+ptx{default_ptx(sm)}"
+    return cpu, default_features(cpu)
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,19 +162,19 @@ _linking: contextvars.ContextVar = contextvars.ContextVar("nvshmem_dsl_numba_lin
 def compile_ptx(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False) -> str:
     """PTX for Numba IR modules ``llvm_strs`` with the NVSHMEM functions they
     declare linked in and inlined, for compute capability ``cc`` (see :func:`link`); the calls
-    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.calls.prepare_calls`).
+    into NVSHMEM's objects prepared (:func:`nvshmem_dsl.linker.pipeline.prepare_calls`).
     ``prefetch``: the PTX is to be linked: its objects start building meanwhile."""
     module, tm = link(llvm_strs, cc, opt, max_registers, prefetch)
-    return calls.prepare_calls(tm.emit_assembly(module))
+    return prepare_calls(tm.emit_assembly(module))
 
 
 def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False):
     """The Numba IR modules ``llvm_strs`` linked with the NVSHMEM functions they
     declare, inlined, as an llvmlite module ready for the NVPTX backend; and the
-    target machine for ``cc``.  The functions :func:`nvshmem_dsl.linker.plan.split` says to call
-    out of line stay declarations (the module still defines the device state); with ``prefetch``,
-    their objects start building meanwhile, at the register cap of the kernels' launch bounds and
-    ``max_registers`` (:func:`nvshmem_dsl.linker.outline.prefetch`).
+    target machine for ``cc``: :func:`nvshmem_dsl.linker.pipeline.link_nvshmem`.  The functions
+    called out of line stay declarations (the module still defines the device state); with
+    ``prefetch``, their objects start building meanwhile, at the register cap of the kernels'
+    launch bounds and ``max_registers``.
 
     Externally visible definitions of the Numba modules keep their linkage;
     everything else ends up internal, except
@@ -190,11 +185,9 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False
     run through the optimiser a second time (that would cost ~0.3 s a kernel).
     """
     cpu, features = _target(cc)
-    tm = _target_machine(cpu, features, 3 if opt else 0)
-    sm = _sm(tuple(cc))
-    names = nvshmem_functions(llvm_strs)
-
-    mods = [llvm.parse_assembly(DECLARATION.sub(mark_declaration, s)) for s in llvm_strs]
+    level = 3 if opt else 0
+    tm = target_machine(cpu, features, level)
+    mods = [llvm.parse_assembly(mark_declarations(s)) for s in llvm_strs]
     main = mods[0]
     for m in mods[1:]:
         main.link_in(m)
@@ -202,23 +195,13 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False
     main.data_layout = str(tm.target_data)
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration}
-    keep.update(store.EXPORTED_GLOBALS)
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3 if opt else 0))
-
-    if any(_DECLARED_LIBDEVICE.search(s) for s in llvm_strs):
-        main.link_in(_libdevice_module())
-        _internalize(main, keep)
-        _run(main, pb, "global_dead_code_eliminate")
-    if opt:
-        pb.getModulePassManager().run(main, pb)
-
-    if names:
-        # the large ones stay declarations, called in their objects (added at the link: see
-        # NvshmemCodeLibrary._link_all); the module still defines the device state they read
-        blocks = [int(n) for s in llvm_strs for n in _MAX_THREADS.findall(s)] or [None]
-        cap = outline.block_cap(blocks, [max_registers])
-        inline_nvshmem(main, names, sm, keep, pb, opt=bool(opt),
-                       objects_target=(cpu, features, cap) if prefetch else None)
+    libraries = [_libdevice_module()] if any(_DECLARED_LIBDEVICE.search(s) for s in llvm_strs) else []
+    # the large NVSHMEM functions stay declarations, called in their objects (added at the link:
+    # see NvshmemCodeLibrary._link_all); the module still defines the device state they read
+    blocks = [int(n) for s in llvm_strs for n in _MAX_THREADS.findall(s)] or [None]
+    link_nvshmem(main, nvshmem_functions(llvm_strs), _sm(tuple(cc)), tm, cpu, features, keep, opt=level,
+                 optimise_first=True, libraries=libraries, prefetch=prefetch, blocks=blocks,
+                 max_registers=max_registers)
     return main, tm
 
 
@@ -229,7 +212,8 @@ def link(llvm_strs, cc, opt: int = 3, max_registers=None, prefetch: bool = False
 class _PtxLinker:
     """``linker`` (numba-cuda's) as :meth:`CUDACodeLibrary._link_all` is to see it for an NVSHMEM
     library: not LTO (NVVM cannot read NVSHMEM's code, so the library gives PTX), and PTX that the
-    installed nvJitLink does not read (:func:`nvjitlink_reads`) added as ptxas's object of it."""
+    installed nvJitLink does not read (:func:`~nvshmem_dsl.linker.pipeline.nvjitlink_reads`) added as
+    ptxas's object of it."""
 
     lto = False
 
@@ -312,16 +296,12 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
         super()._link_all(_PtxLinker(linker, self._name), cc, ignore_nonlto=ignore_nonlto)
         # the NVSHMEM functions the PTX calls out of line (read from the PTX, which may come from
         # Numba's cache): their objects
-        ptx = self.get_asm_strs(cc=cc)
-        outlined = calls.extern_calls(ptx)
-        if outlined:
-            cpu, features = _target(cc)
-            cap = outline.register_cap(ptx, self._max_registers)
-            paths = outline.objects(outlined, _sm(tuple(cc)), cpu, features, cap)
-            for path in paths:
-                linker.add_file_guess_ext(str(path), ignore_nonlto)
-            if outline.provisional(paths):
-                self.__dict__.setdefault("_provisional_ccs", set()).add(cc)
+        paths, provisional = objects(self.get_asm_strs(cc=cc), _sm(tuple(cc)), _target(cc),
+                                     max_registers=self._max_registers)
+        for path in paths:
+            linker.add_file_guess_ext(str(path), ignore_nonlto)
+        if provisional:
+            self.__dict__.setdefault("_provisional_ccs", set()).add(cc)
 
     def _reduce_states(self):
         # Numba's disk cache (cache=True) keeps the PTX but not a cubin linked with split objects

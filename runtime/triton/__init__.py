@@ -43,7 +43,7 @@ from ._compile import (
     NvshmemLinkError, add_module_finalize_hook, add_module_init_hook, install,
     remove_module_finalize_hook, remove_module_init_hook, set_module_init_hook, uninstall,
 )
-from ..linker.plan import override as outline
+from ..linker.pipeline import override as outline
 
 DISPATCH = _dispatch.table("triton")
 # The generated API: one Triton builtin per DSL function of the spec.

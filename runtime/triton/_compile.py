@@ -71,7 +71,6 @@ Public: :func:`install`, :func:`uninstall`, :func:`compile_ptx`, :func:`shim_mod
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import inspect
@@ -82,9 +81,8 @@ import threading
 from pathlib import Path
 
 from .. import _optable
-from ..linker import code_env  # names only: the cache key stays cheap to import
 from ..linker.hooks import ModuleHooks
-from ..linker.link import NvshmemLinkError, nvjitlink_ptx_isa
+from ..linker.pipeline import CODE_ENV, NvshmemLinkError
 from ._calls import SHIM_PREFIX, form
 from ._shared import DYNAMIC_SHARED_ALIGN, SLOT_BYTES, align_dynamic_shared, opt_in_shared, static_shared_bytes
 
@@ -148,7 +146,7 @@ def _uses_nvshmem(module, metadata_group) -> bool:
     try:
         return _cuda.module_uses_nvshmem(int(module))
     except Exception:  # noqa: BLE001 - no driver binding: the PTX says it too
-        from ..linker.store import DEVICE_STATE
+        from ..linker.pipeline import DEVICE_STATE
 
         for name, path in (metadata_group or {}).items():
             if str(name).endswith(".ptx"):
@@ -375,31 +373,6 @@ def _llvm():
     return llvm
 
 
-@contextlib.contextmanager
-def _llvm_lock():
-    llvm = _llvm()
-    with getattr(llvm.ffi.lib, "_lock", None) or contextlib.nullcontext():
-        yield
-
-
-@functools.lru_cache(maxsize=None)
-def _target_machine(cpu: str, features: str, short_ptr: bool):
-    """An NVPTX target machine; ``short_ptr``: 32-bit shared/local pointers, as Triton's
-    ``nvptx-short-ptr`` (LLVM reads that option when the machine is made; it is set for the
-    moment, under llvmlite's lock, so nothing else in the process sees it)."""
-    from ..linker._llvm import new_target_machine  # its PTX ISA what llvmlite's LLVM writes
-
-    if not short_ptr:
-        return new_target_machine(cpu, features, 3)
-    llvm = _llvm()
-    with _llvm_lock():
-        llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=true")
-        try:
-            return new_target_machine(cpu, features, 3)
-        finally:
-            llvm.set_option("nvshmem-dsl", "-nvptx-short-ptr=false")
-
-
 def _triton_target(options, capability: int) -> tuple[str, str, int]:
     """(cpu, LLVM features, PTX ISA x10) Triton uses for ``capability``."""
     from triton.backends.nvidia import compiler as nvc
@@ -441,8 +414,7 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
     calls out of line (whose objects the cubin needs; with ``prefetch`` started meanwhile, at the
     register cap of ``num_warps`` and ``max_registers``, Triton's ``maxnreg``: the PTX's ``.maxntid``
     and ``.maxnreg``, which :func:`link_cubin` reads)."""
-    from ..linker import outline, store
-    from ..linker.pipeline import DECLARATION, inline_nvshmem, mark_declaration
+    from ..linker.pipeline import link_nvshmem, mark_declarations, target_machine
 
     llvm = _llvm()
     externs = nvshmem_externs(llir)
@@ -453,25 +425,21 @@ def link(llir: str, capability: int, cpu: str, features: str, num_warps: int | N
             raise NvshmemLinkError(
                 f"{wg[0]} (warpgroup scope) needs 4 warps a program; the kernel has num_warps="
                 f"{num_warps}")
-    short_ptr = _needs_short_pointers(llir)
-    tm = _target_machine(cpu, features, short_ptr)
-    sm = _sm(capability)
+    tm = target_machine(cpu, features, 3, short_pointers=_needs_short_pointers(llir))
 
     main = llvm.parse_assembly(llir)
     main.triple = TRIPLE
     main.data_layout = str(tm.target_data)
     keep = {v.name for v in (*main.functions, *main.global_variables)
             if not v.is_declaration and v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private)}
-    keep.update(store.EXPORTED_GLOBALS)
     keep -= {SHIM_PREFIX + s for s in externs}
 
-    shims = llvm.parse_assembly(DECLARATION.sub(mark_declaration, shim_module(externs, num_warps)))
+    shims = llvm.parse_assembly(mark_declarations(shim_module(externs, num_warps)))
     shims.data_layout = main.data_layout
     main.link_in(shims)
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(3))
-    cap = outline.block_cap([num_warps * 32 if num_warps else None], [max_registers])
-    outlined = inline_nvshmem(main, frozenset(externs), sm, keep, pb, outline_objects=outline_objects,
-                              objects_target=(cpu, features, cap) if prefetch else None)
+    outlined = link_nvshmem(main, frozenset(externs), _sm(capability), tm, cpu, features, keep,
+                            outline_objects=outline_objects, prefetch=prefetch,
+                            blocks=[num_warps * 32 if num_warps else None], max_registers=max_registers)
     return main, tm, outlined
 
 
@@ -504,17 +472,15 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
     """The ``ptx`` stage for a kernel whose LLVM IR calls NVSHMEM (see the module docstring);
     ``prefetch``: our cubin stage follows, so the objects of what it calls out of line start
     building meanwhile."""
-    from ..linker import calls, plan
+    from ..linker.pipeline import objects_ptx_isa, prepare_calls
 
     if getattr(options, "num_ctas", 1) > 1:
         raise NvshmemLinkError(
             f"kernel {metadata.get('name') or ''}: NVSHMEM calls in a kernel with num_ctas="
             f"{options.num_ctas} (a cluster per program) are not supported; use num_ctas=1")
     cpu, features, ptx_version = _triton_target(options, capability)
-    objects = plan.helpers_out()  # hybrid linking on, and a ptxas for the objects
-    link_ptx = nvjitlink_ptx_isa() if objects else None  # the highest PTX ISA nvJitLink reads
-    if objects and link_ptx is None:
-        objects = False  # no nvJitLink to link the objects: everything inlined
+    link_ptx = objects_ptx_isa()  # the highest PTX ISA nvJitLink reads, None: everything inlined
+    objects = link_ptx is not None
     if objects:
         # the PTX may be linked with objects by nvJitLink: a PTX ISA both it and the objects'
         # ptxas read
@@ -524,21 +490,19 @@ def compile_ptx(llir: str, metadata: dict, options, capability: int, prefetch: b
                                 getattr(options, "maxnreg", None), prefetch)
     # the calls' convention after Triton's .version: a kernel that calls objects may need PTX 9.0
     # (nvJitLink links it), one that calls none keeps Triton's (Triton's ptxas compiles it)
-    ptx = calls.prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
+    ptx = prepare_calls(_postprocess(tm.emit_assembly(module), metadata, ptx_version, capability))
     stats["kernels"] += 1
     return ptx
 
 
 def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     """A cubin of ``ptx`` linked by nvJitLink with the objects of the NVSHMEM functions it calls
-    out of line (:func:`nvshmem_dsl.linker.outline.objects`).  ``metadata``: the compile's (Triton's
-    stages pass it), whose ``hash`` names the kernel in Triton's cache, for
-    :func:`_forget_provisional`."""
-    from ..linker import link, outline
-
-    cpu, _ = link.ptx_target(ptx)
-    paths = outline.objects_for(ptx, _sm(capability))
+    out of line (:func:`nvshmem_dsl.linker.pipeline.link_cubin`, the objects for the PTX's target).
+    ``metadata``: the compile's (Triton's stages pass it), whose ``hash`` names the kernel in
+    Triton's cache, for :func:`_forget_provisional`."""
     from triton import knobs
+
+    from ..linker.pipeline import link_cubin as nvjitlink_cubin
 
     opts = ["-O3"]
     if not getattr(knobs.compilation, "disable_line_info", False):
@@ -548,10 +512,9 @@ def link_cubin(ptx: str, capability: int, options=None, metadata=None) -> bytes:
     # Triton's ptx_options go to its ptxas: to the one inside nvJitLink here (maxnreg is a .maxnreg
     # in the PTX, which outline.register_cap reads for the objects)
     opts += [f"-Xptxas={o}" for o in (getattr(options, "ptx_options", None) or "").split()]
-    inputs = [("kernel.ptx", ptx.encode())] + [(p.name, p.read_bytes()) for p in paths]
-    cubin = link.nvjitlink_cubin(cpu, inputs, opts, what="a Triton kernel")
+    cubin, provisional = nvjitlink_cubin(ptx, _sm(capability), opts, what="a Triton kernel")
     stats["cubins_linked"] += 1
-    if metadata is not None and metadata.get("hash") and outline.provisional(paths):
+    if metadata is not None and metadata.get("hash") and provisional:
         _keep_from_cache(metadata["hash"])
     return cubin
 
@@ -639,7 +602,7 @@ def identity() -> str:
     """What the code of an NVSHMEM kernel depends on besides Triton's own key: this package's
     linker sources and generated op table, llvmlite, the NVSHMEM bitcode files and the
     environment variables that change the linked code."""
-    return _identity(tuple(os.environ.get(v, "") for v in code_env.ALL))
+    return _identity(tuple(os.environ.get(v, "") for v in CODE_ENV))
 
 
 # --------------------------------------------------------------------------
@@ -660,10 +623,10 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
     ours = None  # our cubin stage, when Triton has one
     if triton_cubin is not None:
-        from ..linker import calls
+        from ..linker.pipeline import extern_calls
 
         def cubin_stage(src, metadata):
-            if isinstance(src, str) and calls.extern_calls(src):
+            if isinstance(src, str) and extern_calls(src):
                 return link_cubin(src, cap, options, metadata)
             return triton_cubin(src, metadata)
 
