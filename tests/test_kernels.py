@@ -2,6 +2,7 @@
 shape agreement (fake runtime, C calls intercepted), every Numba kernel compiled to PTX, and the
 C++ twins' plans handed over by bench/comm_run.py. The kernels run in tests/gpu/test_kernels_gpu.py."""
 import itertools
+import re
 import sys
 from pathlib import Path
 
@@ -134,6 +135,19 @@ def test_numba_kernel_compiles(kind, dtype):
     assert ("ld.volatile" in ptx) or ("ld.acquire" in ptx) or ("ld.relaxed" in ptx), kind
     if dtype == "bfloat16":
         assert "ld.global.u16" in ptx or "ld.global.nc.u16" in ptx or "ld.u16" in ptx or "ld.global.b16" in ptx
+    _assert_cpp_index_math(ptx)
+    assert "div." not in ptx, kind  # no trip count of a range() with a run-time step
+
+
+_SIGN_SHIFT = re.compile(r"shr\.s64\s+%rd\d+,\s*%rd\d+,\s*63;")
+
+
+def _assert_cpp_index_math(ptx):
+    """Index math as cheap as the C++ twins' (issue 39/40): no signed index wrapped around, no slice
+    bound clamped, no floor-division fix-up (each takes a sign, shr.s64 by 63, of which the twins' PTX
+    has none), and / and % unsigned (every number is non-negative: no sign handling at all)."""
+    assert not _SIGN_SHIFT.search(ptx), _SIGN_SHIFT.search(ptx).group(0)
+    assert not re.search(r"(div|rem)\.s64", ptx)
 
 
 def test_numba_kernels_declare_their_block():
@@ -192,6 +206,7 @@ def test_moe_numba_kernel_compiles(kind):
     assert f".maxntid {M.THREADS}" in ptx
     assert ".entry" in ptx and "bar.sync" in ptx and "membar.sys" in ptx  # fence before each signal
     assert "llvm." not in ptx  # an intrinsic LLVM does not know stays a call ptxas cannot parse
+    _assert_cpp_index_math(ptx)
     if kind == "dispatch":
         assert ".shared" in ptx  # the block scan
     else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32, uint32
+from numba import cuda, float32, int32, int64, uint32, uint64
 from numba.cuda import libdevice
 
 from .. import numba as nv
@@ -46,18 +46,26 @@ def _wait_peers(sig, b, phase, epoch, me, npes):
     """One thread per peer waits for its word of block b and phase; then the block syncs."""
     t = cuda.threadIdx.x
     if t < npes and t != me:
-        w = (b * 2 + phase) * npes + t
-        nv.signal_wait_until(sig[w:w + 1], nv.Cmp.CMP_GE, epoch)
+        nv.signal_wait_until(sig, uint64((b * 2 + phase) * npes + t), nv.Cmp.CMP_GE, epoch)
     cuda.syncthreads()
 
 
 @cuda.jit(device=True, inline=True)
-def _send(dst, src, sig, w, epoch, pe):
-    """put_signal_nbi_block of src (may be empty: then the signal alone) to dst on pe."""
-    if src.size > 0:
-        nv.put_signal_nbi_block(dst, src, sig[w:w + 1], epoch, nv.SignalOp.SIGNAL_SET, pe)
+def _send(dst, di, src, si, cnt, sig, w, epoch, pe):
+    """put_signal_nbi_block of src[si, si + cnt) to dst[di, di + cnt) on pe; cnt <= 0: the signal
+    alone, by thread 0.  Indices, not slices: a slice clamps its bounds and wraps negative ones
+    around (C++'s pointer arithmetic does neither; the plan keeps every range inside its array)."""
+    if cnt > 0:
+        nv.put_signal_nbi_block(dst, uint64(di), nv.window(src, si, cnt), cnt, sig, uint64(w), epoch,
+                                nv.SignalOp.SIGNAL_SET, pe)
     elif cuda.threadIdx.x == 0:
-        nv.signal_op(sig[w:w + 1], epoch, nv.SignalOp.SIGNAL_SET, pe)
+        nv.signal_op(sig, uint64(w), epoch, nv.SignalOp.SIGNAL_SET, pe)
+
+
+@cuda.jit(device=True, inline=True)
+def _peer(me, k, npes):
+    """(me + k) % npes, as C++'s % of non-negative numbers (Python's % adds a sign fix-up)."""
+    return int64(uint64(me + k) % uint64(npes))
 
 
 @cuda.jit(device=True, inline=True)
@@ -69,7 +77,11 @@ def _finish():
 
 @functools.lru_cache(maxsize=None)
 def kernels(dtype: str) -> dict:
-    """The four kernels for ``dtype`` ("float32" or "bfloat16")."""
+    """The four kernels for ``dtype`` ("float32" or "bfloat16").
+
+    As their C++ twins: element loops are while loops (``range`` with a run-time step computes a
+    trip count, a 64-bit division) and array indices are unsigned (Numba wraps a signed index
+    around, a compare and an add for every access); the plan keeps every index non-negative."""
     load, store = (_bf16_load, _bf16_store) if dtype == "bfloat16" else (_f32_load, _f32_store)
 
     @cuda.jit(device=True, inline=True)
@@ -78,95 +90,103 @@ def kernels(dtype: str) -> dict:
         acc = float32(0)
         for p in range(npes):
             if p == me:
-                acc += load(x[xi])
+                acc += load(x[uint64(xi)])
             else:
-                acc += load(stage[slots + p * span + j])
+                acc += load(stage[uint64(slots + p * span + j)])
         return acc
 
     @cuda.jit(launch_bounds=(THREADS,))
     def one_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes):
-        b = cuda.blockIdx.x
+        b = int64(cuda.blockIdx.x)
         lo = b * chunk
         hi = min(lo + chunk, span)
         par = epoch & 1
+        d = (par * npes + me) * span
         for k in range(1, npes):
-            p = (me + k) % npes
-            d = (par * npes + me) * span
-            _send(stage[d + lo:d + hi], x[lo:hi], sig, (b * 2) * npes + me, epoch, p)
+            _send(stage, d + lo, x, lo, hi - lo, sig, (b * 2) * npes + me, epoch, _peer(me, k, npes))
         _wait_peers(sig, b, 0, epoch, me, npes)
-        for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
-            out[i] = store(pe_sum(x, i, stage, par * npes * span, i, span, npes, me))
+        i = lo + cuda.threadIdx.x
+        while i < hi:
+            out[uint64(i)] = store(pe_sum(x, i, stage, par * npes * span, i, span, npes, me))
+            i += cuda.blockDim.x
         _finish()
 
     @cuda.jit(launch_bounds=(THREADS,))
     def two_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes):
-        b = cuda.blockIdx.x
+        b = int64(cuda.blockIdx.x)
         lo = b * chunk
         hi = min(lo + chunk, span)
         par = epoch & 1
+        d = ((par * 2) * npes + me) * span
         for k in range(1, npes):  # phase 0: shard p of x to PE p
-            p = (me + k) % npes
+            p = _peer(me, k, npes)
             g0 = min(p * span + lo, n)
             g1 = min(p * span + hi, n)
-            d = ((par * 2) * npes + me) * span
-            _send(stage[d + lo:d + lo + (g1 - g0)], x[g0:g1], sig, (b * 2) * npes + me, epoch, p)
+            _send(stage, d + lo, x, g0, g1 - g0, sig, (b * 2) * npes + me, epoch, p)
         _wait_peers(sig, b, 0, epoch, me, npes)
         mine = ((par * 2 + 1) * npes + me) * span
-        for j in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
+        j = lo + cuda.threadIdx.x
+        while j < hi:
             i = me * span + j
             if i < n:
                 r = store(pe_sum(x, i, stage, par * 2 * npes * span, j, span, npes, me))
-                stage[mine + j] = r
-                out[i] = r
+                stage[uint64(mine + j)] = r
+                out[uint64(i)] = r
+            j += cuda.blockDim.x
         cuda.syncthreads()
         cnt = max(min(me * span + hi, n) - min(me * span + lo, n), 0)
         for k in range(1, npes):  # phase 1: my reduced shard to every PE
-            p = (me + k) % npes
-            _send(stage[mine + lo:mine + lo + cnt], stage[mine + lo:mine + lo + cnt], sig,
-                  (b * 2 + 1) * npes + me, epoch, p)
+            _send(stage, mine + lo, stage, mine + lo, cnt, sig, (b * 2 + 1) * npes + me, epoch, _peer(me, k, npes))
         _wait_peers(sig, b, 1, epoch, me, npes)
         for q in range(npes):
             if q != me:
                 src = ((par * 2 + 1) * npes + q) * span
-                for j in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
+                j = lo + cuda.threadIdx.x
+                while j < hi:
                     i = q * span + j
                     if i < n:
-                        out[i] = stage[src + j]
+                        out[uint64(i)] = stage[uint64(src + j)]
+                    j += cuda.blockDim.x
         _finish()
 
     @cuda.jit(launch_bounds=(THREADS,))
     def all_gather(out, x, stage, sig, epoch, n, span, chunk, me, npes):
-        b = cuda.blockIdx.x
+        b = int64(cuda.blockIdx.x)
         lo = b * chunk
         hi = min(lo + chunk, span)
         par = epoch & 1
         d = (par * npes + me) * span
         for k in range(1, npes):
-            p = (me + k) % npes
-            _send(stage[d + lo:d + hi], x[lo:hi], sig, (b * 2) * npes + me, epoch, p)
-        for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
-            out[me * n + i] = x[i]
+            _send(stage, d + lo, x, lo, hi - lo, sig, (b * 2) * npes + me, epoch, _peer(me, k, npes))
+        i = lo + cuda.threadIdx.x
+        while i < hi:
+            out[uint64(me * n + i)] = x[uint64(i)]
+            i += cuda.blockDim.x
         _wait_peers(sig, b, 0, epoch, me, npes)
         for q in range(npes):
             if q != me:
                 src = (par * npes + q) * span
-                for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
-                    out[q * n + i] = stage[src + i]
+                i = lo + cuda.threadIdx.x
+                while i < hi:
+                    out[uint64(q * n + i)] = stage[uint64(src + i)]
+                    i += cuda.blockDim.x
         _finish()
 
     @cuda.jit(launch_bounds=(THREADS,))
     def reduce_scatter(out, x, stage, sig, epoch, n, span, chunk, me, npes):
-        b = cuda.blockIdx.x
+        b = int64(cuda.blockIdx.x)
         lo = b * chunk
         hi = min(lo + chunk, span)
         par = epoch & 1
         d = (par * npes + me) * span
         for k in range(1, npes):
-            p = (me + k) % npes
-            _send(stage[d + lo:d + hi], x[p * n + lo:p * n + hi], sig, (b * 2) * npes + me, epoch, p)
+            p = _peer(me, k, npes)
+            _send(stage, d + lo, x, p * n + lo, hi - lo, sig, (b * 2) * npes + me, epoch, p)
         _wait_peers(sig, b, 0, epoch, me, npes)
-        for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
-            out[i] = store(pe_sum(x, me * n + i, stage, par * npes * span, i, span, npes, me))
+        i = lo + cuda.threadIdx.x
+        while i < hi:
+            out[uint64(i)] = store(pe_sum(x, me * n + i, stage, par * npes * span, i, span, npes, me))
+            i += cuda.blockDim.x
         _finish()
 
     return {"one_shot": one_shot, "two_shot": two_shot, "all_gather": all_gather,

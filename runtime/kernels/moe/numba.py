@@ -3,7 +3,7 @@ bfloat16 travels as its bits (int16 arrays), as in :mod:`nvshmem_dsl.kernels.num
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, int32, int64, uint64
 
 from ... import numba as nv
 from ..numba import _bf16_load, _bf16_store, _finish, _stream
@@ -17,120 +17,143 @@ ARRAYS = "numba"
 
 @cuda.jit(launch_bounds=(THREADS,))
 def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, npes, T_max):
-    b = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
+    # As in nvshmem_dsl.kernels.numba: while loops for run-time strides (range() would compute a trip
+    # count, a division), unsigned indices (a signed one is wrapped around) and unsigned / and % (Python's
+    # floor division adds sign fix-ups), indices rather than slices for puts and signals: every number here
+    # is non-negative, so results are those of the C++ twin's int64 arithmetic.
+    b = int64(cuda.blockIdx.x)
+    tid = int64(cuda.threadIdx.x)
     lane = tid & 31
     w = tid >> 5
-    nw = cuda.blockDim.x >> 5
+    nt = int64(cuda.blockDim.x)
+    nw = nt >> 5
     E = L * npes
     par = epoch & 1
     order = cuda.shared.array(MAX_TOKENS, int32)  # the (t * K + j) routed to this expert
     scan = cuda.shared.array(THREADS, int32)
-    nt = cuda.blockDim.x
-    for e in range(b, E, cuda.gridDim.x):
-        dst = e // L
+    e = b
+    while e < E:
+        dst = int64(uint64(e) // uint64(L))
+        el = int64(uint64(e) % uint64(L))
         count = 0
-        for base in range(0, T * K, nt):  # block scan (Hillis-Steele) of topk == e, in order
+        base = int64(0)
+        while base < T * K:  # block scan (Hillis-Steele) of topk == e, in order
             idx = base + tid
-            hit = idx < T * K and topk[idx] == e
+            hit = idx < T * K and topk[uint64(idx)] == e
             if hit:  # a token's repeated expert: sent once (its first slot)
-                for jj in range(idx - idx % K, idx):
-                    if topk[jj] == e:
+                for jj in range(idx - int64(uint64(idx) % uint64(K)), idx):
+                    if topk[uint64(jj)] == e:
                         hit = False
-            scan[tid] = 1 if hit else 0
+            scan[uint64(tid)] = 1 if hit else 0
             cuda.syncthreads()
             off = 1
             while off < nt:
-                v = scan[tid - off] if tid >= off else 0
+                v = scan[uint64(tid - off)] if tid >= off else 0
                 cuda.syncthreads()
-                scan[tid] += v
+                scan[uint64(tid)] += v
                 cuda.syncthreads()
                 off *= 2
             if hit:
-                order[count + scan[tid] - 1] = idx
-            count += scan[nt - 1]
+                order[uint64(count + scan[uint64(tid)] - 1)] = idx
+            count += scan[uint64(nt - 1)]
             cuda.syncthreads()
-        row0 = ((par * L + e % L) * npes + me) * T_max
-        for s in range(w, count, nw):  # a warp a row
-            idx = order[s]
-            t = idx // K
+            base += nt
+        row0 = ((par * L + el) * npes + me) * T_max
+        s = w
+        while s < count:  # a warp a row
+            idx = int64(order[uint64(s)])
+            t = int64(uint64(idx) // uint64(K))
             r = row0 + s
-            nv.put_nbi_warp(recv_x[r * H:(r + 1) * H], x[t * H:(t + 1) * H], dst)
+            nv.put_nbi_warp(recv_x, uint64(r * H), nv.window(x, t * H, H), H, dst)
             if lane == 0:
-                nv.p(recv_src[r:r + 1], int32(idx), dst)
+                nv.p(recv_src, uint64(r), int32(idx), dst)
+            s += nw
         cuda.syncthreads()
         if tid == 0:
             nv.fence()
-            word = (e % L) * npes + me
-            nv.signal_op(sig[word:word + 1], (int64(epoch) << 32) | count, nv.SignalOp.SIGNAL_SET, dst)
+            word = el * npes + me
+            nv.signal_op(sig, uint64(word), (int64(epoch) << 32) | count, nv.SignalOp.SIGNAL_SET, dst)
         cuda.syncthreads()
+        e += int64(cuda.gridDim.x)
     if tid == 0:
-        for word in range(b, E, cuda.gridDim.x):
-            nv.signal_wait_until(sig[word:word + 1], nv.Cmp.CMP_GE, int64(epoch) << 32)
-            recv_count[word] = int32(nv.signal_fetch(sig[word:word + 1]) & np.uint64(0xFFFFFFFF))
+        word = b
+        while word < E:
+            nv.signal_wait_until(sig, uint64(word), nv.Cmp.CMP_GE, int64(epoch) << 32)
+            recv_count[uint64(word)] = int32(nv.signal_fetch(sig, uint64(word)) & np.uint64(0xFFFFFFFF))
+            word += int64(cuda.gridDim.x)
     _finish()
 
 
 @cuda.jit(launch_bounds=(THREADS,))
 def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, K, H, L, me, npes, T_max):
-    b = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
+    # As dispatch: while loops, unsigned indices, / and %, and puts and signals by index.
+    b = int64(cuda.blockIdx.x)
+    tid = int64(cuda.threadIdx.x)
     w = tid >> 5
-    nw = cuda.blockDim.x >> 5
+    nt = int64(cuda.blockDim.x)
+    nw = nt >> 5
     E = L * npes
     par = epoch & 1
-    for word in range(b, E, cuda.gridDim.x):  # word = l * npes + src: results back to src
-        l = word // npes
-        src = word % npes
-        count = recv_count[word]
-        for s in range(w, count, nw):
+    word = b
+    while word < E:  # word = l * npes + src: results back to src
+        l = int64(uint64(word) // uint64(npes))
+        src = int64(uint64(word) % uint64(npes))
+        count = recv_count[uint64(word)]
+        s = w
+        while s < count:
             r = (l * npes + src) * T_max + s
-            idx = recv_src[par * L * npes * T_max + r]
-            nv.put_nbi_warp(comb_x[idx * H:(idx + 1) * H], y[r * H:(r + 1) * H], src)
+            idx = int64(recv_src[uint64(par * L * npes * T_max + r)])
+            nv.put_nbi_warp(comb_x, uint64(idx * H), nv.window(y, r * H, H), H, src)
+            s += nw
         cuda.syncthreads()
         if tid == 0:
             nv.fence()
             c = L * npes + me * L + l
-            nv.signal_op(sig[c:c + 1], epoch, nv.SignalOp.SIGNAL_SET, src)
+            nv.signal_op(sig, uint64(c), epoch, nv.SignalOp.SIGNAL_SET, src)
         cuda.syncthreads()
-    for e in range(tid, E, cuda.blockDim.x):
-        c = L * npes + e
-        nv.signal_wait_until(sig[c:c + 1], nv.Cmp.CMP_GE, epoch)
+        word += int64(cuda.gridDim.x)
+    e = tid
+    while e < E:
+        nv.signal_wait_until(sig, uint64(L * npes + e), nv.Cmp.CMP_GE, epoch)
+        e += nt
     slot = cuda.shared.array(MAX_TOPK, int32)  # slot j's row: that of its expert's first slot; -1: none
-    for t in range(b, T, cuda.gridDim.x):
+    t = b
+    while t < T:
         cuda.syncthreads()
         if tid < K:
-            e = topk[t * K + tid]
+            e = topk[uint64(t * K + tid)]
             first = tid
             for jj in range(tid - 1, -1, -1):
-                if topk[t * K + jj] == e:
+                if topk[uint64(t * K + jj)] == e:
                     first = jj
-            slot[tid] = first if e >= 0 else -1
+            slot[uint64(tid)] = first if e >= 0 else -1
         cuda.syncthreads()
-        nt = cuda.blockDim.x
-        for h0 in range(tid, H, 4 * nt):  # four elements a thread (h0 + i * nt): 4 K loads in flight
+        h0 = tid
+        while h0 < H:  # four elements a thread (h0 + i * nt): 4 K loads in flight
             h1, h2, h3 = min(h0 + nt, H - 1), min(h0 + 2 * nt, H - 1), min(h0 + 3 * nt, H - 1)
             a0 = a1 = a2 = a3 = float32(0)
             for j in range(K):  # loads not behind the mask's branch (a select after them)
-                r = slot[j]
-                wj = weights[t * K + j]
+                r = slot[uint64(j)]
+                wj = weights[uint64(t * K + j)]
                 row = (t * K + max(r, 0)) * H
-                v0 = wj * _bf16_load(comb_x[row + h0])
-                v1 = wj * _bf16_load(comb_x[row + h1])
-                v2 = wj * _bf16_load(comb_x[row + h2])
-                v3 = wj * _bf16_load(comb_x[row + h3])
+                v0 = wj * _bf16_load(comb_x[uint64(row + h0)])
+                v1 = wj * _bf16_load(comb_x[uint64(row + h1)])
+                v2 = wj * _bf16_load(comb_x[uint64(row + h2)])
+                v3 = wj * _bf16_load(comb_x[uint64(row + h3)])
                 if r >= 0:
                     a0 += v0
                     a1 += v1
                     a2 += v2
                     a3 += v3
-            out[t * H + h0] = _bf16_store(a0)
+            out[uint64(t * H + h0)] = _bf16_store(a0)
             if h0 + nt < H:
-                out[t * H + h1] = _bf16_store(a1)
+                out[uint64(t * H + h1)] = _bf16_store(a1)
             if h0 + 2 * nt < H:
-                out[t * H + h2] = _bf16_store(a2)
+                out[uint64(t * H + h2)] = _bf16_store(a2)
             if h0 + 3 * nt < H:
-                out[t * H + h3] = _bf16_store(a3)
+                out[uint64(t * H + h3)] = _bf16_store(a3)
+            h0 += 4 * nt
+        t += int64(cuda.gridDim.x)
     _finish()
 
 
