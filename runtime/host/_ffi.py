@@ -58,7 +58,7 @@ def new_ffi(text: str, *, folder: Path | None = None):
     name = _module_name(text, cffi.__version__)
     try:
         if folder is None:
-            from .._cache_dir import cache_dir
+            from ..linker.info import cache_dir
 
             folder = cache_dir() / FOLDER
     except Exception:  # noqa: BLE001 - no cache directory (a read-only home): parse every time

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from .pieces import (_GLOBAL_REF, _MD_REF, EXPORTED_GLOBALS, FORMAT_VERSION, _declaration, _merge, _renumber,
                      function_declaration, noinline_groups)
-from .._cache_dir import cache_dir  # the one cache directory (the host runtime's too)
 
 _MAGIC = b"NVSHMEM-DSL-PIECES\0"
 _HEAD = struct.Struct("<32sQ")  # sha256 of the JSON index, its length
@@ -69,6 +68,23 @@ def _default_bitcode(arch) -> Path:
 
 # --------------------------------------------------------------------------
 # Cache location and key
+
+
+def cache_dir() -> Path:
+    """User-private cache directory (``$NVSHMEM_DSL_CACHE`` or
+    ``~/.cache/nvshmem-dsl``), created with mode 0700."""
+    d = Path(
+        os.environ.get("NVSHMEM_DSL_CACHE")
+        or Path.home() / ".cache" / "nvshmem-dsl"
+    )
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = d.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise PermissionError(f"cache directory {d} is not owned by this user")
+    if st.st_mode & 0o077:
+        os.chmod(d, 0o700)
+    return d
+
 
 #: The cache directory's folders: the out-of-line objects (:mod:`.outline`) and the CuTe kernels'
 #: bitcode (:func:`.nvvm.kernel_bitcode`); the piece stores and libNVVM copies lie at its top.
