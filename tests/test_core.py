@@ -819,12 +819,12 @@ def test_finalize_cleans_up_cute_kernels_when_the_interop_is_in_use(up, monkeypa
 
 
 def test_a_split_of_a_team_invalid_here_is_nvshmem4pys_error(monkeypatch):
-    """team_split_*'s parent: its size from host.operations' check, the error NVSHMEM4Py's class naming the call."""
+    """team_split_*'s parent: its size from the host operations' check, the error NVSHMEM4Py's class naming the call."""
     from nvshmem_dsl.core import teams as core_teams
     from nvshmem_dsl.core.nvshmem_types import NvshmemError, Teams
-    from nvshmem_dsl.host import _state, operations
+    from nvshmem_dsl.host import _lib, _state
 
-    monkeypatch.setattr(operations._lib, "call", lambda name, team: -1 if team == 7 else 3)
+    monkeypatch.setattr(_lib, "call", lambda name, team: -1 if team == 7 else 3)
     with _state.fake(n_pes=4, my_pe=1):
         assert core_teams._parent_size(int(Teams.TEAM_WORLD), "team_split_strided") == 4
         assert core_teams._parent_size(5, "team_split_strided") == 3

@@ -14,8 +14,7 @@ import logging
 from typing import Any
 
 from ..errors import NvshmemArgumentError
-from ..host import _lib, _state
-from ..host import operations as _operations
+from ..host import _lib, _op_args, _state
 from ..host import teams as _native
 from . import _bindtypes
 from ._tracking import translated
@@ -79,9 +78,9 @@ def _register(handle: int, name: str) -> int:
 
 
 def _parent_size(parent: int, function: str) -> int:
-    """PEs in team ``parent`` (host.operations' check), NVSHMEM4Py's error where it is not valid here."""
+    """PEs in team ``parent`` (the host operations' check), NVSHMEM4Py's error where it is not valid here."""
     try:
-        return _operations._team_size(parent)
+        return _op_args._team_size(parent)
     except NvshmemArgumentError as e:
         raise NvshmemError(f"{function}(): {e}") from None
 

@@ -12,7 +12,11 @@ Layered bottom-up, each module importing only those above it in this list:
 * :mod:`.symmetric` the registry of live symmetric allocations (what every operation checks);
 * :mod:`.memory` symmetric allocation and free (buffers, arrays of any library);
   :mod:`.views` peer and multicast views, registration of external memory;
-* :mod:`.operations` put/get, signals, atomics, collectives on a stream or blocking;
+* :mod:`._op_args` what every operation does with its arguments (checks, conversions, the C
+  function of the op table that serves it); :mod:`._rma` put/get, p/g, iput/iget;
+  :mod:`._signals` signals and waits; :mod:`._ordering` quiet, fence, barriers, syncs;
+  :mod:`._collectives` broadcast, fcollect, alltoall, reductions; :mod:`._atomics` the atomics of
+  the spec; :mod:`.operations` all of them by their public names, on a stream or blocking;
 * :mod:`.teams` team handles, splits and ``team_init``.
 
 The public names are re-exported by :mod:`nvshmem_dsl`.
