@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
-from .host._bootstrap import (
+from .host._launch_env import (
     ENV_LAUNCHER_FD, ENV_LOCAL_RANK, ENV_MODE, ENV_NRANKS, ENV_RANK, ENV_SECRET, ENV_STORE_HOST, ENV_STORE_PORT,
     ENV_TIMEOUT, MPI_ENV_VARS, TORCHRUN_ENV_VARS,
 )

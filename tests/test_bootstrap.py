@@ -1,4 +1,5 @@
-"""Bootstrap (nvshmem_dsl.host._bootstrap): mode detection, TCP store, MPI exchange."""
+"""Bootstrap (nvshmem_dsl.host._bootstrap): mode detection, TCP store (host._uid_store, host._peer_user),
+MPI exchange."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from nvshmem_dsl.host import _bootstrap as bs
+from nvshmem_dsl.host import _peer_user as peers
+from nvshmem_dsl.host import _uid_store as store
 from nvshmem_dsl.host._bootstrap import Bootstrap, bootstrap, detect_mode, fetch_uid, select_device, serve_uid
 from nvshmem_dsl.errors import NvshmemInitError
 
@@ -349,9 +352,9 @@ def test_client_rejects_store_without_proof():
     def fake_store():
         conn, _ = listener.accept()
         with conn:
-            conn.sendall(bs._MAGIC + b"n" * bs._NONCE)
-            bs._recv_exact(conn, bs._NONCE + 8 + bs._MAC)
-            conn.sendall(b"\0" + (6).to_bytes(4, "big") + b"forged" + b"m" * bs._MAC)
+            conn.sendall(store._MAGIC + b"n" * store._NONCE)
+            store._recv_exact(conn, store._NONCE + 8 + store._MAC)
+            conn.sendall(b"\0" + (6).to_bytes(4, "big") + b"forged" + b"m" * store._MAC)
 
     t = threading.Thread(target=fake_store)
     t.start()
@@ -367,18 +370,18 @@ def test_id_not_sent_in_clear():
                          kwargs=dict(nranks=2, key=b"k", timeout=10))
     t.start()
     wire = bytearray()
-    real_recv = bs._recv_exact
+    real_recv = store._recv_exact
 
     def spy(sock, n):
         data = real_recv(sock, n)
         wire.extend(data)
         return data
 
-    bs._recv_exact = spy
+    store._recv_exact = spy
     try:
         assert fetch_uid("127.0.0.1", port, rank=1, nranks=2, key=b"k", timeout=10) == UID
     finally:
-        bs._recv_exact = real_recv
+        store._recv_exact = real_recv
         t.join(10)
     assert UID[:32] not in bytes(wire)
 
@@ -443,8 +446,8 @@ def test_no_secret_warns_once_where_other_hosts_reach_the_store(caplog, monkeypa
     """Without a secret the exchange works; where a process that is not the job's could reach the
     store (another host: a store host that is not a loopback address), a warning says so, once a
     process."""
-    monkeypatch.setattr(bs, "_warned_unauthenticated", False)
-    monkeypatch.setattr(bs, "_exposure", lambda host: f"{host} can be reached from other hosts")
+    monkeypatch.setattr(store, "_warned_unauthenticated", False)
+    monkeypatch.setattr(store, "_exposure", lambda host: f"{host} can be reached from other hosts")
     for _ in range(2):
         port = free_port()
         results, errors = run_ranks([launcher_env(r, 2, port, secret=None) for r in range(2)], Counter())
@@ -453,11 +456,11 @@ def test_no_secret_warns_once_where_other_hosts_reach_the_store(caplog, monkeypa
     assert "export NVSHMEM_DSL_SECRET=" in caplog.text
 
 
-@pytest.mark.skipif(not bs._peers_checked(), reason="needs /proc/net/tcp (Linux)")
+@pytest.mark.skipif(not peers._peers_checked(), reason="needs /proc/net/tcp (Linux)")
 def test_no_secret_on_loopback_needs_no_warning(caplog, monkeypatch):
     """A store on a loopback address, whose clients are checked to be this user's processes, is
     out of every other user's reach: no warning."""
-    monkeypatch.setattr(bs, "_warned_unauthenticated", False)
+    monkeypatch.setattr(store, "_warned_unauthenticated", False)
     port = free_port()
     results, errors = run_ranks([launcher_env(r, 2, port, secret=None) for r in range(2)], Counter())
     assert errors == [None, None] and results[1].uid == UID
@@ -465,10 +468,10 @@ def test_no_secret_on_loopback_needs_no_warning(caplog, monkeypatch):
 
 
 def test_exposure():
-    assert bs._exposure("192.0.2.7") == "192.0.2.7 can be reached from other hosts"
-    assert bs._exposure("no-such-host.invalid") == "no-such-host.invalid can be reached from other hosts"
-    if bs._peers_checked():
-        assert bs._exposure("127.0.0.1") is None and bs._exposure("::1") is None
+    assert store._exposure("192.0.2.7") == "192.0.2.7 can be reached from other hosts"
+    assert store._exposure("no-such-host.invalid") == "no-such-host.invalid can be reached from other hosts"
+    if peers._peers_checked():
+        assert store._exposure("127.0.0.1") is None and store._exposure("::1") is None
 
 
 def test_torchrun_on_one_node_serves_on_loopback():
@@ -483,7 +486,7 @@ def test_torchrun_on_one_node_serves_on_loopback():
 
 
 def test_socket_owner_sees_this_users_processes_and_not_other_hosts():
-    if not bs._peers_checked():
+    if not peers._peers_checked():
         pytest.skip("needs /proc/net/tcp (Linux)")
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         try:
@@ -496,9 +499,9 @@ def test_socket_owner_sees_this_users_processes_and_not_other_hosts():
             with socket.create_connection(listener.getsockname()[:2]) as client:
                 served, _ = listener.accept()
                 with served:
-                    assert bs._socket_owner(served.getsockname(), served.getpeername()) == os.getuid()
-                    assert bs._socket_owner(client.getsockname(), client.getpeername()) == os.getuid()
-    assert bs._socket_owner(("127.0.0.1", 1), ("192.0.2.7", 5)) is None
+                    assert peers._socket_owner(served.getsockname(), served.getpeername()) == os.getuid()
+                    assert peers._socket_owner(client.getsockname(), client.getpeername()) == os.getuid()
+    assert peers._socket_owner(("127.0.0.1", 1), ("192.0.2.7", 5)) is None
 
 
 # Another user's process, in Python alone (run as user nobody by a root test run): a client that
@@ -569,7 +572,7 @@ def _as_user(uid: int | None):
 
 
 def _other_user() -> int:
-    if not bs._peers_checked():
+    if not peers._peers_checked():
         pytest.skip("needs /proc/net/tcp (Linux)")
     if os.geteuid() != 0:
         pytest.skip("needs root, to run a process as another user")
@@ -595,7 +598,7 @@ def test_no_secret_another_users_process_cannot_fetch_the_id(who):
     done = subprocess.run(kw.pop("args") + [STRANGER_CLIENT, str(port)], capture_output=True, text=True,
                           timeout=30, **kw)
     if who == "other":
-        assert done.stdout.split() == ["STATUS", str(bs._OTHER_USER)], done.stderr
+        assert done.stdout.split() == ["STATUS", str(store._OTHER_USER)], done.stderr
         assert fetch_uid("127.0.0.1", port, rank=1, nranks=2, key=b"", timeout=10) == UID
     else:
         assert done.stdout.split() == ["STATUS", "0"], done.stderr

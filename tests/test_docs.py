@@ -152,12 +152,12 @@ def test_environment_page_names_every_variable_the_code_reads():
 
 def test_environment_page_states_the_defaults_the_code_has():
     """The numbers docs/environment.rst gives as defaults are the code's constants."""
-    from nvshmem_dsl.host import _bootstrap, _exit
+    from nvshmem_dsl.host import _exit, _launch_env
     from nvshmem_dsl.linker import abi, cache, loop_split, object_workers, store_build
 
     page = " ".join((DOCS / "environment.rst").read_text().split())
     expected = {
-        "NVSHMEM_DSL_INIT_TIMEOUT": f"(default {_bootstrap.DEFAULT_TIMEOUT:g})",
+        "NVSHMEM_DSL_INIT_TIMEOUT": f"(default {_launch_env.DEFAULT_TIMEOUT:g})",
         "NVSHMEM_DSL_FINALIZE_TIMEOUT": f"(default {_exit.DEFAULT_FINALIZE_TIMEOUT:g};",
         "NVSHMEM_DSL_CACHE_DAYS": f"(default {cache.DEFAULT_DAYS:g};",
         "NVSHMEM_DSL_BUILD_JOBS": f"at most {store_build._MAX_JOBS},",

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..host import _bootstrap, _cuda, _lib, _state
+from ..host import _cuda, _launch_env, _lib, _state
 from ..host import _init as _native
 from ..linker import module_init as _modules
 from . import _tracking
@@ -108,7 +108,7 @@ def _mpi_comm(comm: Any) -> Any:
 def _launched_by_nvshmem_dsl() -> bool:
     """A rank of ``python -m nvshmem_dsl.run -n N`` with N > 1."""
     env = os.environ
-    return env.get(_bootstrap.ENV_MODE, "") == "launcher" and env.get(_bootstrap.ENV_NRANKS, "1") not in ("", "0", "1")
+    return env.get(_launch_env.ENV_MODE, "") == "launcher" and env.get(_launch_env.ENV_NRANKS, "1") not in ("", "0", "1")
 
 
 @translated

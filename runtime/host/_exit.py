@@ -49,7 +49,7 @@ import time
 from typing import Any, NoReturn
 
 from . import _state
-from ._bootstrap import ENV_LAUNCHER_FD, seconds_setting
+from ._launch_env import ENV_LAUNCHER_FD, seconds_setting
 
 __all__ = [
     "ENV_FINALIZE_TIMEOUT",
