@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from comm_bench import _spin_cycles_per_us, _torch_group, time_calls  # noqa: E402
+from comm_bench import _spin_cycles_per_us, _torch_group, add_timing_args, time_calls  # noqa: E402
 
 IMPLS = ("fused_ctas", "fused_ce", "fused_cute_ctas", "fused_cute_ce", "unfused_ours", "unfused_nvshmem", "unfused_nccl", "gemm", "ag_ours",
          "ag_nvshmem")
@@ -141,10 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--comm-ctas", default="4,8,16", help="comm_ctas values of the fused_ctas rows")
     ap.add_argument("--sizes", default=";".join(",".join(map(str, s)) for s in SIZES),
                     help="M,N,K;M,N,K... of the whole problem")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--spin-us", type=float, default=20000.0)
+    add_timing_args(ap, iters=20, warmup=5, spin_us=20000.0)
     args = ap.parse_args(argv)
     import torch
     import nvshmem_dsl as nvshmem

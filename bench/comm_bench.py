@@ -168,6 +168,15 @@ def measure(impl, kind, dtype, nbytes, args, me, npes, cycles_per_us):
             "npes": npes, "pe": me, **timing, "ok": ok}
 
 
+def add_timing_args(ap, *, iters=100, warmup=10, spin_us=2000.0) -> None:
+    """The options :func:`time_calls` reads (``args.iters``, ``reps``, ``warmup``, ``spin_us``), with a
+    bench's own defaults."""
+    ap.add_argument("--iters", type=int, default=iters, help="calls timed behind one spin")
+    ap.add_argument("--reps", type=int, default=5, help="spins (the median is reported)")
+    ap.add_argument("--warmup", type=int, default=warmup, help="calls before timing (their host time: host_us)")
+    ap.add_argument("--spin-us", type=float, default=spin_us, help="the shortest spin holding the stream")
+
+
 def time_calls(call, stream, args, cycles_per_us) -> dict:
     """GPU time per call of ``call`` (which enqueues on ``stream``): ``args.warmup`` calls (their
     host time: host_us), then ``args.reps`` times ``args.iters`` calls behind a spin long enough
@@ -205,10 +214,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default=",".join(CS.KINDS))
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--bytes", default=",".join(str(b) for b in CS.LAT_BYTES))
-    ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--spin-us", type=float, default=2000.0)
+    add_timing_args(ap)
     args = ap.parse_args(argv)
     import nvshmem_dsl as nvshmem
 

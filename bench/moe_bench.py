@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from comm_bench import _spin_cycles_per_us, agreed_spin_us  # noqa: E402
+from comm_bench import _spin_cycles_per_us, add_timing_args, agreed_spin_us  # noqa: E402
 
 
 _M64 = (1 << 64) - 1
@@ -132,10 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--topk", type=int, default=8)
-    ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--spin-us", type=float, default=2000.0)
+    add_timing_args(ap, iters=50, warmup=5)
     args = ap.parse_args(argv)
     import nvshmem_dsl as nvshmem
 

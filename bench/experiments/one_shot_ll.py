@@ -74,10 +74,7 @@ def one_shot_ll(out, x, ll, epoch, n, me, npes):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bytes", default="8,64,512,4096")
-    ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--spin-us", type=float, default=2000.0)
+    CB.add_timing_args(ap)
     args = ap.parse_args(argv)
     with nvshmem.init():
         me, npes = nvshmem.my_pe(), nvshmem.n_pes()

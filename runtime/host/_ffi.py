@@ -1,9 +1,11 @@
 """The cffi FFI of the generated host declarations, parsed once and kept.
 
 cffi's ABI mode parses the declarations (``host_cdef.h``, ~170 KB) with pycparser at every start:
-1.2-1.6 s, over half of ``init()`` on a GPU host (bench/experiments/init_phases.py). Its
+1.2-1.4 s, half of ``init()``'s 2.45 s on an H200 host (bench/experiments/init_phases.py; record
+tests/gpu/records/2026-12-03/h200-faults-cold-session20.txt). Its
 out-of-line ABI form is the parse's result written as a Python module (``make_py_source``): loading
-it takes ~20 ms and gives an FFI that opens the library the same way. The first process of a given
+it took 0.11-0.15 s there, with the import of the cache directory's module (h200-comm-cold-mpirun-session20.txt),
+and gives an FFI that opens the library the same way. The first process of a given
 declarations text and cffi version writes that module to ``host-ffi/`` in the cache directory
 (atomically: a temporary file renamed into place); later ones load it. The file's name holds the
 digest of the declarations and the cffi version, so a new NVSHMEM-DSL or cffi makes a new one; the

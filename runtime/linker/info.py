@@ -5,7 +5,7 @@ NVSHMEM's out-of-line objects are built (``info``: :func:`explain`) and the cach
 
 from __future__ import annotations
 
-from . import abi, helper_archive, outline
+from . import helper_archive
 from .cache import DAYS_ENV, auto_days, prune, summary
 from .store_file import cache_dir
 
@@ -16,6 +16,8 @@ def explain() -> list:
     """``[(what, how)]``: how the objects of collectives (their calling convention), of cold
     functions (their optimisation tiers) and of NVSHMEM's transport helpers (built or NVIDIA's
     compiled ones) are made here; ``how`` says ``unknown: <why>`` where that cannot be told."""
+    from . import abi, outline  # here: init() reads cache_dir from this module and needs neither
+
     rows = []
     for what, tell in (("collective objects", abi.explain), ("cold objects", outline.explain_tiers),
                        ("transport helpers", helper_archive.explain)):

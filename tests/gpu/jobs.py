@@ -1,11 +1,17 @@
 """What the GPU tests that start their own jobs share (tests/gpu/test_core_gpu.py,
-tests/gpu/test_faults_gpu.py): whether this process is itself a PE of a launch, how many GPUs it
-sees, how to call mpirun."""
+tests/gpu/test_faults_gpu.py, tests/gpu/test_cold_pes_gpu.py): whether this process is itself a PE of
+a launch, how many GPUs it sees, how to call mpirun, the MPS daemon and the environment of such jobs."""
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import shutil
 import subprocess
+from pathlib import Path
+
+#: The checkout, put on the jobs' PYTHONPATH.
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Variables a launcher sets to the job's size (ours, torchrun, Open MPI, MPICH).
 SIZE_VARS = ("NVSHMEM_DSL_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
@@ -32,3 +38,32 @@ def mpirun() -> list[str] | None:
         return None
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     return [exe, *(["--oversubscribe"] if "Open MPI" in version or "OpenRTE" in version else [])]
+
+
+@contextlib.contextmanager
+def mps_for_jobs(pes: int, test_file: str, *, at_least: int = 1):
+    """An MPS daemon (tests/gpu/mps.py) for a test that starts its own jobs of up to ``pes`` PEs: at
+    least ``at_least`` PEs to a GPU's share. Skips when this process is a PE of a launch (the test
+    must run in one process) or sees no GPU."""
+    import pytest
+    from mps import MpsDaemon
+
+    if launched_as_pe():
+        pytest.skip(f"launches its own jobs: run {test_file} in one process")
+    gpus = gpu_count()
+    if gpus < 1:
+        pytest.skip("needs a GPU")
+    with MpsDaemon(max(at_least, math.ceil(pes / gpus))) as daemon:
+        yield daemon
+
+
+def job_env(mps) -> dict[str, str]:
+    """The environment of a job such a test starts: this process's without an outer launch's rank
+    variables, the MPS daemon's, the checkout on PYTHONPATH, unbuffered output, NVLink multicast off."""
+    from nvshmem_dsl.run import RANK_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}  # not a rank of an outer launch
+    env.update(mps.env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(PYTHONUNBUFFERED="1", NVSHMEM_DISABLE_NVLS="1")
+    return env

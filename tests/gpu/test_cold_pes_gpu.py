@@ -15,7 +15,6 @@ while writing the store or an object, builders starting together) is tests/test_
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -26,12 +25,10 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import gpu_count, launched_as_pe  # noqa: E402
-from mps import MpsDaemon  # noqa: E402
+from jobs import job_env, mps_for_jobs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[2]
 COLD_PE = Path(__file__).resolve().parent / "cold_pe.py"
 PES = int(os.environ.get("NVSHMEM_DSL_COLD_PES", "8"))
 JOB_TIMEOUT_S = 300.0  #: a whole cold job: imports, init, three first kernels of every PE
@@ -39,24 +36,14 @@ JOB_TIMEOUT_S = 300.0  #: a whole cold job: imports, init, three first kernels o
 
 @pytest.fixture(scope="module")
 def mps():
-    if launched_as_pe():
-        pytest.skip("launches its own jobs: run tests/gpu/test_cold_pes_gpu.py in one process")
-    gpus = gpu_count()
-    if gpus < 1:
-        pytest.skip("needs a GPU")
-    with MpsDaemon(max(1, math.ceil(PES / gpus))) as daemon:
+    with mps_for_jobs(PES, "tests/gpu/test_cold_pes_gpu.py") as daemon:
         yield daemon
 
 
 def _job(mps, pes: int, cache: Path) -> tuple[float, list[dict]]:
     """Run cold_pe.py on ``pes`` PEs with ``cache``: (seconds, the PEs' RESULT dicts by PE)."""
-    from nvshmem_dsl.run import RANK_VARS
-
-    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
-    env.update(mps.env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.update(PYTHONUNBUFFERED="1", NVSHMEM_DISABLE_NVLS="1", NVSHMEM_DSL_CACHE=str(cache),
-               TRITON_CACHE_DIR=str(cache / "triton"))
+    env = job_env(mps)
+    env.update(NVSHMEM_DSL_CACHE=str(cache), TRITON_CACHE_DIR=str(cache / "triton"))
     env.setdefault("NVSHMEM_DSL_INIT_TIMEOUT", "120")
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "nvshmem_dsl.run", "-n", str(pes), "--timeout", str(JOB_TIMEOUT_S),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import re
 import secrets
@@ -35,12 +34,11 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import gpu_count, launched_as_pe, mpirun  # noqa: E402
+from jobs import ROOT, job_env, mpirun, mps_for_jobs  # noqa: E402
 from mps import MpsDaemon  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[2]
 FAULT_PE = Path(__file__).resolve().parent / "fault_pe.py"
 TABLE_VAR = "NVSHMEM_DSL_FAULT_TABLE"
 GRACE_S = 2.0  #: nvshmem_dsl.run --grace: SIGTERM to SIGKILL
@@ -80,23 +78,14 @@ PES = [int(p) for p in _list("NVSHMEM_DSL_FAULT_PES", "2,4")]
 
 @pytest.fixture(scope="module")
 def mps():
-    if launched_as_pe():
-        pytest.skip("launches its own jobs: run tests/gpu/test_faults_gpu.py in one process")
-    gpus = gpu_count()
-    if gpus < 1:
-        pytest.skip("needs a GPU")
-    per_gpu = max(2, math.ceil(max(PES + [2]) / gpus))  # under MPS even at one PE per GPU
-    with MpsDaemon(per_gpu) as daemon:
+    # under MPS even at one PE per GPU
+    with mps_for_jobs(max(PES + [2]), "tests/gpu/test_faults_gpu.py", at_least=2) as daemon:
         yield daemon
 
 
 def _env(mps: MpsDaemon, launcher: str) -> dict[str, str]:
-    from nvshmem_dsl.run import RANK_VARS
-
-    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}  # not a rank of an outer launch
-    env.update(mps.env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.update(PYTHONUNBUFFERED="1", NVSHMEM_DISABLE_NVLS="1", NVSHMEM_DSL_FINALIZE_TIMEOUT=str(FINALIZE_TIMEOUT_S))
+    env = job_env(mps)
+    env["NVSHMEM_DSL_FINALIZE_TIMEOUT"] = str(FINALIZE_TIMEOUT_S)
     env.setdefault("NVSHMEM_DSL_INIT_TIMEOUT", "60")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
