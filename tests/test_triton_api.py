@@ -49,7 +49,7 @@ import nvshmem_dsl.triton as nv  # noqa: E402
 from nvshmem_dsl import _optable
 from nvshmem_dsl.linker import calls, link, outline  # noqa: E402
 from nvshmem_dsl.errors import NvshmemTypeError  # noqa: E402
-from nvshmem_dsl.triton import _calls, _compile  # noqa: E402
+from nvshmem_dsl.triton import _calls, _compile, _shims  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton_kernels as tk  # noqa: E402
@@ -654,14 +654,14 @@ def test_only_calls_with_local_effects_make_the_program_wait():
     keep it; g has no leader: every thread reads."""
     barrier = "@llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)\n"
     for sym in ("nvshmem_int_p", "nvshmem_int_atomic_add", "nvshmemx_signal_op"):
-        assert "call void " + barrier not in _compile._shim(sym)[0], sym
+        assert "call void " + barrier not in _shims._shim(sym)[0], sym
     for sym in ("nvshmem_int_put", "nvshmem_int_get", "nvshmem_quiet", "nvshmem_int_wait_until"):
-        assert "call void " + barrier in _compile._shim(sym)[0], sym
+        assert "call void " + barrier in _shims._shim(sym)[0], sym
     for sym in ("nvshmem_int_g", "nvshmem_half_g", "nvshmem_double_g"):
-        shim = _compile._shim(sym)[0]
+        shim = _shims._shim(sym)[0]
         assert "%tid" not in shim and "barrier" not in shim and "shfl" not in shim, sym
     # what decides: the roles (a remote source and a PE, a result), not a list of names
-    assert {o["family"] for o in OPS.values() if _compile.every_thread_reads(o)} == {"g"}
+    assert {o["family"] for o in OPS.values() if _shims.every_thread_reads(o)} == {"g"}
 
 
 @pytest.mark.parametrize("sym", ["nvshmem_uint64_atomic_fetch_add", "nvshmem_int_atomic_compare_swap",
@@ -674,13 +674,13 @@ def test_a_one_warp_program_gets_the_leaders_result_by_a_shuffle(sym):
     if sym not in OPS:
         pytest.skip(f"{sym}: not in this NVSHMEM")
     llvm = pytest.importorskip("llvmlite.binding")
-    one = _compile._shim(sym, 1)[0]
+    one = _shims._shim(sym, 1)[0]
     assert "shfl.sync.idx" in one and "slot" not in one, one
     assert one.count("barrier.cta.sync.aligned.all") == 1 and one.index("barrier") < one.index("shfl"), one
     wide = re.search(r"define (i64|double) ", one) is not None
     assert one.count("call i32 @llvm.nvvm.shfl.sync.idx.i32") == (2 if wide else 1), one
     for n in (None, 2, 4):
-        more = _compile._shim(sym, n)[0]
+        more = _shims._shim(sym, n)[0]
         assert "shfl" not in more and more.count("barrier.cta.sync.aligned.all") == 2, (n, more)
     for n in (None, 1, 4):
         llvm.parse_assembly(_compile.shim_module([sym], n)).verify()
@@ -711,7 +711,7 @@ def test_the_shuffled_bits_are_the_value(ty):
                 ("  %o = add i64 %w, 0" if ty == "i64" else f"  %o = zext {ty} %w to i64")]
     ir = "\n".join([
         "define i32 @llvm.nvvm.shfl.sync.idx.i32(i32 %m, i32 %v, i32 %l, i32 %c) {", "  ret i32 %v", "}",
-        "define i64 @roundtrip(i64 %in) {", "entry:", *into, *_compile._from_lane0(ty, "%a"), *back,
+        "define i64 @roundtrip(i64 %in) {", "entry:", *into, *_shims._from_lane0(ty, "%a"), *back,
         "  ret i64 %o", "}"]).replace("@llvm.nvvm.shfl.sync.idx.i32", "@shfl")
     mod = llvm.parse_assembly(ir)
     mod.verify()
@@ -788,10 +788,10 @@ def test_a_group_that_is_the_whole_program_calls_without_leader_or_barrier():
                        ("nvshmemx_barrier_warp", 1)):
         if sym not in OPS:
             continue
-        one = _compile._shim(sym, warps)[0]
+        one = _shims._shim(sym, warps)[0]
         assert "%tid" not in one and "barrier.cta" not in one and "slot" not in one, (sym, one)
-        wide = _compile._shim(sym, 2)[0]
+        wide = _shims._shim(sym, 2)[0]
         assert "icmp ult i32 %tid, 32" in wide and "barrier.cta.sync.aligned.all" in wide, (sym, wide)
-    unknown = _compile._shim("nvshmemx_int_put_warp", None)[0]
+    unknown = _shims._shim("nvshmemx_int_put_warp", None)[0]
     assert "icmp ult i32 %tid, 32" in unknown
 
