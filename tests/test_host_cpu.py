@@ -124,6 +124,25 @@ def test_library_exports_every_host_function_of_the_table():
     assert str(_lib.library_path()).endswith(("libnvshmem_host.so.3", "libnvshmem_host.so"))
 
 
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_symbol_the_library_lacks(kept, tmp_path, monkeypatch):
+    """An NVSHMEM without a function (3.4.5 has no nvshmemx_flush): has_symbol says so, a call names it;
+    with the declarations parsed now and with the parse kept in the cache directory (cffi's out-of-line
+    ABI module, which raises its own ffi.error for a missing symbol, not AttributeError)."""
+    from nvshmem_dsl.host import _ffi as ffi_module
+
+    f = ffi_module.new_ffi(_lib.cdef_text(), folder=tmp_path)  # parses, keeps the parse in tmp_path
+    if kept:
+        f = ffi_module.new_ffi(_lib.cdef_text(), folder=tmp_path)  # loads the kept module
+        assert list(tmp_path.glob("*.py"))
+    monkeypatch.setattr(_lib, "_ffi", f)
+    monkeypatch.setattr(_lib, "_lib", f.dlopen(str(_lib.library_path())))
+    assert _lib.has_symbol("nvshmem_my_pe")
+    assert not _lib.has_symbol("nvshmemx_no_such_function")
+    with pytest.raises(nv.NvshmemNotFoundError, match="nvshmemx_no_such_function is not exported"):
+        _lib._signature("nvshmemx_no_such_function")
+
+
 def test_versions():
     v = nv.versions()
     assert v["nvshmem"] == "%d.%d.%d" % _libs.nvshmem_version()

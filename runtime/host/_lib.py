@@ -91,10 +91,11 @@ def library_path():
 
 def has_symbol(symbol: str) -> bool:
     """Whether the loaded library exports ``symbol`` (older NVSHMEMs lack some)."""
+    f, library = _load()
     try:
-        getattr(lib(), symbol)
+        getattr(library, symbol)
         return True
-    except AttributeError:
+    except (AttributeError, f.error):  # cffi's out-of-line ABI module raises ffi.error
         return False
 
 
@@ -164,7 +165,7 @@ def _signature(symbol: str):
     f, library = _load()
     try:
         fn = getattr(library, symbol)
-    except AttributeError:
+    except (AttributeError, f.error):
         version = "unknown version"
         try:
             v = _libs.nvshmem_version()
