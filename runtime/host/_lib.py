@@ -89,13 +89,19 @@ def library_path():
     return _path if _path is not None else _libs.host_library_path()
 
 
+def _missing_symbol_error(f) -> type:
+    """What getattr of a symbol the library lacks raises besides AttributeError: the out-of-line ABI
+    module of the kept parse (:mod:`._ffi`) raises its ``ffi.error``; a parsed FFI has none."""
+    return getattr(f, "error", AttributeError)
+
+
 def has_symbol(symbol: str) -> bool:
     """Whether the loaded library exports ``symbol`` (older NVSHMEMs lack some)."""
     f, library = _load()
     try:
         getattr(library, symbol)
         return True
-    except (AttributeError, f.error):  # cffi's out-of-line ABI module raises ffi.error
+    except (AttributeError, _missing_symbol_error(f)):
         return False
 
 
@@ -165,7 +171,7 @@ def _signature(symbol: str):
     f, library = _load()
     try:
         fn = getattr(library, symbol)
-    except (AttributeError, f.error):
+    except (AttributeError, _missing_symbol_error(f)):
         version = "unknown version"
         try:
             v = _libs.nvshmem_version()
