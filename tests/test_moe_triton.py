@@ -38,7 +38,7 @@ CALLS = {
     "dispatch": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["p"]["int32"], nv.DISPATCH["fence"][None],
                  nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
     "combine": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["fence"][None], nv.DISPATCH["signal_op"][None],
-                nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
+                nv.DISPATCH["wait_until_all"]["uint64"], nv.DISPATCH["quiet"][None]},
 }
 
 
@@ -73,7 +73,8 @@ def test_kernels_take_the_numba_kernels_arguments():
         assert inspect.signature(getattr(mt, name)) == inspect.signature(getattr(mn, name)), name
     assert mt.ARRAYS == "torch"
     assert mt.NUM_WARPS * 32 == _layout.THREADS
-    assert mt.BLOCK_H * 2 == 16 * _layout.THREADS  # 16 bytes of bfloat16 a thread a step
+    assert mt.BLOCK_H * 2 == 32 * _layout.THREADS  # two 16-byte vectors of bfloat16 a thread a step
+    assert mt.MAX_TOPK == _layout.MAX_TOPK
     assert mt.SCAN % _layout.THREADS == 0
 
 

@@ -39,8 +39,13 @@ NUM_WARPS = THREADS // 32
 ARRAYS = "torch"
 #: Entries of ``topk`` the dispatch reads a vector step (4 int64 a thread).
 SCAN = 4 * THREADS
-#: Elements of one vector step of the combine's sum (16 bytes of bfloat16 a thread).
-BLOCK_H = 8 * THREADS
+#: Elements of one vector step of the combine's sum (two 16-byte vectors of bfloat16 a thread: a row
+#: of H <= 8192 in one step, so each slot's first row and weight are found once a token).
+BLOCK_H = 16 * THREADS
+#: Slots of the combine's sum unrolled (their loads in flight together; the sum stays in slot order).
+UNROLL_K = tl.constexpr(4)
+#: Slots a token at most (the combine's check for repeated experts, a vector of them).
+MAX_TOPK = tl.constexpr(_layout.MAX_TOPK)
 #: Scalar arguments whose value changes from call to call or from PE to PE (no specialisation).
 _VARYING = ("epoch", "T", "me")
 
@@ -54,6 +59,13 @@ def _add_product(acc, w, v):
     contraction; no flush of subnormals): as the Numba kernels' float32 arithmetic."""
     return tl.inline_asm_elementwise("{ .reg .f32 p; mul.rn.f32 p, $2, $3; add.rn.f32 $0, $1, p; }", "=f,f,f,f",
                                      [acc, w, v], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _add_slot(acc, e, w, v):
+    """acc + w * v where slot's expert e >= 0, else acc: a select after the row's load (the row
+    t * K + j exists for a slot of no expert too), not a branch around it, as the C++ twin's sum."""
+    return tl.where(e >= 0, _add_product(acc, w, v), acc)
 
 
 @triton.jit(do_not_specialize=_VARYING)
@@ -113,23 +125,32 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
             nv.put_nbi_block(comb_x + idx * H, y + r * H, H, src)
         nv.fence()
         nv.signal_op(sig + E + me * L + l, epoch, nv.SIGNAL_SET, src)
-    for e in range(0, E):
-        nv.signal_wait_until(sig + E + e, nv.CMP_GE, epoch)
-    tl.debug_barrier()
+    # every combine word (thread 0, one call: one barrier after it, where a wait a word cost two)
+    nv.wait_until_all(sig + E, E, None, nv.CMP_GE, epoch)
+    slots = tl.arange(0, MAX_TOPK)
     for t in range(b, T, grid):
-        for h in range(0, H, BLOCK_H):
+        # does the token name an expert in two slots? (once a token, as the C++ twin's slot list)
+        ex = tl.load(topk + t * K + slots, mask=slots < K, other=-1)
+        again = (ex[:, None] == ex[None, :]) & (slots[:, None] < slots[None, :]) & (ex[:, None] >= 0)
+        repeats = tl.max(again.to(tl.int64))
+        for h in range(0, H, BLOCK_H):  # one step where H <= BLOCK_H
             offs = h + tl.arange(0, BLOCK_H)
             m = offs < H
             acc = tl.zeros([BLOCK_H], tl.float32)
-            for j in range(0, K):
-                k = t * K + j
-                e = tl.load(topk + k)
-                if e >= 0:
+            if repeats == 0:  # each slot's own row: the slots' loads in flight together
+                for j in tl.range(0, K, loop_unroll_factor=UNROLL_K):
+                    k = t * K + j
+                    v = tl.load(comb_x + k * H + offs, mask=m, other=0.0).to(tl.float32)
+                    acc = _add_slot(acc, tl.load(topk + k), tl.load(weights + k), v)
+            else:
+                for j in range(0, K):
+                    k = t * K + j
+                    e = tl.load(topk + k)
                     first = k  # the row of the expert's first slot (its result came back once)
                     for jj in range(t * K, k):
                         first = tl.where((tl.load(topk + jj) == e) & (first == k), jj, first)
                     v = tl.load(comb_x + first * H + offs, mask=m, other=0.0).to(tl.float32)
-                    acc = _add_product(acc, tl.load(weights + k), v)
+                    acc = _add_slot(acc, e, tl.load(weights + k), v)
             tl.store(out + t * H + offs, acc.to(tl.bfloat16), mask=m)
     _finish()
 
