@@ -36,9 +36,10 @@ _I32_ARITH = re.compile(r"arith\.(?:addi|subi|muli|remsi|divsi|andi|ori|shli|min
 #: The NVSHMEM functions each kernel calls (the protocol's), and no other.
 CALLS = {
     "dispatch": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["p"]["int32"], nv.DISPATCH["fence"][None],
-                 nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
+                 nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None],
+                 nv.DISPATCH["ptr"][None]},
     "combine": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["fence"][None], nv.DISPATCH["signal_op"][None],
-                nv.DISPATCH["wait_until_all"]["uint64"], nv.DISPATCH["quiet"][None]},
+                nv.DISPATCH["wait_until_all"]["uint64"], nv.DISPATCH["quiet"][None], nv.DISPATCH["ptr"][None]},
 }
 
 
@@ -126,8 +127,23 @@ def test_combine_sums_as_the_numba_kernel(compiled):
 @pytest.mark.parametrize("kind", KINDS)
 def test_aligned_arrays_get_vector_rows(compiled, kind):
     ptx = compiled(kind, aligned=True).asm["ptx"]
-    want = {"ld", "st"} if kind == "combine" else {"st"}  # the sum's rows; the put's copy
-    assert want <= {m.group(1) for m in _VECTOR.finditer(ptx)}
+    assert {"ld", "st"} <= {m.group(1) for m in _VECTOR.finditer(ptx)}  # the rows' copies; the sum's rows
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_to_a_reachable_peer_by_vector_stores(compiled, kind):
+    """Where nv.peer reaches the row's PE, the program copies ROWS rows at once by stores through the
+    peer's address (NVSHMEM's put P2P path), 16-byte vectors as the loads, ROW_BLOCK elements of each
+    row a step (four vectors a thread), not staged through shared memory; else put_nbi_block a row."""
+    assert mt.ROWS * mt.ROW_BLOCK * 2 == 64 * _layout.THREADS
+    ptx = compiled(kind, aligned=True).asm["ptx"]
+    blocks = re.split(r"^\$L__BB\d+_\d+:", ptx, flags=re.M)  # basic blocks
+    copies = [bb for bb in blocks if len(re.findall(r"\bld\.global\.v4\.b32\b", bb)) >= 4
+              and len(re.findall(r"\bst\.global\.v4\.b32\b", bb)) >= 4 and "st.shared" not in bb
+              and "bar.sync" not in bb]
+    assert copies, "no block copying four vectors a thread without shared memory"
+    ttir = compiled(kind).asm["ttir"]
+    assert "nvshmem_ptr" in ttir and "nvshmemx_bfloat16_put_nbi_block" in ttir  # the P2P path and the other
 
 
 def test_compile_ptx_leaves_tritons_hooks_as_they_were(tmp_path, monkeypatch):
