@@ -17,8 +17,8 @@ Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) rout
 a match whose token names the expert in an earlier slot is no match (``K - 1`` masked vector
 loads a vector).  P2P: the matches' running count (``tl.cumsum``) is each one's slot ``s`` (the
 Numba block scan's order, ``t * K + j`` ascending), its ``t * K + j`` stored to ``recv_src[s]`` on
-the peer at once (what ``p`` does there), and match ``i``'s entry is the number of entries whose
-count is at most ``i`` (a ``ROWS x SCAN`` sum), ``ROWS`` rows a copy.  Otherwise the vector's
+the peer at once (what ``p`` does there), and match ``i``'s token is that of the entry whose count
+is ``i + 1`` (a ``ROWS x SCAN`` sum), ``ROWS`` rows a copy.  Otherwise the vector's
 matches are counted (``tl.sum``) and taken one after the other, each the smallest entry past the
 previous one (``tl.min``), its row put and its ``t * K + j`` sent by ``p`` (thread 0, not waited
 for).  Then ``fence`` and the word set to ``epoch << 32 | count``.
@@ -87,13 +87,13 @@ def _on_peer(ptr, at):
 
 
 @triton.jit
-def _matches(topk, offs, TK, K, e):
-    """Which entries ``offs`` of topk name expert ``e`` (a token's repeated expert: at its first slot
-    only, by K - 1 masked vector loads)."""
+def _matches(topk, offs, j, TK, K, e):
+    """Which entries ``offs`` of topk (slots ``j = offs % K``) name expert ``e`` (a token's repeated
+    expert: at its first slot only, by K - 1 masked vector loads)."""
     inside = offs < TK
     hit = (tl.load(topk + offs, mask=inside, other=-1) == e) & inside
     for jj in range(1, K):
-        ahead = tl.load(topk + offs - jj, mask=hit & (offs % K >= jj), other=-1)
+        ahead = tl.load(topk + offs - jj, mask=hit & (j >= jj), other=-1)
         hit = hit & (ahead != e)
     return hit
 
@@ -136,20 +136,22 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
             to_src = nv.peer(recv_src, dst)
             for base in range(0, TK, SCAN):  # topk == e, in token order
                 offs = base + tl.arange(0, SCAN)
-                hit = _matches(topk, offs, TK, K, e)
+                tok = offs // K  # one division an entry (a row's token is its entry's)
+                hit = _matches(topk, offs, offs - tok * K, TK, K, e)
                 rank = tl.cumsum(hit.to(tl.int64), axis=0)  # matches up to each entry
                 tl.store(to_src + row0 + count + rank - 1, offs.to(tl.int32), mask=hit)
                 n = tl.sum(hit.to(tl.int64), axis=0)
                 for i0 in range(0, n, ROWS):
                     i = i0 + tl.arange(0, ROWS)
-                    idx = base + tl.sum((rank[None, :] <= i[:, None]).to(tl.int64), axis=1)  # match i's entry
-                    _copy_rows(to_x + (row0 + count + i) * H, x + (idx // K) * H, i < n, H, ROW_BLOCK)
+                    # match i's token: that of the entry whose running count is i + 1
+                    t = tl.sum(tl.where(hit[None, :] & (rank[None, :] == i[:, None] + 1), tok[None, :], 0), axis=1)
+                    _copy_rows(to_x + (row0 + count + i) * H, x + t * H, i < n, H, ROW_BLOCK)
                 count += n
             tl.debug_barrier()  # every thread's stores before thread 0's fence
         else:
             for base in range(0, TK, SCAN):  # topk == e, in token order
                 offs = base + tl.arange(0, SCAN)
-                hit = _matches(topk, offs, TK, K, e)
+                hit = _matches(topk, offs, offs % K, TK, K, e)
                 n = tl.sum(hit.to(tl.int64), axis=0)
                 last = base - 1
                 for i in range(0, n):
