@@ -39,7 +39,7 @@ CALLS = {
                  nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None],
                  nv.DISPATCH["ptr"][None]},
     "combine": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["fence"][None], nv.DISPATCH["signal_op"][None],
-                nv.DISPATCH["wait_until_all"]["uint64"], nv.DISPATCH["quiet"][None], nv.DISPATCH["ptr"][None]},
+                nv.DISPATCH["wait_until"]["uint64"], nv.DISPATCH["quiet"][None], nv.DISPATCH["ptr"][None]},
 }
 
 
@@ -122,6 +122,18 @@ def test_combine_sums_as_the_numba_kernel(compiled):
     assert re.search(r"\bmul\.rn\.f32\b", ptx) and re.search(r"\badd\.rn\.f32\b", ptx)
     assert not re.search(r"\bfma\.", ptx) and ".ftz" not in ptx
     assert "cvt.f32.bf16" in ptx and "cvt.rn.bf16" in ptx
+
+
+def test_combine_waits_a_word_a_thread(compiled):
+    """The E combine words are polled by the program's threads at once (Triton's volatile vector
+    load, a word a thread, as the C++ twin's threads each wait one), then one NVSHMEM wait_until of
+    a word already set (its transport step); not thread 0 waiting word after word."""
+    ck = compiled("combine")
+    assert re.search(r"ld\.volatile\.global\.b64", ck.asm["ptx"])  # NVSHMEM's own polls are generic loads
+    ttir = ck.asm["ttir"]
+    assert re.search(r"tt\.load [^\n]*volatile = true", ttir) or "isVolatile = true" in ttir
+    assert ttir.count("nvshmem_uint64_wait_until") == 1 and "wait_until_all" not in ttir
+    assert mt.WAIT == _layout.THREADS
 
 
 @pytest.mark.parametrize("kind", KINDS)

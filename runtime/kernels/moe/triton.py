@@ -24,8 +24,9 @@ previous one (``tl.min``), its row put and its ``t * K + j`` sent by ``p`` (thre
 for).  Then ``fence`` and the word set to ``epoch << 32 | count``.
 
 Combine: the rows of each word go back (``recv_src`` read ``ROWS`` at a time on the P2P path),
-then ``fence`` and the combine word; the ``E`` combine words are waited for by thread 0 in one
-``wait_until_all`` (one barrier after it); then ``out[t]`` is summed over j in order in float32,
+then ``fence`` and the combine word; the ``E`` combine words are polled by the program's threads at
+once, a word a thread, as the C++ twin's threads wait (then thread 0's ``wait_until`` of one, already
+set, for NVSHMEM's step after a wait); then ``out[t]`` is summed over j in order in float32,
 product and sum each rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as
 the Numba kernel's ``acc += w * v`` compiles), a slot of no expert left out by a select after its
 row's load (as the C++ twin's), and rounded to bfloat16 to nearest even: the Numba combine's bits.
@@ -59,6 +60,8 @@ BLOCK_H = 16 * THREADS
 UNROLL_K = tl.constexpr(4)
 #: Slots a token at most (the combine's check for repeated experts, a vector of them).
 MAX_TOPK = tl.constexpr(_layout.MAX_TOPK)
+#: Signal words the combine's threads poll at once (a word a thread).
+WAIT = tl.constexpr(THREADS)
 #: Rows a P2P copy step moves (in the combine, and the dispatch's rows of one step).
 ROWS = tl.constexpr(16)
 #: Elements of a row a P2P copy step moves (ROWS x ROW_BLOCK: four 16-byte vectors a thread).
@@ -84,6 +87,23 @@ def _on_peer(ptr, at):
     to be a multiple of 16 bytes (a peer's mapping of the symmetric heap lies a multiple of its
     granularity from ours), so that stores through it are vectors as the loads are (bfloat16)."""
     return ptr + tl.multiple_of((at - ptr.to(tl.int64)) >> 1, 8)
+
+
+@triton.jit
+def _wait_all(words, n, value, WAIT: tl.constexpr):
+    """Wait until words[0:n] >= value (uint64), as the C++ twin's threads wait a word each: the
+    program's threads poll WAIT words at once (volatile loads, as NVSHMEM's wait polls), then thread 0's
+    ``wait_until`` of the last word, already set, makes NVSHMEM's transport step after a wait
+    (``syncapi_update_mem``), and the program syncs.  Thread 0 alone waiting word after word read
+    them one at a time: n dependent loads, where a thread each reads them at once."""
+    for w0 in range(0, n, WAIT):
+        w = w0 + tl.arange(0, WAIT)
+        inside = w < n
+        pending = n - w0
+        while pending > 0:
+            got = tl.load(words + w, mask=inside, other=value, volatile=True)
+            pending = tl.sum((got < value).to(tl.int64), axis=0)
+    nv.wait_until(words + n - 1, nv.CMP_GE, value)
 
 
 @triton.jit
@@ -199,8 +219,7 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
                 nv.put_nbi_block(comb_x + idx * H, y + r * H, H, src)
         nv.fence()
         nv.signal_op(sig + E + me * L + l, epoch, nv.SIGNAL_SET, src)
-    # every combine word (thread 0, one call: one barrier after it, where a wait a word cost two)
-    nv.wait_until_all(sig + E, E, None, nv.CMP_GE, epoch)
+    _wait_all(sig + E, E, epoch.to(tl.uint64), WAIT)  # every combine word
     slots = tl.arange(0, MAX_TOPK)
     for t in range(b, T, grid):
         # does the token name an expert in two slots? (once a token, as the C++ twin's slot list)
