@@ -36,9 +36,10 @@ _I32_ARITH = re.compile(r"arith\.(?:addi|subi|muli|remsi|divsi|andi|ori|shli|min
 #: The NVSHMEM functions each kernel calls (the protocol's), and no other.
 CALLS = {
     "dispatch": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["p"]["int32"], nv.DISPATCH["fence"][None],
-                 nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
+                 nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None],
+                 nv.DISPATCH["ptr"][None]},
     "combine": {nv.DISPATCH["put_nbi_block"]["bf16"], nv.DISPATCH["fence"][None], nv.DISPATCH["signal_op"][None],
-                nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
+                nv.DISPATCH["wait_until"]["uint64"], nv.DISPATCH["quiet"][None], nv.DISPATCH["ptr"][None]},
 }
 
 
@@ -73,7 +74,8 @@ def test_kernels_take_the_numba_kernels_arguments():
         assert inspect.signature(getattr(mt, name)) == inspect.signature(getattr(mn, name)), name
     assert mt.ARRAYS == "torch"
     assert mt.NUM_WARPS * 32 == _layout.THREADS
-    assert mt.BLOCK_H * 2 == 16 * _layout.THREADS  # 16 bytes of bfloat16 a thread a step
+    assert mt.BLOCK_H * 2 == 32 * _layout.THREADS  # two 16-byte vectors of bfloat16 a thread a step
+    assert mt.MAX_TOPK == _layout.MAX_TOPK
     assert mt.SCAN % _layout.THREADS == 0
 
 
@@ -122,11 +124,38 @@ def test_combine_sums_as_the_numba_kernel(compiled):
     assert "cvt.f32.bf16" in ptx and "cvt.rn.bf16" in ptx
 
 
+def test_combine_waits_a_word_a_thread(compiled):
+    """The E combine words are polled by the program's threads at once (Triton's volatile vector
+    load, a word a thread, as the C++ twin's threads each wait one), then one NVSHMEM wait_until of
+    a word already set (its transport step); not thread 0 waiting word after word."""
+    ck = compiled("combine")
+    assert re.search(r"ld\.volatile\.global\.b64", ck.asm["ptx"])  # NVSHMEM's own polls are generic loads
+    ttir = ck.asm["ttir"]
+    assert re.search(r"tt\.load [^\n]*volatile = true", ttir) or "isVolatile = true" in ttir
+    assert ttir.count("nvshmem_uint64_wait_until") == 1 and "wait_until_all" not in ttir
+    assert mt.WAIT == _layout.THREADS
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_aligned_arrays_get_vector_rows(compiled, kind):
     ptx = compiled(kind, aligned=True).asm["ptx"]
-    want = {"ld", "st"} if kind == "combine" else {"st"}  # the sum's rows; the put's copy
-    assert want <= {m.group(1) for m in _VECTOR.finditer(ptx)}
+    assert {"ld", "st"} <= {m.group(1) for m in _VECTOR.finditer(ptx)}  # the rows' copies; the sum's rows
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_to_a_reachable_peer_by_vector_stores(compiled, kind):
+    """Where nv.peer reaches the row's PE, the program copies ROWS rows at once by stores through the
+    peer's address (NVSHMEM's put P2P path), 16-byte vectors as the loads, ROW_BLOCK elements of each
+    row a step (four vectors a thread), not staged through shared memory; else put_nbi_block a row."""
+    assert mt.ROWS * mt.ROW_BLOCK * 2 == 64 * _layout.THREADS
+    ptx = compiled(kind, aligned=True).asm["ptx"]
+    blocks = re.split(r"^\$L__BB\d+_\d+:", ptx, flags=re.M)  # basic blocks
+    copies = [bb for bb in blocks if len(re.findall(r"\bld\.global\.v4\.b32\b", bb)) >= 4
+              and len(re.findall(r"\bst\.global\.v4\.b32\b", bb)) >= 4 and "st.shared" not in bb
+              and "bar.sync" not in bb]
+    assert copies, "no block copying four vectors a thread without shared memory"
+    ttir = compiled(kind).asm["ttir"]
+    assert "nvshmem_ptr" in ttir and "nvshmemx_bfloat16_put_nbi_block" in ttir  # the P2P path and the other
 
 
 def test_compile_ptx_leaves_tritons_hooks_as_they_were(tmp_path, monkeypatch):

@@ -5,22 +5,35 @@ one program is one block of the protocol (``program_id(0)``), of ``_layout.THREA
 (``num_warps = THREADS // 32``).  Index arithmetic is int64, as in
 :mod:`nvshmem_dsl.kernels.triton`.
 
-Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) routed to expert
-``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order),
-counts the vector's matches (``tl.sum``) and takes them one after the other, each the smallest
-entry past the previous one (``tl.min``, a program-wide reduction), which gives every match its
-slot ``s`` in the same order as the Numba block scan (``t * K + j`` ascending); a match whose
-token names the expert in an earlier slot is no match (``K - 1`` masked vector loads a vector).  Each match's row
-goes out right away, by the whole program (``put_nbi_block``: Triton makes block-scope calls
-with every thread), and its ``t * K + j`` by ``p`` (thread 0, not waited for).  Then ``fence`` and
-the word set to ``epoch << 32 | count``.  Cost beside the puts: ``T * K / SCAN`` vector loads and
-reductions an expert, and one reduction (with its barriers) a match.
+Rows move as NVSHMEM moves them: where the row's PE is reached by load/store (``nv.peer`` not
+null: NVLink, or the same GPU), as put_nbi's P2P path does, by stores through the peer's address,
+here ``ROWS`` rows at once by the whole program (16-byte vectors, ``ROW_BLOCK`` elements of each row
+a step: the C++ twin's warps, a row each, copy 16 rows at once alike), then a program barrier before
+thread 0's ``fence``; else by ``put_nbi_block``, a row a call (Triton makes block-scope calls with
+every thread).
 
-Combine: the rows of each word go back by ``put_nbi_block`` (a row a call), then ``fence`` and
-the combine word; the ``E`` combine words are waited for by thread 0 one after the other (a
-barrier after each); then ``out[t]`` is summed over j in order in float32, product and sum each
-rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as the Numba kernel's
-``acc += w * v`` compiles), and rounded to bfloat16 to nearest even: the Numba combine's bits.
+Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) routed to expert
+``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order);
+a match whose token names the expert in an earlier slot is no match (``K - 1`` masked vector
+loads a vector).  P2P: the matches' running count (``tl.cumsum``) is each one's slot ``s`` (the
+Numba block scan's order, ``t * K + j`` ascending), its ``t * K + j`` stored to ``recv_src[s]`` on
+the peer at once (what ``p`` does there), and match ``i``'s token is that of the entry whose count
+is ``i + 1`` (a ``ROWS x SCAN`` sum), ``ROWS`` rows a copy.  Otherwise the vector's
+matches are counted (``tl.sum``) and taken one after the other, each the smallest entry past the
+previous one (``tl.min``), its row put and its ``t * K + j`` sent by ``p`` (thread 0, not waited
+for).  Then ``fence`` and the word set to ``epoch << 32 | count``.
+
+Combine: the rows of each word go back (``recv_src`` read ``ROWS`` at a time on the P2P path),
+then ``fence`` and the combine word; the ``E`` combine words are polled by the program's threads at
+once, a word a thread, as the C++ twin's threads wait (then thread 0's ``wait_until`` of one, already
+set, for NVSHMEM's step after a wait); then ``out[t]`` is summed over j in order in float32,
+product and sum each rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as
+the Numba kernel's ``acc += w * v`` compiles), a slot of no expert left out by a select after its
+row's load (as the C++ twin's), and rounded to bfloat16 to nearest even: the Numba combine's bits.
+A row of up to ``BLOCK_H`` elements is one step (two 16-byte vectors a thread); a token that names
+no expert twice (one check a token) takes each slot's own row, its slot loop unrolled
+(``UNROLL_K``: the slots' row loads in flight together), else each slot's row is that of its
+expert's first slot.
 """
 from __future__ import annotations
 
@@ -37,10 +50,22 @@ THREADS = _layout.THREADS
 NUM_WARPS = THREADS // 32
 #: The arrays the launches take: flat 1-D contiguous torch tensors.
 ARRAYS = "torch"
-#: Entries of ``topk`` the dispatch reads a vector step (4 int64 a thread).
-SCAN = 4 * THREADS
-#: Elements of one vector step of the combine's sum (16 bytes of bfloat16 a thread).
-BLOCK_H = 8 * THREADS
+#: Entries of ``topk`` the dispatch reads a vector step (one int64 a thread: the P2P path's
+#: ROWS x SCAN search for its rows' entries stays in registers).
+SCAN = THREADS
+#: Elements of one vector step of the combine's sum (two 16-byte vectors of bfloat16 a thread: a row
+#: of H <= 8192 in one step, so each slot's first row and weight are found once a token).
+BLOCK_H = 16 * THREADS
+#: Slots of the combine's sum unrolled (their loads in flight together; the sum stays in slot order).
+UNROLL_K = tl.constexpr(4)
+#: Slots a token at most (the combine's check for repeated experts, a vector of them).
+MAX_TOPK = tl.constexpr(_layout.MAX_TOPK)
+#: Signal words the combine's threads poll at once (a word a thread).
+WAIT = tl.constexpr(THREADS)
+#: Rows a P2P copy step moves (in the combine, and the dispatch's rows of one step).
+ROWS = tl.constexpr(16)
+#: Elements of a row a P2P copy step moves (ROWS x ROW_BLOCK: four 16-byte vectors a thread).
+ROW_BLOCK = tl.constexpr(1024)
 #: Scalar arguments whose value changes from call to call or from PE to PE (no specialisation).
 _VARYING = ("epoch", "T", "me")
 
@@ -54,6 +79,61 @@ def _add_product(acc, w, v):
     contraction; no flush of subnormals): as the Numba kernels' float32 arithmetic."""
     return tl.inline_asm_elementwise("{ .reg .f32 p; mul.rn.f32 p, $2, $3; add.rn.f32 $0, $1, p; }", "=f,f,f,f",
                                      [acc, w, v], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _on_peer(ptr, at):
+    """``ptr`` moved to ``at`` (its address on a peer, nv.peer's, not null) by an offset Triton knows
+    to be a multiple of 16 bytes (a peer's mapping of the symmetric heap lies a multiple of its
+    granularity from ours), so that stores through it are vectors as the loads are (bfloat16)."""
+    return ptr + tl.multiple_of((at - ptr.to(tl.int64)) >> 1, 8)
+
+
+@triton.jit
+def _wait_all(words, n, value, WAIT: tl.constexpr):
+    """Wait until words[0:n] >= value (uint64), as the C++ twin's threads wait a word each: the
+    program's threads poll WAIT words at once (volatile loads, as NVSHMEM's wait polls), then thread 0's
+    ``wait_until`` of the last word, already set, makes NVSHMEM's transport step after a wait
+    (``syncapi_update_mem``), and the program syncs.  Thread 0 alone waiting word after word read
+    them one at a time: n dependent loads, where a thread each reads them at once."""
+    for w0 in range(0, n, WAIT):
+        w = w0 + tl.arange(0, WAIT)
+        inside = w < n
+        pending = n - w0
+        while pending > 0:
+            got = tl.load(words + w, mask=inside, other=value, volatile=True)
+            pending = tl.sum((got < value).to(tl.int64), axis=0)
+    nv.wait_until(words + n - 1, nv.CMP_GE, value)
+
+
+@triton.jit
+def _matches(topk, offs, j, TK, K, e):
+    """Which entries ``offs`` of topk (slots ``j = offs % K``) name expert ``e`` (a token's repeated
+    expert: at its first slot only, by K - 1 masked vector loads)."""
+    inside = offs < TK
+    hit = (tl.load(topk + offs, mask=inside, other=-1) == e) & inside
+    for jj in range(1, K):
+        ahead = tl.load(topk + offs - jj, mask=hit & (j >= jj), other=-1)
+        hit = hit & (ahead != e)
+    return hit
+
+
+@triton.jit
+def _copy_rows(dst, src, rows, H, ROW_BLOCK: tl.constexpr):
+    """dst[i][h] = src[i][h] for the rows i where ``rows``, h < H: ``dst`` and ``src`` the vectors of
+    the rows' first elements (a put's P2P path: NVSHMEM's put_nbi to a load/store reachable PE is such
+    a copy through the peer's address)."""
+    for h in range(0, H, ROW_BLOCK):
+        hh = h + tl.arange(0, ROW_BLOCK)
+        m = rows[:, None] & (hh < H)[None, :]
+        tl.store(dst[:, None] + hh[None, :], tl.load(src[:, None] + hh[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def _add_slot(acc, e, w, v):
+    """acc + w * v where slot's expert e >= 0, else acc: a select after the row's load (the row
+    t * K + j exists for a slot of no expert too), not a branch around it, as the C++ twin's sum."""
+    return tl.where(e >= 0, _add_product(acc, w, v), acc)
 
 
 @triton.jit(do_not_specialize=_VARYING)
@@ -70,22 +150,37 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
         dst = e // L
         row0 = ((par * L + e % L) * npes + me) * T_max  # row s of [par][e % L][me]
         count = b * 0  # rows sent (int64)
-        for base in range(0, TK, SCAN):  # topk == e, in token order
-            offs = base + tl.arange(0, SCAN)
-            inside = offs < TK
-            hit = (tl.load(topk + offs, mask=inside, other=-1) == e) & inside
-            for jj in range(1, K):  # a token's repeated expert: sent once (its first slot)
-                ahead = tl.load(topk + offs - jj, mask=hit & (offs % K >= jj), other=-1)
-                hit = hit & (ahead != e)
-            n = tl.sum(hit.to(tl.int64), axis=0)
-            last = base - 1
-            for i in range(0, n):
-                idx = tl.min(tl.where(hit & (offs > last), offs, TK), axis=0)  # the next match
-                r = row0 + count + i
-                nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
-                nv.p(recv_src + r, idx.to(tl.int32), dst)
-                last = idx
-            count += n
+        at = nv.peer(recv_x, dst).to(tl.int64)
+        if at != 0:  # dst reached by load/store: rows and their t * K + j by stores, ROWS rows at once
+            to_x = _on_peer(recv_x, at)
+            to_src = nv.peer(recv_src, dst)
+            for base in range(0, TK, SCAN):  # topk == e, in token order
+                offs = base + tl.arange(0, SCAN)
+                tok = offs // K  # one division an entry (a row's token is its entry's)
+                hit = _matches(topk, offs, offs - tok * K, TK, K, e)
+                rank = tl.cumsum(hit.to(tl.int64), axis=0)  # matches up to each entry
+                tl.store(to_src + row0 + count + rank - 1, offs.to(tl.int32), mask=hit)
+                n = tl.sum(hit.to(tl.int64), axis=0)
+                for i0 in range(0, n, ROWS):
+                    i = i0 + tl.arange(0, ROWS)
+                    # match i's token: that of the entry whose running count is i + 1
+                    t = tl.sum(tl.where(hit[None, :] & (rank[None, :] == i[:, None] + 1), tok[None, :], 0), axis=1)
+                    _copy_rows(to_x + (row0 + count + i) * H, x + t * H, i < n, H, ROW_BLOCK)
+                count += n
+            tl.debug_barrier()  # every thread's stores before thread 0's fence
+        else:
+            for base in range(0, TK, SCAN):  # topk == e, in token order
+                offs = base + tl.arange(0, SCAN)
+                hit = _matches(topk, offs, offs % K, TK, K, e)
+                n = tl.sum(hit.to(tl.int64), axis=0)
+                last = base - 1
+                for i in range(0, n):
+                    idx = tl.min(tl.where(hit & (offs > last), offs, TK), axis=0)  # the next match
+                    r = row0 + count + i
+                    nv.put_nbi_block(recv_x + r * H, x + (idx // K) * H, H, dst)
+                    nv.p(recv_src + r, idx.to(tl.int32), dst)
+                    last = idx
+                count += n
         nv.fence()
         nv.signal_op(sig + (e % L) * npes + me, (epoch << 32) | count, nv.SIGNAL_SET, dst)
     for word in range(b, E, grid):  # the counts of this PE's words of block b
@@ -107,29 +202,48 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
         l = word // npes
         src = word % npes
         count = _i64(tl.load(recv_count + word))
-        for s in range(0, count):
-            r = word * T_max + s
-            idx = _i64(tl.load(recv_src + par * E * T_max + r))
-            nv.put_nbi_block(comb_x + idx * H, y + r * H, H, src)
+        at = nv.peer(comb_x, src).to(tl.int64)
+        if at != 0:  # src reached by load/store: the rows by stores, ROWS at once
+            to = _on_peer(comb_x, at)
+            for s0 in range(0, count, ROWS):
+                s = s0 + tl.arange(0, ROWS)
+                rows = s < count
+                r = word * T_max + s
+                idx = tl.load(recv_src + par * E * T_max + r, mask=rows, other=0).to(tl.int64)
+                _copy_rows(to + idx * H, y + r * H, rows, H, ROW_BLOCK)
+            tl.debug_barrier()  # every thread's stores before thread 0's fence
+        else:
+            for s in range(0, count):
+                r = word * T_max + s
+                idx = _i64(tl.load(recv_src + par * E * T_max + r))
+                nv.put_nbi_block(comb_x + idx * H, y + r * H, H, src)
         nv.fence()
         nv.signal_op(sig + E + me * L + l, epoch, nv.SIGNAL_SET, src)
-    for e in range(0, E):
-        nv.signal_wait_until(sig + E + e, nv.CMP_GE, epoch)
-    tl.debug_barrier()
+    _wait_all(sig + E, E, epoch.to(tl.uint64), WAIT)  # every combine word
+    slots = tl.arange(0, MAX_TOPK)
     for t in range(b, T, grid):
-        for h in range(0, H, BLOCK_H):
+        # does the token name an expert in two slots? (once a token, as the C++ twin's slot list)
+        ex = tl.load(topk + t * K + slots, mask=slots < K, other=-1)
+        again = (ex[:, None] == ex[None, :]) & (slots[:, None] < slots[None, :]) & (ex[:, None] >= 0)
+        repeats = tl.max(again.to(tl.int64))
+        for h in range(0, H, BLOCK_H):  # one step where H <= BLOCK_H
             offs = h + tl.arange(0, BLOCK_H)
             m = offs < H
             acc = tl.zeros([BLOCK_H], tl.float32)
-            for j in range(0, K):
-                k = t * K + j
-                e = tl.load(topk + k)
-                if e >= 0:
+            if repeats == 0:  # each slot's own row: the slots' loads in flight together
+                for j in tl.range(0, K, loop_unroll_factor=UNROLL_K):
+                    k = t * K + j
+                    v = tl.load(comb_x + k * H + offs, mask=m, other=0.0).to(tl.float32)
+                    acc = _add_slot(acc, tl.load(topk + k), tl.load(weights + k), v)
+            else:
+                for j in range(0, K):
+                    k = t * K + j
+                    e = tl.load(topk + k)
                     first = k  # the row of the expert's first slot (its result came back once)
                     for jj in range(t * K, k):
                         first = tl.where((tl.load(topk + jj) == e) & (first == k), jj, first)
                     v = tl.load(comb_x + first * H + offs, mask=m, other=0.0).to(tl.float32)
-                    acc = _add_product(acc, tl.load(weights + k), v)
+                    acc = _add_slot(acc, e, tl.load(weights + k), v)
             tl.store(out + t * H + offs, acc.to(tl.bfloat16), mask=m)
     _finish()
 
