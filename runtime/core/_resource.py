@@ -49,5 +49,13 @@ class NvshmemResource(MemoryResource):
             return int(getattr(self.device, "device_id", self.device))
         return _state.STATE.device_id
 
+    @property
+    def _mem_references(self):
+        """address -> record of what nvshmem_dsl.core handed out (NVSHMEM4Py's private table; see
+        :mod:`._internal_tracking`)."""
+        from ._internal_tracking import MemReferences
+
+        return MemReferences()
+
     def __repr__(self) -> str:
         return f"<NvshmemResource device={self.device}>"

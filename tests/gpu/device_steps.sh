@@ -21,6 +21,10 @@
 #                directory, beside one PE's cold start (it starts its own jobs under its own MPS daemon)
 #   core         tests/gpu/test_core_gpu.py (the NVSHMEM4Py programs through nvshmem_dsl.core; it starts its
 #                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
+#   nv4py-tests  carry .dw/nv4py-tests (NVSHMEM4Py's nvshmem4py/test, never in git): NVSHMEM4Py's own tests as its
+#                run_tests.sh runs them, through our alias at 2 PEs (tests/gpu/nvshmem4py_tests.py); NV4PY_SUITES (default
+#                all), NV4PY_BUDGET seconds for all (default 480; each file has its own timeout too), TOGETHER jobs at
+#                once (default 3, under MPS); per-file counts and the table printed, logs and JUnit in the tarball
 #   bench        bench/run.py with the step's arguments (make bench's first half; e.g. --quick, --impls,
 #                --only, --nproc 1), under MPS where its PEs share a GPU (latency only, then)
 #   comm         bench/comm_run.py (the communication kernels beside their C++ twins and NVSHMEM's collectives),
@@ -63,6 +67,13 @@ case "$step" in
     timeout 200 python3 tests/gpu/run_suite.py --dsl host --launchers torchrun --timeout 190 --out "$work" || rc=$?
     PYTEST_ADDOPTS="$PYTEST_ADDOPTS -k examples" timeout 200 python3 tests/gpu/run_suite.py --dsl numba \
       --launchers launcher --timeout 190 --out "$work/examples" || rc=$?
+    ;;
+  nv4py-tests)  # skips, saying why, without .dw/nv4py-tests
+    together=${TOGETHER:-3}
+    timeout ${STEP_TIMEOUT:-560} python3 tests/gpu/mps.py --pes-per-gpu "$(pes_per_gpu $((2 * together)))" -- \
+      python3 tests/gpu/nvshmem4py_tests.py --out "$work" --budget "${NV4PY_BUDGET:-480}" --together "$together" \
+      ${NV4PY_SUITES:+--suites "$NV4PY_SUITES"} "$@" > "$work/nv4py.txt" 2>&1 || rc=$?
+    tail -70 "$work/nv4py.txt"
     ;;
   bench)
     np=2; prev=""; for a in "$@"; do [ "$prev" = --nproc ] && np=$a; prev=$a; done

@@ -1,0 +1,308 @@
+"""NVSHMEM4Py's own tests (its repository's nvshmem4py/test) run as its run_tests.sh runs them, through our alias.
+
+    python3 tests/gpu/nvshmem4py_tests.py [--tests .dw/nv4py-tests] [--out DIR] [--suites core,numba,...]
+        [--budget 480] [--together 3] [--only NAME,...] [--list]
+
+The tests are NVIDIA's code: they are never in git.  A maintainer places them, byte for byte, in
+``.dw/nv4py-tests`` (the layout of ``nvshmem4py/test``; ``SOURCES.txt`` there names the commit of
+each file) and carries that folder to the GPU host; without it this prints why and exits 0.
+
+What runs is the table RUNS below: every invocation of run_tests.sh's suites (core, numba,
+numba_high_level_1/2, cutedsl, cutedsl_high_level_1/2, nvls), each once (run_tests.sh runs the
+CuTe RMA file and the CuTe collectives twice), with its arguments (``-i mpi`` / ``--init-type mpi
+--with-mpi``) and its environment (``NUMBA_CUDA_ENABLE_NRT=1`` for the Numba memory tests), but
+every rank started by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` instead of mpirun (so
+``import nvshmem`` is nvshmem_dsl.core; each rank is an MPI singleton and ``init(mpi_comm=
+MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's ranks).  NVSHMEM_BOOTSTRAP=MPI is
+not set: our launcher bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.
+
+Time is bounded twice: each run has its own timeout (the ``timeout`` column; the launcher's process
+group is ended at it, SIGTERM then SIGKILL), and no run starts, or runs, past ``--budget`` seconds
+from the start (its timeout is cut to what is left; a run that cannot start is ``not run``).
+``--together N`` runs N jobs at once (2 PEs each; under one MPS daemon when the GPU is shared).
+
+Output (in ``--out``): per run ``<name>.log`` (both ranks' output), ``junit/<name>.xml`` (one
+testcase per pytest case, or one per script run), ``summary.json``; printed: per-file pass / fail /
+skip / error counts and a summary table.  A pytest case counts once: failed if it failed on any
+rank, ``hung`` if a rank began it and the run's timeout came first.  A script run counts as one case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+DEFAULT_TESTS = ROOT / ".dw" / "nv4py-tests"
+PYTEST_ARGS = ("-p", "nv4py_pytest_plugin", "-p", "no:cacheprovider", "-q", "-rfEs", "--tb=short",
+               "--init-type", "mpi", "--with-mpi")
+
+
+@dataclass(frozen=True)
+class Run:
+    suite: str       # run_tests.sh's suite
+    name: str        # unique; names the log and JUnit files
+    folder: str      # relative to the tests root (run_tests.sh's pushd)
+    argv: tuple      # a script and its arguments, or ("-m", "pytest", target)
+    timeout: int = 90
+    nproc: int = 2
+    env: tuple = ()  # (NAME, value) pairs
+
+    @property
+    def is_pytest(self) -> bool:
+        return self.argv[:2] == ("-m", "pytest")
+
+    @property
+    def file(self) -> str:
+        return str(Path(self.folder) / (self.argv[2] if self.is_pytest else self.argv[0]).split("::")[0])
+
+
+def _pytest(suite, name, folder, target, timeout=90, env=()):
+    return Run(suite, name, folder, ("-m", "pytest", target), timeout, 2, env)
+
+
+_COLL = ("test_device_reduce", "test_device_reducescatter", "test_device_fcollect", "test_device_alltoall",
+         "test_device_broadcast")
+RUNS = (
+    Run("core", "wheel_sanity", ".", ("wheel_sanity_test.py",), 60, nproc=1),
+    Run("core", "init_mpi", ".", ("init_test.py", "-i", "mpi")),
+    Run("core", "init_uid", ".", ("init_test.py", "-i", "uid")),
+    Run("core", "init_emulated_mpi", ".", ("init_test.py", "-i", "emulated_mpi")),
+    Run("core", "collective", ".", ("collective_test.py", "-i", "mpi"), 120),
+    Run("core", "rma_skip_signalop", ".", ("rma_test.py", "-i", "mpi", "--skip-signalop")),
+    Run("numba", "get_version", ".", ("test_get_version.py", "-i", "mpi")),
+    Run("numba", "npe", ".", ("test_npe.py", "-i", "mpi")),
+    Run("numba", "ring", ".", ("test_ring.py", "-i", "mpi")),
+    Run("numba", "collective_numba", ".", ("test_collective.py", "-i", "mpi")),
+    Run("numba", "highlevel_bindings", ".", ("test_highlevel_bindings.py", "-i", "mpi")),
+    *(_pytest("numba_high_level_1", f"numba_coll_{f[12:]}", "device/numba", f"test_device_coll.py::{f}", 150)
+      for f in _COLL),
+    _pytest("numba_high_level_1", "numba_sync", "device/numba", "test_device_sync.py"),
+    _pytest("numba_high_level_1", "numba_barrier", "device/numba", "test_device_barrier.py"),
+    _pytest("numba_high_level_2", "numba_rma", "device/numba", "test_device_rma.py", 150),
+    _pytest("cutedsl", "cute_rma", "device/cute", "test_device_rma.py", 240),
+    *(_pytest("cutedsl_high_level_1", f"cute_coll_{f[12:]}", "device/cute", f"test_device_coll.py::{f}", 150)
+      for f in _COLL),
+    _pytest("cutedsl_high_level_1", "cute_sync", "device/cute", "test_device_sync.py", 150),
+    Run("nvls", "memory", ".", ("memory_test.py", "-i", "mpi")),
+    _pytest("nvls", "numba_mem", "device/numba", "test_device_mem.py", env=(("NUMBA_CUDA_ENABLE_NRT", "1"),)),
+    _pytest("nvls", "cute_mem", "device/cute", "test_device_mem.py", 120),
+    _pytest("nvls", "numba_amo", "device/numba", "test_device_amo.py"),
+    _pytest("nvls", "cute_amo", "device/cute", "test_device_amo.py", 120),
+    Run("nvls", "rma_full", ".", ("rma_test.py", "-i", "mpi")),
+    Run("nvls", "ring_allreduce", ".", ("test_ring_allreduce.py", "-i", "mpi")),
+    Run("nvls", "teams", ".", ("teams_test.py", "-i", "mpi")),
+)
+SUITES = tuple(dict.fromkeys(r.suite for r in RUNS))
+
+
+@dataclass
+class Result:
+    run: Run
+    status: str = "not run"   # passed | failed | timeout | not run | missing
+    rc: int | None = None
+    seconds: float = 0.0
+    cases: dict = field(default_factory=dict)  # case -> (outcome, message)
+
+    def counts(self) -> dict:
+        out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "hung": 0}
+        for outcome, _ in self.cases.values():
+            out[outcome] += 1
+        return out
+
+
+def command(run: Run) -> list[str]:
+    return [sys.executable, "-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", str(run.nproc), *run.argv,
+            *(PYTEST_ARGS if run.is_pytest else ())]
+
+
+_RANK_ORDER = {"passed": 0, "skipped": 1, "error": 2, "failed": 3, "hung": 4}
+
+
+def merge_case_logs(paths) -> dict:
+    """{case: (outcome, message)} from the plugin's per-rank JSON lines: a case counts once, its worst rank."""
+    cases: dict = {}
+    for path in paths:
+        seen: dict = {}
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict) or "case" not in rec or "phase" not in rec:
+                continue
+            case, phase = rec["case"], rec["phase"]
+            if phase == "start":
+                seen.setdefault(case, ("hung", "began and did not end before the run's timeout"))
+                continue
+            outcome = rec["outcome"]
+            if outcome == "failed" and phase != "call":
+                outcome = "error"
+            old = seen.get(case)
+            if old is None or old[0] == "hung" or _RANK_ORDER[outcome] > _RANK_ORDER[old[0]]:
+                seen[case] = (outcome, rec.get("message", ""))
+        for case, (outcome, message) in seen.items():
+            old = cases.get(case)
+            if old is None or _RANK_ORDER[outcome] > _RANK_ORDER[old[0]]:
+                cases[case] = (outcome, message)
+    return cases
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def execute(run: Run, tests: Path, out: Path, deadline: float) -> Result:
+    result = Result(run)
+    if not (tests / run.file).is_file():
+        result.status = "missing"
+        return result
+    limit = min(run.timeout, deadline - time.monotonic())
+    if limit < 15:
+        return result
+    case_log = out / "cases" / run.name
+    case_log.parent.mkdir(parents=True, exist_ok=True)
+    for old in case_log.parent.glob(f"{run.name}.rank*"):
+        old.unlink()
+    env = dict(os.environ, **dict(run.env), NV4PY_CASE_LOG=str(case_log))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    env.pop("NVSHMEM_BOOTSTRAP", None)
+    start = time.monotonic()
+    with open(out / f"{run.name}.log", "w") as log:
+        log.write(f"$ (cd {run.folder} && {' '.join(command(run))})  # timeout {limit:.0f} s\n")
+        log.flush()
+        proc = subprocess.Popen(command(run), cwd=tests / run.folder, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            result.rc = proc.wait(limit)
+            result.status = "passed" if result.rc == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            result.status = "timeout"
+            log.write(f"\n[nvshmem4py_tests] timeout after {limit:.0f} s: process group ended\n")
+    result.seconds = time.monotonic() - start
+    if run.is_pytest:
+        result.cases = merge_case_logs(sorted(case_log.parent.glob(f"{run.name}.rank*")))
+        if result.status == "failed" and not any(o in ("failed", "error", "hung") for o, _ in result.cases.values()):
+            result.cases[f"{run.file}::<job>"] = ("error", f"exit status {result.rc} with no failed case")
+    else:
+        outcome = {"passed": "passed", "failed": "failed", "timeout": "hung"}[result.status]
+        result.cases = {" ".join(run.argv): (outcome, "" if outcome == "passed" else f"see {run.name}.log")}
+    return result
+
+
+def write_junit(result: Result, path: Path) -> None:
+    counts = result.counts()
+    lines = [f'<testsuite name={quoteattr(result.run.name)} tests="{len(result.cases)}" '
+             f'failures="{counts["failed"] + counts["hung"]}" errors="{counts["error"]}" '
+             f'skipped="{counts["skipped"]}" time="{result.seconds:.1f}">']
+    for case, (outcome, message) in sorted(result.cases.items()):
+        lines.append(f'  <testcase classname={quoteattr(result.run.file)} name={quoteattr(case)}>')
+        tag = {"failed": "failure", "hung": "failure", "error": "error", "skipped": "skipped"}.get(outcome)
+        if tag:
+            lines.append(f'    <{tag} message={quoteattr(outcome)}>{escape(message)}</{tag}>')
+        lines.append("  </testcase>")
+    lines.append("</testsuite>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def table(results) -> str:
+    head = f"{'suite':<21} {'run':<24} {'file':<34} {'pass':>4} {'fail':>4} {'skip':>4} {'err':>4} {'hung':>4}  status     secs"
+    rows = [head, "-" * len(head)]
+    total = dict.fromkeys(("passed", "failed", "skipped", "error", "hung"), 0)
+    for r in results:
+        c = r.counts()
+        for k in total:
+            total[k] += c[k]
+        rows.append(f"{r.run.suite:<21} {r.run.name:<24} {r.run.file:<34} {c['passed']:>4} {c['failed']:>4} "
+                    f"{c['skipped']:>4} {c['error']:>4} {c['hung']:>4}  {r.status:<9} {r.seconds:5.0f}")
+    rows.append("-" * len(head))
+    rows.append(f"{'total':<81} {total['passed']:>4} {total['failed']:>4} {total['skipped']:>4} "
+                f"{total['error']:>4} {total['hung']:>4}  cases {sum(total.values())}")
+    return "\n".join(rows)
+
+
+def select(suites: str | None, only: str | None) -> list[Run]:
+    runs = list(RUNS)
+    if suites:
+        wanted = [s.strip() for s in suites.split(",") if s.strip()]
+        unknown = sorted(set(wanted) - set(SUITES))
+        if unknown:
+            raise SystemExit(f"--suites: unknown {', '.join(unknown)} (known: {', '.join(SUITES)})")
+        runs = [r for r in runs if r.suite in wanted]
+    if only:
+        names = [s.strip() for s in only.split(",") if s.strip()]
+        unknown = sorted(set(names) - {r.name for r in RUNS})
+        if unknown:
+            raise SystemExit(f"--only: unknown run {', '.join(unknown)} (see --list)")
+        runs = [r for r in runs if r.name in names]
+    return runs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tests", type=Path, default=DEFAULT_TESTS, help="NVSHMEM4Py's nvshmem4py/test (default .dw/nv4py-tests)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/nv4py-tests-out"))
+    ap.add_argument("--suites", help=f"comma-separated, of {', '.join(SUITES)} (default all)")
+    ap.add_argument("--only", help="comma-separated run names (--list shows them)")
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run (default 480)")
+    ap.add_argument("--together", type=int, default=1, help="jobs at once (default 1)")
+    ap.add_argument("--list", action="store_true", help="print the runs and their commands, run nothing")
+    args = ap.parse_args(argv)
+    if args.budget <= 0:
+        ap.error("--budget must be positive")
+    if args.together < 1:
+        ap.error("--together must be at least 1")
+    runs = select(args.suites, args.only)
+    if args.list:
+        for r in runs:
+            print(f"{r.suite:<21} {r.name:<24} timeout {r.timeout:>3}  (cd {r.folder} && {' '.join(command(r)[1:])})")
+        return 0
+    if not args.tests.is_dir():
+        print(f"nvshmem4py_tests: skipped: no {args.tests} (NVSHMEM4Py's nvshmem4py/test, placed by hand, "
+              "never in git; carry .dw/nv4py-tests)")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.budget
+    with concurrent.futures.ThreadPoolExecutor(args.together) as pool:
+        futures = [pool.submit(execute, r, args.tests, args.out, deadline) for r in runs]
+        results = []
+        for f in futures:
+            results.append(f.result())
+            r = results[-1]
+            c = r.counts()
+            print(f"{r.run.name}: {r.status} ({r.seconds:.0f} s) pass {c['passed']} fail {c['failed']} "
+                  f"skip {c['skipped']} error {c['error']} hung {c['hung']}", flush=True)
+    for r in results:
+        write_junit(r, args.out / "junit" / f"{r.run.name}.xml")
+    (args.out / "summary.json").write_text(json.dumps([
+        {"suite": r.run.suite, "run": r.run.name, "file": r.run.file, "status": r.status, "rc": r.rc,
+         "seconds": round(r.seconds, 1), **r.counts(),
+         "not_passed": {k: v[0] for k, v in sorted(r.cases.items()) if v[0] != "passed"}} for r in results], indent=1))
+    print(table(results))
+    bad = [r for r in results if r.status not in ("passed", "missing")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""What NVSHMEM4Py's own tests (nvshmem4py/test, run by tests/gpu/nvshmem4py_tests.py) need of us, on a CPU.
+
+* ``nvshmem.core._internal_tracking._mr_references``: memory_test.py reads and writes it;
+* the runner: its table, the merge of the per-rank case logs, its JUnit files, its skip without
+  the tests; and the pytest plugin the ranks load (``--with-mpi`` without pytest-mpi, the case log).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import nvshmem_dsl.core as nvshmem
+from nvshmem_dsl.core._types import BufferTypes
+from nvshmem_dsl.errors import NvshmemLeakWarning
+
+from nvshmem4py_world import FakeDevice, FakeStream, World, close
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+import nvshmem4py_tests as runner  # noqa: E402
+
+
+@pytest.fixture
+def up(monkeypatch):
+    monkeypatch.setenv("NVSHMEM_DSL_CHECK_SYMMETRY", "0")
+    world = World(monkeypatch)
+    nvshmem.init(device=FakeDevice(0), uid=nvshmem.get_unique_id(), rank=0, nranks=2, initializer_method="uid")
+    world.stream = FakeStream()
+    world.calls.clear()
+    yield world
+    close(world)
+
+
+# --------------------------------------------------------------------------- _internal_tracking
+
+
+def test_internal_tracking_before_init_is_empty():
+    from nvshmem_dsl.core._internal_tracking import _mr_references
+
+    assert len(_mr_references) == 0 and list(_mr_references) == []
+    with pytest.raises(KeyError):
+        _mr_references[0]
+
+
+def test_internal_tracking_is_a_live_view_of_the_allocations(up, caplog):
+    """memory_test.py's use: read ref_count after ``del buf``, then write freed / ref_count."""
+    from nvshmem_dsl.core._internal_tracking import _mr_references
+
+    buf = nvshmem.buffer(1024)
+    ptr = int(buf.handle)
+    assert list(_mr_references) == [0]
+    with pytest.raises(KeyError):
+        _mr_references[1]  # another device: not this PE's
+    mr = _mr_references[0]
+    assert mr is _mr_references[0] and mr.device_id == 0
+    refs = mr._mem_references
+    rec = refs[ptr]
+    assert (rec["ref_count"], rec["freed"], rec["size"], rec["type"], rec["parent"]) == (
+        1, False, 1024, BufferTypes.NORMAL, None)
+    assert rec["buffer"] is buf and set(rec) == {"ref_count", "freed", "buffer", "parent", "type", "size"}
+    peer = nvshmem.get_peer_buffer(buf, 1)
+    peer_rec = refs[int(peer.handle)]
+    assert peer_rec["parent"] == ptr and peer_rec["type"].name == "PEER"
+    assert [p for p, r in refs.items() if r.get("parent") == ptr] == [int(peer.handle)]
+
+    del buf  # test_del_buffer: the allocation outlives the name
+    assert refs[ptr]["ref_count"] > 0
+    refs[ptr]["freed"] = True  # what the test writes: finalize then logs no leak for it
+    assert refs[ptr]["freed"] is True
+    with pytest.raises(KeyError, match="ref_count"):
+        refs[ptr]["size"] = 8
+    with pytest.raises(KeyError):
+        refs[12345]
+
+    other = nvshmem.buffer(64)
+    optr = int(other.handle)
+    refs[optr]["freed"] = True
+    refs[optr]["ref_count"] = 0  # test_release_del_buffer: left to NVSHMEM's teardown
+    with caplog.at_level(logging.ERROR, logger="nvshmem"), pytest.warns(NvshmemLeakWarning, match="1 symmetric"):
+        nvshmem.finalize()  # nvshmem_dsl's own report: the one given ref_count 0 is still allocated
+    assert "not freed explicitly" not in caplog.text
+    assert ("nvshmem_free", (ptr,)) in up.calls and ("nvshmem_free", (optr,)) not in up.calls
+    assert len(_mr_references) == 0 and ptr not in refs
+
+
+def test_internal_tracking_imports_through_the_alias():
+    code = ("import nvshmem_dsl.core.alias as a; a.enable(); "
+            "from nvshmem.core._internal_tracking import _mr_references; "
+            "import nvshmem_dsl.core._internal_tracking as m; print(_mr_references is m._mr_references)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+def test_runner_table_mirrors_run_tests_sh():
+    names = [r.name for r in runner.RUNS]
+    assert len(names) == len(set(names))
+    assert runner.SUITES == ("core", "numba", "numba_high_level_1", "numba_high_level_2", "cutedsl",
+                             "cutedsl_high_level_1", "nvls")
+    by = {r.name: r for r in runner.RUNS}
+    assert by["wheel_sanity"].nproc == 1 and all(r.nproc == 2 for r in runner.RUNS if r.name != "wheel_sanity")
+    assert by["numba_mem"].env == (("NUMBA_CUDA_ENABLE_NRT", "1"),)
+    assert by["numba_coll_reduce"].argv == ("-m", "pytest", "test_device_coll.py::test_device_reduce")
+    assert by["numba_coll_reduce"].file == "device/numba/test_device_coll.py"
+    assert by["rma_skip_signalop"].file == "rma_test.py"
+    cmd = runner.command(by["numba_sync"])
+    assert cmd[1:6] == ["-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", "2"]
+    assert cmd[6:9] == ["-m", "pytest", "test_device_sync.py"]
+    assert "--with-mpi" in cmd and cmd[cmd.index("--init-type") + 1] == "mpi"
+    assert runner.command(by["init_uid"])[6:] == ["init_test.py", "-i", "uid"]
+
+
+def test_runner_select_refuses_unknown_names():
+    assert {r.suite for r in runner.select("core,nvls", None)} == {"core", "nvls"}
+    assert [r.name for r in runner.select(None, "teams,npe")] == ["npe", "teams"]
+    with pytest.raises(SystemExit, match="unknown bogus"):
+        runner.select("core,bogus", None)
+    with pytest.raises(SystemExit, match="unknown run nope"):
+        runner.select(None, "nope")
+
+
+def _lines(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_merge_case_logs_counts_each_case_once_at_its_worst_rank(tmp_path):
+    r0 = _lines(tmp_path / "x.rank0", [
+        {"case": "a", "phase": "start"}, {"case": "a", "phase": "call", "outcome": "passed"},
+        {"case": "b", "phase": "start"}, {"case": "b", "phase": "call", "outcome": "passed"},
+        {"case": "c", "phase": "start"}, {"case": "c", "phase": "setup", "outcome": "skipped", "message": "mc"},
+        {"case": "d", "phase": "start"}, {"case": "d", "phase": "setup", "outcome": "failed", "message": "fx"},
+        {"case": "e", "phase": "start"},
+    ])
+    r1 = _lines(tmp_path / "x.rank1", [
+        {"case": "a", "phase": "start"}, {"case": "a", "phase": "call", "outcome": "passed"},
+        {"case": "b", "phase": "start"}, {"case": "b", "phase": "call", "outcome": "failed", "message": "boom"},
+        "not json",
+    ])
+    cases = runner.merge_case_logs([r0, r1])
+    assert {k: v[0] for k, v in cases.items()} == {
+        "a": "passed", "b": "failed", "c": "skipped", "d": "error", "e": "hung"}
+    assert cases["b"][1] == "boom"
+    result = runner.Result(runner.RUNS[0], status="timeout", cases=cases)
+    assert result.counts() == {"passed": 1, "failed": 1, "skipped": 1, "error": 1, "hung": 1}
+
+
+def test_write_junit(tmp_path):
+    result = runner.Result(runner.RUNS[0], status="failed", seconds=3.0, cases={
+        "ok": ("passed", ""), "bad": ("failed", "x < y"), "gone": ("hung", "t"), "sk": ("skipped", "why")})
+    path = tmp_path / "j" / "r.xml"
+    runner.write_junit(result, path)
+    suite = ET.parse(path).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("4", "2", "0", "1")
+    cases = {c.get("name"): [e.tag for e in c] for c in suite}
+    assert cases == {"bad": ["failure"], "gone": ["failure"], "ok": [], "sk": ["skipped"]}
+    assert suite.find("testcase[@name='bad']/failure").text == "x < y"
+
+
+def test_runner_skips_cleanly_without_the_tests(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "tests/gpu/nvshmem4py_tests.py"), "--tests", str(tmp_path / "no"),
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "skipped: no" in out.stdout and not (tmp_path / "out").exists()
+
+
+def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
+    """A file not in the tests folder is 'missing'; a run past its timeout is ended and its started case is hung."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "slow_test.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    slow = runner.Run("core", "slow", ".", ("slow_test.py",), timeout=20, nproc=1)
+    monkeypatch.setattr(runner, "command", lambda run: [sys.executable, *run.argv])
+    res = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 17)
+    assert res.status == "timeout" and res.cases == {"slow_test.py": ("hung", "see slow.log")}
+    assert 14 < res.seconds < 40 and "timeout after" in (tmp_path / "out" / "slow.log").read_text()
+    gone = runner.Run("core", "gone", ".", ("absent_test.py",))
+    assert runner.execute(gone, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 100).status == "missing"
+    late = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 5)
+    assert late.status == "not run" and late.cases == {}
+
+
+def test_plugin_accepts_with_mpi_and_logs_cases_per_rank(tmp_path):
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n@pytest.mark.mpi\ndef test_ok():\n    pass\n\n"
+        "def test_bad():\n    assert 1 == 2\n\ndef test_skip():\n    pytest.skip('no mc')\n")
+    env = {"PYTHONPATH": f"{ROOT / 'tests' / 'gpu'}", "NV4PY_CASE_LOG": str(tmp_path / "log"), "NVSHMEM_DSL_RANK": "1",
+           "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "nv4py_pytest_plugin", "-p", "no:cacheprovider",
+                          "-q", "--with-mpi", "-W", "error::pytest.PytestUnknownMarkWarning", "test_x.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "1 failed, 1 passed, 1 skipped" in out.stdout
+    cases = runner.merge_case_logs([tmp_path / "log.rank1"])
+    assert {k.split("::")[1]: v[0] for k, v in cases.items()} == {"test_ok": "passed", "test_bad": "failed",
+                                                                  "test_skip": "skipped"}
+    assert "assert 1 == 2" in cases["test_x.py::test_bad"][1] and cases["test_x.py::test_skip"][1].endswith("no mc")
