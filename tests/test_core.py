@@ -188,9 +188,11 @@ def test_init_methods(world, monkeypatch):
     assert world.symbols()[-1] == "nvshmemx_get_uniqueid" and nvshmem.get_unique_id(empty=True) == nvshmem.UniqueID()
     nvshmem.init(uid=uid, rank=0, nranks=2, initializer_method="uid")
     assert world.bootstraps[-1]["nranks"] == 2 and world.bootstraps[-1]["uid"] == bytes(uid)
-    with pytest.raises(NvshmemInvalid, match="already initialised"):
-        nvshmem.init(uid=uid, rank=0, nranks=2, initializer_method="uid")
+    nvshmem.init(uid=uid, rank=0, nranks=2, initializer_method="uid")  # a nested init counts, as NVSHMEM4Py's
     nvshmem.finalize()
+    assert _state.STATE.initialized and world.symbols()[-1] != "nvshmemx_hostlib_finalize"
+    nvshmem.finalize()
+    assert world.symbols()[-1] == "nvshmemx_hostlib_finalize"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -203,3 +203,30 @@ def test_plugin_accepts_with_mpi_and_logs_cases_per_rank(tmp_path):
     assert {k.split("::")[1]: v[0] for k, v in cases.items()} == {"test_ok": "passed", "test_bad": "failed",
                                                                   "test_skip": "skipped"}
     assert "assert 1 == 2" in cases["test_x.py::test_bad"][1] and cases["test_x.py::test_skip"][1].endswith("no mc")
+
+
+# --------------------------------------------------------------------------- init_test.py's nested init
+
+
+def test_init_twice_then_finalize_twice_as_nvshmem4py(up):
+    """init_test.py test_multi_init: a second init while initialised counts; the second finalize ends NVSHMEM."""
+    buf = nvshmem.buffer(64)
+    nvshmem.init(device=FakeDevice(0), uid=nvshmem.get_unique_id(), rank=0, nranks=2, initializer_method="uid")
+    assert not up.calls_of("nvshmemx_hostlib_init_attr") and not up.calls_of("nvshmemx_init_attr")
+    nvshmem.free(buf)
+    nvshmem.finalize()
+    assert nvshmem.my_pe() == 0 and "nvshmemx_hostlib_finalize" not in up.symbols()  # still up
+    nvshmem.finalize()
+    assert "nvshmemx_hostlib_finalize" in up.symbols()
+    with pytest.raises(nvshmem.NvshmemInvalid, match="not init"):
+        nvshmem.my_pe()
+    # and up again afterwards (init_test.py's next test), with a count of one
+    nvshmem.init(device=FakeDevice(0), uid=nvshmem.get_unique_id(), rank=0, nranks=2, initializer_method="uid")
+    nvshmem.finalize()
+    assert up.symbols().count("nvshmemx_hostlib_finalize") == 2
+
+
+def test_second_init_on_another_device_is_refused(up):
+    with pytest.raises(nvshmem.NvshmemInvalid, match="already initialised on device 0"):
+        nvshmem.init(device=FakeDevice(1), uid=nvshmem.get_unique_id(), rank=0, nranks=2, initializer_method="uid")
+    assert nvshmem.my_pe() == 0

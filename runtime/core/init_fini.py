@@ -29,6 +29,9 @@ logger = logging.getLogger("nvshmem")
 
 #: The device given to init() (NVSHMEM4Py's ``_cached_device``).
 _cached_device: dict[str, Any] = {"device": None}
+#: init() calls not matched by a finalize() yet: NVSHMEM4Py (as NVSHMEM's own init) lets a program
+#: call init again while initialised and finalize as often; the last finalize ends NVSHMEM
+_depth = {"init": 0}
 
 _METHODS = ("mpi", "uid", "emulated_mpi")
 
@@ -126,6 +129,8 @@ def init(device: Any = None, uid: UniqueID | None = None, rank: int | None = Non
       launcher's N ranks instead.
     * ``initializer_method="uid"``: ``uid`` (:func:`get_unique_id` on rank 0, shared by the
       program), ``rank`` and ``nranks``; no ``mpi_comm``.
+    * Called again while initialised (on the same device), it only counts, as NVSHMEM4Py's does:
+      each init needs its finalize, and the last finalize ends NVSHMEM.
     """
     if dev is not None:
         if device is not None and device is not dev:
@@ -135,6 +140,12 @@ def init(device: Any = None, uid: UniqueID | None = None, rank: int | None = Non
         raise NvshmemInvalid(f"Invalid init method requested: initializer_method={initializer_method!r}; "
                              f"expected one of {', '.join(map(repr, _METHODS))}")
     device_id = _device_id(device)
+    if _depth["init"] and _state.STATE.initialized:
+        if device_id is not None and device_id != _state.STATE.device_id:
+            raise NvshmemInvalid(f"init(): already initialised on device {_state.STATE.device_id}; a second init() "
+                                 f"asked for device {device_id} (finalize first)")
+        _depth["init"] += 1  # NVSHMEM4Py's nested init: the first one's world goes on
+        return
     if initializer_method == "uid":
         if uid is None or rank is None or nranks is None or mpi_comm is not None:
             raise NvshmemInvalid(f"Invalid parameters for UID based init: uid={uid!r} rank={rank!r} nranks={nranks!r} "
@@ -147,6 +158,7 @@ def init(device: Any = None, uid: UniqueID | None = None, rank: int | None = Non
         else:
             _native.init(mpi_comm=comm, device=device_id)
     _cached_device["device"] = device
+    _depth["init"] = 1
 
 
 def _sync_before_finalize(stream: Any) -> None:
@@ -170,6 +182,10 @@ def finalize(*, dev: Any = None, stream: Any = None) -> None:
 
     _state.require("finalize()")
     _sync_before_finalize(stream)
+    if _depth["init"] > 1:  # a nested init's finalize: NVSHMEM stays
+        _depth["init"] -= 1
+        return
+    _depth["init"] = 0
     memory._free_pending()
     # CuTe kernel objects exist only where the program imported the CuTe interop: never import it
     # (and the CuTe DSL with it, seconds of work) here
