@@ -120,6 +120,15 @@ def test_runner_table_mirrors_run_tests_sh():
     assert runner.command(by["init_uid"])[6:] == ["init_test.py", "-i", "uid"]
 
 
+def test_runner_adds_skip_amo_as_run_tests_sh_does(monkeypatch):
+    rma = {r.name: r for r in runner.RUNS}["rma_skip_signalop"]
+    monkeypatch.delenv("NVSHMEM4PY_SKIP_AMO", raising=False)
+    assert runner.command(rma)[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop"]
+    monkeypatch.setenv("NVSHMEM4PY_SKIP_AMO", "1")
+    assert runner.command(rma)[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop", "--skip-amo"]
+    assert "--skip-amo" not in runner.command({r.name: r for r in runner.RUNS}["rma_full"])
+
+
 def test_runner_select_refuses_unknown_names():
     assert {r.suite for r in runner.select("core,nvls", None)} == {"core", "nvls"}
     assert [r.name for r in runner.select(None, "teams,npe")] == ["npe", "teams"]

@@ -10,7 +10,8 @@ each file) and carries that folder to the GPU host; without it this prints why a
 What runs is the table RUNS below: every invocation of run_tests.sh's suites (core, numba,
 numba_high_level_1/2, cutedsl, cutedsl_high_level_1/2, nvls), each once (run_tests.sh runs the
 CuTe RMA file and the CuTe collectives twice), with its arguments (``-i mpi`` / ``--init-type mpi
---with-mpi``) and its environment (``NUMBA_CUDA_ENABLE_NRT=1`` for the Numba memory tests), but
+--with-mpi``; ``--skip-amo`` when NVSHMEM4PY_SKIP_AMO=1, as there) and its environment
+(``NUMBA_CUDA_ENABLE_NRT=1`` for the Numba memory tests), but
 every rank started by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` instead of mpirun (so
 ``import nvshmem`` is nvshmem_dsl.core; each rank is an MPI singleton and ``init(mpi_comm=
 MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's ranks).  NVSHMEM_BOOTSTRAP=MPI is
@@ -57,6 +58,7 @@ class Run:
     timeout: int = 90
     nproc: int = 2
     env: tuple = ()  # (NAME, value) pairs
+    env_flags: tuple = ()  # (NAME, flag): the flag is added when $NAME is 1 (run_tests.sh's NVSHMEM4PY_SKIP_AMO)
 
     @property
     def is_pytest(self) -> bool:
@@ -79,7 +81,8 @@ RUNS = (
     Run("core", "init_uid", ".", ("init_test.py", "-i", "uid")),
     Run("core", "init_emulated_mpi", ".", ("init_test.py", "-i", "emulated_mpi")),
     Run("core", "collective", ".", ("collective_test.py", "-i", "mpi"), 120),
-    Run("core", "rma_skip_signalop", ".", ("rma_test.py", "-i", "mpi", "--skip-signalop")),
+    Run("core", "rma_skip_signalop", ".", ("rma_test.py", "-i", "mpi", "--skip-signalop"),
+        env_flags=(("NVSHMEM4PY_SKIP_AMO", "--skip-amo"),)),
     Run("numba", "get_version", ".", ("test_get_version.py", "-i", "mpi")),
     Run("numba", "npe", ".", ("test_npe.py", "-i", "mpi")),
     Run("numba", "ring", ".", ("test_ring.py", "-i", "mpi")),
@@ -122,7 +125,8 @@ class Result:
 
 
 def command(run: Run) -> list[str]:
-    return [sys.executable, "-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", str(run.nproc), *run.argv,
+    flags = [flag for name, flag in run.env_flags if os.environ.get(name) == "1"]
+    return [sys.executable, "-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", str(run.nproc), *run.argv, *flags,
             *(PYTEST_ARGS if run.is_pytest else ())]
 
 
