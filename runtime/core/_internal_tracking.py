@@ -18,86 +18,14 @@ Not a public API (in NVSHMEM4Py neither); nothing in nvshmem_dsl uses it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..host import _state
-from . import _tracking
+from ._resource import NvshmemResource
+from ._tracking import EntryRecord, MemReferences
 
 __all__ = ["_mr_references", "MemReferences", "EntryRecord"]
-
-_WRITABLE = ("ref_count", "freed")
-
-
-class EntryRecord(MutableMapping):
-    """One address's record: a view of its :class:`._tracking.Entry`."""
-
-    _KEYS = ("ref_count", "freed", "buffer", "parent", "type", "size")
-
-    def __init__(self, entry: _tracking.Entry) -> None:
-        self._entry = entry
-
-    def __getitem__(self, key: str) -> Any:
-        e = self._entry
-        if key == "ref_count":
-            return e.refs
-        if key == "freed":
-            return e.free_called
-        if key == "buffer":
-            return _tracking.core_buffer(e)
-        if key == "parent":
-            return e.parent.ptr if e.parent is not None else None
-        if key == "type":
-            return e.kind
-        if key == "size":
-            return e.nbytes
-        raise KeyError(key)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key == "ref_count":
-            self._entry.refs = int(value)
-        elif key == "freed":
-            self._entry.free_called = bool(value)
-        else:
-            raise KeyError(f"_mem_references records can be given {' and '.join(map(repr, _WRITABLE))}, not {key!r}")
-
-    def __delitem__(self, key: str) -> None:
-        raise KeyError(f"_mem_references records keep their keys (tried to delete {key!r})")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._KEYS)
-
-    def __len__(self) -> int:
-        return len(self._KEYS)
-
-    def __repr__(self) -> str:
-        e = self._entry
-        return (f"{{'ref_count': {e.refs}, 'freed': {e.free_called}, 'type': {e.kind.name}, "
-                f"'size': {e.nbytes}, 'parent': {self['parent']}}}")
-
-
-class MemReferences(Mapping):
-    """address -> :class:`EntryRecord` for everything live that nvshmem_dsl.core handed out."""
-
-    def _live(self) -> dict[int, _tracking.Entry]:
-        with _tracking._lock:
-            entries = dict(_tracking.ENTRIES)
-        return {ptr: e for ptr, e in entries.items() if e.generation == _state.STATE.generation}
-
-    def __getitem__(self, ptr: Any) -> EntryRecord:
-        entry = _tracking.lookup(int(ptr))
-        if entry is None:
-            raise KeyError(ptr)
-        return EntryRecord(entry)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._live())
-
-    def __len__(self) -> int:
-        return len(self._live())
-
-    def __repr__(self) -> str:
-        return "{" + ", ".join(f"0x{ptr:x}: {EntryRecord(e)!r}" for ptr, e in self._live().items()) + "}"
 
 
 class _ResourcesByDevice(Mapping):
@@ -115,8 +43,6 @@ class _ResourcesByDevice(Mapping):
         if device is None or key != device:
             raise KeyError(device_id)
         if key not in self._made:
-            from ._resource import NvshmemResource
-
             self._made[key] = NvshmemResource(key)
         return self._made[key]
 

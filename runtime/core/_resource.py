@@ -53,7 +53,7 @@ class NvshmemResource(MemoryResource):
     def _mem_references(self):
         """address -> record of what nvshmem_dsl.core handed out (NVSHMEM4Py's private table; see
         :mod:`._internal_tracking`)."""
-        from ._internal_tracking import MemReferences
+        from ._tracking import MemReferences
 
         return MemReferences()
 

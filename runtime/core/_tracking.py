@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Callable
 
 from ..host import _arrays, _state
 from .. import errors as _errors
 from ._types import BufferTypes, NvshmemError, NvshmemInvalid, translate
 
-__all__ = ["Entry", "ENTRIES", "translated", "core_buffer", "entry_of", "CAIView"]
+__all__ = ["Entry", "ENTRIES", "translated", "core_buffer", "entry_of", "CAIView", "EntryRecord", "MemReferences"]
 
 _lock = threading.RLock()
 
@@ -212,3 +213,79 @@ def bytes_of(obj: Any, function: str, argument: str) -> tuple[int, int]:
 def byte_view(obj: Any, function: str, argument: str) -> CAIView:
     ptr, nbytes = bytes_of(obj, function, argument)
     return CAIView(ptr, (nbytes,), "|u1", owner=obj)
+
+
+# NVSHMEM4Py's private table of what it handed out (``_mem_references``), as its own tests read it
+# (:mod:`._internal_tracking`): a live view of the entries above
+_WRITABLE = ("ref_count", "freed")
+
+
+class EntryRecord(MutableMapping):
+    """One address's record: a view of its :class:`.Entry`."""
+
+    _KEYS = ("ref_count", "freed", "buffer", "parent", "type", "size")
+
+    def __init__(self, entry: Entry) -> None:
+        self._entry = entry
+
+    def __getitem__(self, key: str) -> Any:
+        e = self._entry
+        if key == "ref_count":
+            return e.refs
+        if key == "freed":
+            return e.free_called
+        if key == "buffer":
+            return core_buffer(e)
+        if key == "parent":
+            return e.parent.ptr if e.parent is not None else None
+        if key == "type":
+            return e.kind
+        if key == "size":
+            return e.nbytes
+        raise KeyError(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "ref_count":
+            self._entry.refs = int(value)
+        elif key == "freed":
+            self._entry.free_called = bool(value)
+        else:
+            raise KeyError(f"_mem_references records can be given {' and '.join(map(repr, _WRITABLE))}, not {key!r}")
+
+    def __delitem__(self, key: str) -> None:
+        raise KeyError(f"_mem_references records keep their keys (tried to delete {key!r})")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+    def __repr__(self) -> str:
+        e = self._entry
+        return (f"{{'ref_count': {e.refs}, 'freed': {e.free_called}, 'type': {e.kind.name}, "
+                f"'size': {e.nbytes}, 'parent': {self['parent']}}}")
+
+
+class MemReferences(Mapping):
+    """address -> :class:`EntryRecord` for everything live that nvshmem_dsl.core handed out."""
+
+    def _live(self) -> dict[int, Entry]:
+        with _lock:
+            entries = dict(ENTRIES)
+        return {ptr: e for ptr, e in entries.items() if e.generation == _state.STATE.generation}
+
+    def __getitem__(self, ptr: Any) -> EntryRecord:
+        entry = lookup(int(ptr))
+        if entry is None:
+            raise KeyError(ptr)
+        return EntryRecord(entry)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._live())
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"0x{ptr:x}: {EntryRecord(e)!r}" for ptr, e in self._live().items()) + "}"
