@@ -182,6 +182,21 @@ def test_runner_skips_cleanly_without_the_tests(tmp_path):
     assert out.returncode == 0 and "skipped: no" in out.stdout and not (tmp_path / "out").exists()
 
 
+def test_runner_xfail_runs_as_run_tests_sh(tmp_path, monkeypatch):
+    """test_collective.py / test_highlevel_bindings.py failing is XFAIL there: status xfail, exit status 0."""
+    by = {r.name: r for r in runner.RUNS}
+    assert by["collective_numba"].xfail and by["highlevel_bindings"].xfail and not by["ring"].xfail
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "bad_test.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setattr(runner, "command", lambda run: [sys.executable, *run.argv])
+    bad = runner.Run("numba", "bad", ".", ("bad_test.py",), xfail=True)
+    res = runner.execute(bad, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 60)
+    assert (res.status, res.rc, res.counts()["failed"]) == ("xfail", 3, 1)
+    monkeypatch.setattr(runner, "RUNS", (bad,))
+    assert runner.main(["--tests", str(tmp_path / "t"), "--out", str(tmp_path / "o")]) == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())[0]["status"] == "xfail"
+
+
 def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
     """A file not in the tests folder is 'missing'; a run past its timeout is ended and its started case is hung."""
     (tmp_path / "t").mkdir()

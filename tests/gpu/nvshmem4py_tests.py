@@ -26,6 +26,8 @@ Output (in ``--out``): per run ``<name>.log`` (both ranks' output), ``junit/<nam
 testcase per pytest case, or one per script run), ``summary.json``; printed: per-file pass / fail /
 skip / error counts and a summary table.  A pytest case counts once: failed if it failed on any
 rank, ``hung`` if a rank began it and the run's timeout came first.  A script run counts as one case.
+The exit status is 1 when a run did not pass, except the two run_tests.sh treats as XFAIL
+(test_collective.py, test_highlevel_bindings.py: status ``xfail``, their case still counted failed).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Run:
     nproc: int = 2
     env: tuple = ()  # (NAME, value) pairs
     env_flags: tuple = ()  # (NAME, flag): the flag is added when $NAME is 1 (run_tests.sh's NVSHMEM4PY_SKIP_AMO)
+    xfail: bool = False  # run_tests.sh does not count its failure ("XFAIL: ... proxy timeout on PCIe multi-node")
 
     @property
     def is_pytest(self) -> bool:
@@ -86,8 +89,8 @@ RUNS = (
     Run("numba", "get_version", ".", ("test_get_version.py", "-i", "mpi")),
     Run("numba", "npe", ".", ("test_npe.py", "-i", "mpi")),
     Run("numba", "ring", ".", ("test_ring.py", "-i", "mpi")),
-    Run("numba", "collective_numba", ".", ("test_collective.py", "-i", "mpi")),
-    Run("numba", "highlevel_bindings", ".", ("test_highlevel_bindings.py", "-i", "mpi")),
+    Run("numba", "collective_numba", ".", ("test_collective.py", "-i", "mpi"), xfail=True),
+    Run("numba", "highlevel_bindings", ".", ("test_highlevel_bindings.py", "-i", "mpi"), xfail=True),
     *(_pytest("numba_high_level_1", f"numba_coll_{f[12:]}", "device/numba", f"test_device_coll.py::{f}", 150)
       for f in _COLL),
     _pytest("numba_high_level_1", "numba_sync", "device/numba", "test_device_sync.py"),
@@ -112,7 +115,7 @@ SUITES = tuple(dict.fromkeys(r.suite for r in RUNS))
 @dataclass
 class Result:
     run: Run
-    status: str = "not run"   # passed | failed | timeout | not run | missing
+    status: str = "not run"   # passed | failed | xfail (failed, not counted) | timeout | not run | missing
     rc: int | None = None
     seconds: float = 0.0
     cases: dict = field(default_factory=dict)  # case -> (outcome, message)
@@ -204,12 +207,14 @@ def execute(run: Run, tests: Path, out: Path, deadline: float) -> Result:
             result.status = "timeout"
             log.write(f"\n[nvshmem4py_tests] timeout after {limit:.0f} s: process group ended\n")
     result.seconds = time.monotonic() - start
+    if run.xfail and result.status == "failed":
+        result.status = "xfail"
     if run.is_pytest:
         result.cases = merge_case_logs(sorted(case_log.parent.glob(f"{run.name}.rank*")))
         if result.status == "failed" and not any(o in ("failed", "error", "hung") for o, _ in result.cases.values()):
             result.cases[f"{run.file}::<job>"] = ("error", f"exit status {result.rc} with no failed case")
     else:
-        outcome = {"passed": "passed", "failed": "failed", "timeout": "hung"}[result.status]
+        outcome = {"passed": "passed", "failed": "failed", "xfail": "failed", "timeout": "hung"}[result.status]
         result.cases = {" ".join(run.argv): (outcome, "" if outcome == "passed" else f"see {run.name}.log")}
     return result
 
@@ -304,7 +309,7 @@ def main(argv=None) -> int:
          "seconds": round(r.seconds, 1), **r.counts(),
          "not_passed": {k: v[0] for k, v in sorted(r.cases.items()) if v[0] != "passed"}} for r in results], indent=1))
     print(table(results))
-    bad = [r for r in results if r.status not in ("passed", "missing")]
+    bad = [r for r in results if r.status not in ("passed", "xfail", "missing")]
     return 1 if bad else 0
 
 
