@@ -206,6 +206,10 @@ def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
     res = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 17)
     assert res.status == "timeout" and res.cases == {"slow_test.py": ("hung", "see slow.log")}
     assert 14 < res.seconds < 40 and "timeout after" in (tmp_path / "out" / "slow.log").read_text()
+    nocute = runner.Run("cutedsl", "nocute", ".", ("slow_test.py",), needs=("no_such_module_here",))
+    assert runner.execute(nocute, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 100).status \
+        == "no no_such_module_here"
+    assert {r.needs for r in runner.RUNS if r.folder == "device/cute"} == {("cutlass",)}
     gone = runner.Run("core", "gone", ".", ("absent_test.py",))
     assert runner.execute(gone, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 100).status == "missing"
     late = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 5)

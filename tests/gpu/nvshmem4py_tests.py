@@ -17,6 +17,9 @@ every rank started by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` instead
 MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's ranks).  NVSHMEM_BOOTSTRAP=MPI is
 not set: our launcher bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.
 
+The CuTe runs need the CuTe DSL (``cutlass``) on the host: without it they are ``no cutlass``, not
+run and not failed (place it first: device step ``cute-part1``, then carry ``.dw/cute2`` too).
+
 Time is bounded twice: each run has its own timeout (the ``timeout`` column; the launcher's process
 group is ended at it, SIGTERM then SIGKILL), and no run starts, or runs, past ``--budget`` seconds
 from the start (its timeout is cut to what is left; a run that cannot start is ``not run``).
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import json
 import os
 import signal
@@ -62,6 +66,7 @@ class Run:
     env: tuple = ()  # (NAME, value) pairs
     env_flags: tuple = ()  # (NAME, flag): the flag is added when $NAME is 1 (run_tests.sh's NVSHMEM4PY_SKIP_AMO)
     xfail: bool = False  # run_tests.sh does not count its failure ("XFAIL: ... proxy timeout on PCIe multi-node")
+    needs: tuple = ()  # modules the GPU host may lack that this project places by a separate step (the CuTe DSL)
 
     @property
     def is_pytest(self) -> bool:
@@ -73,7 +78,8 @@ class Run:
 
 
 def _pytest(suite, name, folder, target, timeout=90, env=()):
-    return Run(suite, name, folder, ("-m", "pytest", target), timeout, 2, env)
+    needs = ("cutlass",) if folder == "device/cute" else ()
+    return Run(suite, name, folder, ("-m", "pytest", target), timeout, 2, env, needs=needs)
 
 
 _COLL = ("test_device_reduce", "test_device_reducescatter", "test_device_fcollect", "test_device_alltoall",
@@ -115,7 +121,7 @@ SUITES = tuple(dict.fromkeys(r.suite for r in RUNS))
 @dataclass
 class Result:
     run: Run
-    status: str = "not run"   # passed | failed | xfail (failed, not counted) | timeout | not run | missing
+    status: str = "not run"   # passed | failed | xfail (failed, not counted) | timeout | not run | missing | no <module>
     rc: int | None = None
     seconds: float = 0.0
     cases: dict = field(default_factory=dict)  # case -> (outcome, message)
@@ -182,6 +188,10 @@ def execute(run: Run, tests: Path, out: Path, deadline: float) -> Result:
     result = Result(run)
     if not (tests / run.file).is_file():
         result.status = "missing"
+        return result
+    absent = [m for m in run.needs if importlib.util.find_spec(m) is None]
+    if absent:
+        result.status = f"no {absent[0]}"  # e.g. the CuTe DSL not placed (device step cute-part1 + carry .dw/cute2)
         return result
     limit = min(run.timeout, deadline - time.monotonic())
     if limit < 15:
@@ -309,7 +319,7 @@ def main(argv=None) -> int:
          "seconds": round(r.seconds, 1), **r.counts(),
          "not_passed": {k: v[0] for k, v in sorted(r.cases.items()) if v[0] != "passed"}} for r in results], indent=1))
     print(table(results))
-    bad = [r for r in results if r.status not in ("passed", "xfail", "missing")]
+    bad = [r for r in results if r.status not in ("passed", "xfail", "missing") and not r.status.startswith("no ")]
     return 1 if bad else 0
 
 
