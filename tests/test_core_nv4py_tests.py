@@ -258,3 +258,22 @@ def test_second_init_on_another_device_is_refused(up):
     with pytest.raises(nvshmem.NvshmemInvalid, match="already initialised on device 0"):
         nvshmem.init(device=FakeDevice(1), uid=nvshmem.get_unique_id(), rank=0, nranks=2, initializer_method="uid")
     assert nvshmem.my_pe() == 0
+
+
+# --------------------------------------------------------------------------- init_test.py's bitcode lookup
+
+
+def test_find_device_bitcode_library_without_a_driver_is_the_installations_default(monkeypatch):
+    """init_test.py calls it before init: with no CUDA driver (a CPU machine) there is no current device."""
+    from nvshmem_dsl import _libs
+    from nvshmem_dsl.host import _cuda
+
+    def no_driver():
+        raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
+
+    monkeypatch.setattr(_cuda, "current_device_id", no_driver)
+    files = _libs.installation().bitcode_files
+    if not files:
+        pytest.skip("no NVSHMEM device bitcode installed here")
+    assert nvshmem.find_device_bitcode_library() == str(files[-1])
+    assert nvshmem.find_device_bitcode_library(90) == str(_libs.bitcode_path(90))

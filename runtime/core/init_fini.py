@@ -284,7 +284,10 @@ def find_device_bitcode_library(arch: Any = None, *, language: DeviceLibLanguage
             raise NvshmemInvalid(f"NVSHMEM device library not found at {path}")
         return str(path)
     if arch is None:
-        dev = _state.STATE.device_id if _state.STATE.initialized else _cuda.current_device_id()
+        try:
+            dev = _state.STATE.device_id if _state.STATE.initialized else _cuda.current_device_id()
+        except RuntimeError:  # no CUDA driver here (cuda.pathfinder's DynamicLibNotFoundError): no current device
+            dev = None
         if dev is not None and dev >= 0:
             arch = _cuda.compute_capability(dev)
     if arch is None:
