@@ -223,7 +223,8 @@ __device__ __forceinline__ void store8(bf16* row, int64_t h, int64_t H, const fl
 
 // out[t] = sum over j of weights[t][j] * comb_x[t * K + slot[j]] (slot[j] < 0: left out), a step of
 // BLOCK_H elements: two vectors of 8 a thread (h0, h1), the slots' loads unconditional (a vector past H
-// reads the row's last vector, its sum not stored) and unrolled by UNROLL_K.
+// reads the row's last vector, its sum not stored), UNROLL_K slots' rows loaded at once (8 vectors in
+// flight), then summed in slot order.
 template <bool VECTORS>
 __device__ __forceinline__ void sum_token(bf16* out, const bf16* comb_x, const float* weights, const int* slot,
                                           int64_t t, int64_t K, int64_t H) {
@@ -233,8 +234,28 @@ __device__ __forceinline__ void sum_token(bf16* out, const bf16* comb_x, const f
         float a0[VEC], a1[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; i++) a0[i] = a1[i] = 0.0f;
-#pragma unroll UNROLL_K
-        for (int64_t j = 0; j < K; j++) {  // the row loaded before the select (no branch around the load)
+        int64_t j = 0;
+        for (; j + UNROLL_K <= K; j += UNROLL_K) {  // UNROLL_K slots' rows loaded, then summed in order
+            float v0[UNROLL_K][VEC], v1[UNROLL_K][VEC];
+            int r[UNROLL_K];
+#pragma unroll
+            for (int u = 0; u < UNROLL_K; u++) {  // the rows loaded before the select (no branch around them)
+                r[u] = slot[j + u];
+                const bf16* row = comb_x + (t * K + max(r[u], 0)) * H;
+                load8<VECTORS>(row, l0, H, v0[u]);
+                load8<VECTORS>(row, l1, H, v1[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL_K; u++) {
+                const float wj = weights[t * K + j + u];
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    a0[i] = r[u] >= 0 ? add_product(a0[i], wj, v0[u][i]) : a0[i];
+                    a1[i] = r[u] >= 0 ? add_product(a1[i], wj, v1[u][i]) : a1[i];
+                }
+            }
+        }
+        for (; j < K; j++) {
             const int r = slot[j];
             const float wj = weights[t * K + j];
             const bf16* row = comb_x + (t * K + max(r, 0)) * H;
