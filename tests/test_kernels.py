@@ -207,10 +207,44 @@ def test_moe_numba_kernel_compiles(kind):
     assert ".entry" in ptx and "bar.sync" in ptx and "membar.sys" in ptx  # fence before each signal
     assert "llvm." not in ptx  # an intrinsic LLVM does not know stays a call ptxas cannot parse
     _assert_cpp_index_math(ptx)
+    # rows to a load/store reachable PE (nvshmem_ptr) by 16-byte vector stores through its address, as
+    # the C++ twin's and NVSHMEM put_nbi's P2P path; put_nbi_block a row where it is not reachable
+    assert re.search(r"\bld\.global\.v4\.b32\b", ptx) and re.search(r"\bst(\.global)?\.v4\.b32\b", ptx), kind
+    assert "nvshmemi_transfer_rma_nbi" in ptx, kind  # put_nbi_block's remote path (NVSHMEM inlined)
     if kind == "dispatch":
-        assert ".shared" in ptx  # the block scan
+        assert ".shared" in ptx and "vote.sync.ballot" in ptx and "popc.b32" in ptx  # the ballot scan
     else:
-        assert "fma.rn.f32" in ptx or "mul.f32" in ptx or "mul.rn.f32" in ptx  # the weighted sum
+        # float32 products and sums each rounded (never an fma), two vectors of 8 a thread and the
+        # slot loop unrolled by 4: 16 products a slot, 4 + 1 slots written out
+        assert "fma." not in ptx and ptx.count("mul.rn.f32") >= 16 * 5 and ptx.count("add.rn.f32") >= 16 * 5
+        assert ptx.count("ld.global.v4.b32") >= 8 * 2  # the unrolled slots' rows, two vectors each
+        assert "ld.volatile.u64" in ptx  # the combine words polled by the threads at once
+
+
+def test_numba_asm_ops_compile_to_what_the_cpp_twins_do():
+    """The Numba kernels' vector loads and stores (ld/st.v4 of 16 bytes), volatile polls and ballot
+    (vote.sync.ballot, not Numba's llvm.nvvm.vote.sync call, which ptxas cannot read)."""
+    from numba import cuda, types
+    from numba.core.errors import TypingError
+
+    from nvshmem_dsl.kernels._numba_asm import address, ballot, load16, load_volatile_u64, store16
+
+    def kernel(dst, src, words, out):
+        i = cuda.threadIdx.x
+        if address(dst) != 0:
+            store16(dst, 8 * i, load16(src, 8 * i))
+        out[i] = ballot(load_volatile_u64(words, i) > 0)
+
+    a = types.int16[::1]
+    ptx = cuda.compile_ptx(kernel, (a, a, types.uint64[::1], types.uint32[::1]), cc=(9, 0))[0]
+    assert re.search(r"\bld(\.global)?\.v4\.[bu]32\b", ptx) and re.search(r"\bst(\.global)?\.v4\.[bu]32\b", ptx)
+    assert "ld.volatile.u64" in ptx and "vote.sync.ballot.b32" in ptx and "llvm." not in ptx
+
+    def bad(words):
+        store16(words, 0, (1, 2, 3))
+
+    with pytest.raises(TypingError, match="store16: argument 'v' must be a tuple of four integers"):
+        cuda.compile_ptx(bad, (types.uint64[::1],), cc=(9, 0))
 
 
 @pytest.mark.parametrize("package,function", [("nvshmem_dsl.kernels", "all_reduce"),
