@@ -6,8 +6,9 @@
 * the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc):
   bench_cpp and comm_cpp, whose kernels (bench/cpp/comm.cu) put with signal, wait and quiet, and
   whose constants and kernel arguments are those of nvshmem_dsl.kernels._plan; moe_cpp, whose MoE
-  dispatch / combine (bench/cpp/moe.cu) put a warp a row, fence, signal, wait and quiet, with the
-  constants and kernel arguments of nvshmem_dsl.kernels.moe (_layout, numba.py);
+  dispatch / combine (bench/cpp/moe.cu) store rows through nvshmem_ptr in 16-byte vectors (else
+  put_nbi_block), fence, signal, wait and quiet, with the constants and kernel arguments of
+  nvshmem_dsl.kernels.moe (_layout, numba.py);
 * every Python file of bench/ byte-compiles;
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
   or called in their objects, nvshmem_dsl.linker.outline);
@@ -216,7 +217,10 @@ def test_moe_cpp_matches_layout():
     for name in ("THREADS", "GRID_MAX", "MAX_TOKENS", "MAX_TOPK"):
         got = re.search(rf"static const int {name} = (\d+);", src)
         assert got and int(got.group(1)) == getattr(_layout, name), name
-    assert "__shared__ int order[MAX_TOKENS];" in src and "__shared__ int scan[THREADS];" in src
+    assert "__shared__ int order[THREADS];" in src and "__ballot_sync(0xFFFFFFFFu, hit)" in src  # the scan
+    # rows through the peer's address where it is reached by load/store (the DSL kernels' nv.peer)
+    assert "nvshmem_ptr(recv_x, dst)" in src and "nvshmem_ptr(recv_src, dst)" in src and "nvshmem_ptr(comb_x, src)" in src
+    assert re.search(r"static const int ROWS = THREADS / 32;", src) and "static const int BLOCK_H = 16 * THREADS;" in src
     assert "m.grid = (int)std::min<int64_t>(GRID_MAX, E);" in src
     numba_src = (ROOT / "runtime" / "kernels" / "moe" / "numba.py").read_text()
     for kernel, want in MOE_PARAMS.items():
@@ -232,10 +236,11 @@ def test_moe_cpp_matches_layout():
 @pytest.mark.slow
 def test_moe_cpp_kernels_put_signal_and_wait(tmp_path):
     """bench/cpp/moe.cu's dispatch and combine, compiled to PTX with build.sh's flags: NVSHMEM inlined, each
-    puts at warp scope (rma_nbi<warp>), fences, sets a signal (amo_nonfetch), waits for signals
+    copies rows in 16-byte vectors (ld/st .v4: the stores through nvshmem_ptr), puts at block scope where the
+    PE is not reachable (rma_nbi<block>), fences, sets a signal (amo_nonfetch), waits for signals
     (syncapi_update_mem) and quiets (quiet<thread>); dispatch also puts its t * K + j with p (rma_p<int>)."""
     bodies = _cpp_ptx_bodies(tmp_path, "moe.cu")
-    markers = {"nvshmemi_transfer_rma_nbiIL13threadgroup_t1EL13nvshmemi_op_t1E": 1,  # put_nbi_warp
+    markers = {"nvshmemi_transfer_rma_nbiIL13threadgroup_t3EL13nvshmemi_op_t1E": 1,  # put_nbi_block
                "nvshmemi_transfer_fenceIL13threadgroup_t0E": 1,
                "nvshmemi_transfer_amo_nonfetch": 1,  # signal_op
                "nvshmemi_transfer_syncapi_update_mem": 1,  # signal_wait_until
@@ -248,8 +253,11 @@ def test_moe_cpp_kernels_put_signal_and_wait(tmp_path):
         want = dict(markers, **({"nvshmemi_transfer_rma_pIiE": 1} if kernel == "dispatch" else {}))
         for marker, least in want.items():
             assert sum(marker in c for c in calls) >= least, (name, marker, calls)
+        assert re.search(r"\bld\.global\.v4\.u32\b", bodies[name]) and re.search(r"\bst(\.global)?\.v4\.u32\b", bodies[name])
         if kernel == "combine":
             assert not any("rma_p" in c for c in calls), calls
+            assert "ld.volatile" in bodies[name]  # the combine words polled by the threads at once
+            assert "fma.rn.f32" not in bodies[name] and "mul.rn.f32" in bodies[name]  # each rounded
     experts = next((k for k in bodies if re.match(r"_Z\d+expertsP", k)), None)
     assert experts and not CALL.findall(bodies[experts]), "the experts kernel calls nothing"
 

@@ -1,6 +1,8 @@
 """MoE dispatch and combine in the CuTe DSL (protocol: :mod:`nvshmem_dsl.kernels.moe._layout`).
 
-A port of :mod:`nvshmem_dsl.kernels.moe.numba` on the same buffers, line for line: one CuTe block
+A port of the earlier Numba kernels (before their rework on the Triton kernels' algorithm: rows
+through ``nv.peer`` in 16-byte vectors, a ballot scan, one poll of the combine words; not ported
+here yet) on the same buffers, line for line: one CuTe block
 is one block of the protocol (``_layout.THREADS`` threads), the dispatch's list of the (t, j)
 routed to an expert is a Hillis-Steele block scan in shared memory (``SmemAllocator``: the list
 of ``MAX_TOKENS`` entries and a word a thread), rows go out a warp a row (``put_nbi_warp``), the
