@@ -20,7 +20,8 @@ what is timed is everything from the first compile request to a cubin:
 * nv4py: NVSHMEM4Py's Numba kernel (bench/nv4py_bench.py) as a launch compiles it (numba-cuda's
   LTO, its C++ shim compiled by NVRTC at the link, nvJitLink) to a cubin, not loaded (loading needs
   NVSHMEM initialised); without a GPU for ``--arch`` (bench/_nv4py.py).  It has no cache: its
-  "warm" is only a second process.
+  "warm" is only a second process; nv4py_cute: cute's kernel with NVSHMEM4Py's CuTe API
+  (bench/_nv4py_cute.py), compiled as for cute, not loaded.
 
 Then, in the same process, a second and different kernel (the ``p`` latency kernel) is
 compiled the same way: scope ``<label>-later``, the cost of any later kernel (target 0.3 s).
@@ -198,6 +199,21 @@ def _nv4py(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) ->
     return t_import, times, f"cubin sm_{cc[0]}{cc[1]}{'a' if tuple(cc) >= (9, 0) else ''}, not loaded{where}"
 
 
+def _nv4py_cute(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
+    """CuTe's kernels with NVSHMEM4Py's CuTe API (bench/_nv4py_cute.py), compiled as for ``cute`` (not loaded:
+    loading needs NVSHMEM initialised), CuTe's own cache in ``CUTE_DSL_CACHE_DIR``; import_s counts importing
+    cutlass and NVSHMEM4Py's CuTe API, not the start-up (bench/_nv4py.py)."""
+    import _nv4py
+    import _nv4py_cute
+
+    _nv4py.use_our_nvshmem()
+    t0 = time.perf_counter()
+    _nv4py_cute.install(load=False)  # imports cutlass and NVSHMEM4Py's CuTe API
+    t_install = time.perf_counter() - t0
+    t_import, times, stage = _cute(arch, marks, init, kernels)
+    return t_install + t_import, times, stage
+
+
 def _cc(arch: str) -> tuple[int, int]:
     digits = "".join(ch for ch in arch if ch.isdigit())
     return int(digits[:-1]), int(digits[-1])
@@ -246,7 +262,7 @@ def _outline_mode() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impl", choices=("numba", "cute", "triton", "nv4py"), required=True)
+    ap.add_argument("--impl", choices=("numba", "cute", "triton", "nv4py", "nv4py_cute"), required=True)
     ap.add_argument("--label", default="cold", help="scope field of the result (cold / warm)")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--phases", action="store_true",
@@ -270,7 +286,7 @@ def main(argv=None) -> int:
             raise SystemExit("--prefetch or --init, not both")
         init = {"prefetch_s": args.prefetch}
     kernels = (args.kernel,) if args.kernel else KERNELS
-    run = {"numba": _numba, "cute": _cute, "triton": _triton, "nv4py": _nv4py}[args.impl]
+    run = {"numba": _numba, "cute": _cute, "triton": _triton, "nv4py": _nv4py, "nv4py_cute": _nv4py_cute}[args.impl]
     t_import, times, stage = run(args.arch, marks, init, kernels)
     for scope, secs, kernel in zip((args.label, f"{args.label}-later"), times, kernels):
         rec = {"impl": args.impl, "bench": "compile_time", "scope": scope, "bytes": 0, "value": round(secs, 4),

@@ -20,7 +20,7 @@ value)``; the collectives take the team and arrays and count from the arrays' si
 reducescatter: the destination's; fcollect: the source's; alltoall: the source's / PEs; broadcast:
 the smaller), the reduction's operator as a string.  What it lacks of the table: the ``*_peer_ptr``
 kernels (the hardware floor; its ``get_peer_array`` needs numba-cuda's NRT) are not written here.
-Its CuTe device API (``nvshmem.core.device.cute``) is not benchmarked here.
+Its CuTe device API: bench/nv4py_cute_bench.py.
 """
 
 from __future__ import annotations

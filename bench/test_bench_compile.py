@@ -14,7 +14,8 @@
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
 * every NVSHMEM4Py kernel (bench/nv4py_bench.py) compiles to a cubin for sm_90a as a launch compiles it, in
   its own process (skipped where NVSHMEM4Py is not installed, as in CI); of its collectives three, all with
-  BENCH_TEST_NV4PY_COLL=all;
+  BENCH_TEST_NV4PY_COLL=all; the CuTe launchers compile with NVSHMEM4Py's CuTe API (bench/_nv4py_cute.py),
+  two of the collectives (all with BENCH_TEST_NV4PY_COLL=all);
 * every Triton kernel compiles to PTX for sm_90 (``GPUTarget("cuda", 90, 32)``, Triton's ptxas stage
   left out) with the fine-grained NVSHMEM functions inlined (skipped without triton);
 * the kernel table (bench/bench_shapes.py) is what every DSL instantiates;
@@ -629,6 +630,34 @@ def test_nv4py_kernel_compiles(nv4py_compiled, name):
     assert rec["device_state"] == (name != "spin"), rec  # NVSHMEM's state, which its library init sets
 
 
+#: the CuTe launchers compiled with NVSHMEM4Py's CuTe API by default (collectives: 2-50 s each on 2 CPUs)
+NV4PY_CUTE_NAMES = [n for n in SHAPE_NAMES if not n.startswith("coll_") and not n.endswith("_peer_ptr")] + (
+    COLL_NAMES if os.environ.get("BENCH_TEST_NV4PY_COLL") == "all" else ["coll_barrier_block", "coll_alltoall_thread"])
+
+
+@pytest.fixture(scope="module")
+def nv4py_cute_compiled():
+    """bench/_nv4py_cute.py's compile check in its own process: launcher -> result."""
+    _need_nv4py()
+    pytest.importorskip("cutlass")
+    proc = subprocess.run([sys.executable, str(HERE / "_nv4py_cute.py"), "--arch", "sm_90a", *NV4PY_CUTE_NAMES],
+                          capture_output=True, text=True, timeout=1800)
+    recs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert recs, proc.stderr[-4000:]
+    return {r["kernel"]: r for r in recs}
+
+
+@pytest.mark.parametrize("name", NV4PY_CUTE_NAMES)
+def test_nv4py_cute_launcher_compiles(nv4py_cute_compiled, name):
+    """bench/cute_bench.py's launchers compile with NVSHMEM4Py's CuTe API in place of ours (bench/_nv4py_cute.py's
+    adapter: each call's arguments as NVSHMEM4Py takes them, tensors aligned to their element) for sm_90a,
+    NVSHMEM4Py's device bitcode linked, without a GPU."""
+    rec = nv4py_cute_compiled.get(name)
+    assert rec is not None, f"{name}: not compiled"
+    assert "error" not in rec, rec["error"]
+    assert rec["arch"] == "sm_90a", rec
+
+
 def test_nv4py_compile_time_without_gpu():
     """bench/compile_time.py --impl nv4py: the first kernel and a later one, compiled to cubins without a GPU."""
     _need_nv4py()
@@ -647,7 +676,7 @@ def test_run_nv4py_rows_beside_the_dsls(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         run.main(["--impls", "cpp,numba,nv4py", "--help"])
     assert exc.value.code == 0
-    assert "nv4py" in run.IMPLS and "nv4py" in run.DSLS
+    assert {"nv4py", "nv4py_cute"} <= set(run.IMPLS) and {"nv4py", "nv4py_cute"} <= set(run.DSLS)
     agg = run.aggregate([_rec("cpp", "p_lat", "thread", 4, 40.0, "ns/op"), _rec("numba", "p_lat", "thread", 4, 13.0,
                                                                                  "ns/op"),
                          _rec("nv4py", "p_lat", "thread", 4, 56.0, "ns/op"),
