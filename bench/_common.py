@@ -36,6 +36,10 @@ LAT_SLOTS = 1024         # p / g cycle over this many elements (a power of two)
 BARRIER_BLOCK = 128      # barrier_all_block: one block of 128 threads
 SPIN_US_BEFORE_TIMED = 200
 SPIN_US_BEFORE_LAUNCHES = 100_000
+#: On-stream host calls (put, reduce, barrier_all) queued behind one spin at most: an NVSHMEM on-stream call
+#: may queue several launches, and a stream's queue (about 1024 launches) must not fill, or the host would
+#: wait for the spin and the figure count it
+ON_STREAM_CALLS = 256
 ALLOC_BYTES = 1 << 20
 SCOPES = ("thread", "warp", "block")
 
@@ -544,8 +548,9 @@ def host_benchmarks(out: Output, host: Host, p: Params, spin: Callable[[int], No
     """The host API's rows, each through the package's own calls (``host``: :class:`Host` or another
     package's host with the same methods): ``my_pe()`` (ns a call); allocating and freeing 1 MiB (us,
     each way of ``host.allocators()``); given ``spin``, the host time to enqueue each call of
-    ``host.on_stream_calls(peer)`` on the legacy default stream (us a call, ``p.launches`` of them
-    queued behind a spin as :func:`launch_overhead` queues launches): ``host_<name>_on_stream``."""
+    ``host.on_stream_calls(peer)`` on the legacy default stream (us a call, ``p.launches`` of them but at
+    most ON_STREAM_CALLS, queued behind a spin as :func:`launch_overhead` queues launches):
+    ``host_<name>_on_stream``."""
     my_pe = host.api_my_pe()
     vals = []
     for _ in range(p.reps):
@@ -571,10 +576,11 @@ def host_benchmarks(out: Output, host: Host, p: Params, spin: Callable[[int], No
 
     if spin is None:
         return
+    calls = min(p.launches, ON_STREAM_CALLS)
     for name, nbytes, call in host.on_stream_calls(peer):
         host.barrier_all()
-        vals = launch_overhead(host, spin, call, p.launches, p.reps)
-        out.emit(f"host_{name}_on_stream", "", nbytes, vals, "us", False, p.launches)
+        vals = launch_overhead(host, spin, call, calls, p.reps)
+        out.emit(f"host_{name}_on_stream", "", nbytes, vals, "us", False, calls)
 
 
 def chunk_partition(nelems: int, workers: int, w: int) -> tuple[int, int]:

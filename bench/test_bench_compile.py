@@ -729,6 +729,10 @@ def test_host_rows_time_the_hosts_own_calls(capsys):
         ("host_barrier_all_on_stream", 0, "us")]
     assert calls["my_pe"] == 10 and calls["alloc"] == calls["free"] == 4
     assert calls["put"] == calls["barrier_all"] == 9 and calls["spin"] == 6  # (reps + 1 warm-up) x launches
+    p.launches = C.ON_STREAM_CALLS + 10  # no more on-stream calls queued behind one spin than that
+    C.host_benchmarks(out, FakeHost(), p, count("spin"), 1)
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["iters"] for r in recs if r["bench"].endswith("_on_stream")] == [C.ON_STREAM_CALLS] * 2
 
 
 # ------------------------------------------------------------------ the kernel table
