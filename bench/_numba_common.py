@@ -118,3 +118,26 @@ def cupy_args_row(out: C.Output, host: C.Host, p: C.Params, kernel, flag, stream
     if p.enabled("launch"):
         vals = C.launch_overhead(host, lambda us: None, lambda: kernel[1, 1, stream](flag, 1), p.launches, p.reps)
         out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
+
+
+def main(impl: str, layers, api_name: str, kernels: dict, argv=None, host_class: type = C.Host) -> int:
+    """A Numba benchmark (``impl``: numba or nv4py) of ``kernels`` (name -> Python function, calling the device
+    API named ``api_name``), its host ``host_class`` initialised after importing ``layers``: every row of
+    bench_shapes.run_rows, then launch_overhead_cupy_args."""
+    args, p, out, host, arrays = shapes.start(impl, list(layers), argv, host_class)
+    import numba_cuda
+
+    shapes.meta(out, host, p, api=api_name, numba_cuda=getattr(numba_cuda, "__version__", "?"))
+
+    K = jit_kernels(kernels)
+    stream = cuda.legacy_default_stream()
+    bufs = {name: cuda.as_cuda_array(x) for name, x in arrays.items()}
+
+    def launch(s, args):
+        K[s.kernel][s.grid, s.block, stream](*args)
+
+    shapes.run_rows(out, host, p, arrays, bufs, launch, list(K),
+                    extra=lambda: cupy_args_row(out, host, p, K["empty_kernel"], arrays["flag"], stream))
+    del bufs
+    host.finalize()
+    return 0

@@ -185,52 +185,66 @@ class Host(C.Host):
         return {"nvshmem": v.libnvshmem_version, "nvshmem4py": v.nvshmem4py_version, **USED}
 
     def finalize(self) -> None:
+        """_common.Host's (the arrays freed, then nvshmem.core.finalize), then a word to our launcher."""
         from nvshmem_dsl.host import _exit
 
-        self.sync()
-        self.barrier_all()
-        for x in reversed(self._live):
-            self.free(x)
-        self._live.clear()
-        self.core.finalize()
+        super().finalize()
         _exit.tell_launcher("finalized")
 
 
 # ------------------------------------------------------------------ compile check (CPU)
 
 
+def compile_report(names, compile_one: Callable[[str], dict]) -> int:
+    """Compile each of ``names`` with ``compile_one(name)`` (-> the fields to report), printing one JSON line
+    per name: ``kernel``, the fields or ``error``, ``seconds``; 1 when one failed, else 0."""
+    import json
+
+    status = 0
+    for name in names:
+        t0 = time.perf_counter()
+        rec: dict = {"kernel": name}
+        try:
+            rec.update(compile_one(name))
+        except Exception as exc:  # noqa: BLE001 - reported, the next one compiled
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            status = 1
+        rec["seconds"] = round(time.perf_counter() - t0, 2)
+        print(json.dumps(rec), flush=True)
+    return status
+
+
+def check_args(argv, what: str):
+    """The compile checks' arguments: ``--arch`` (default sm_90a), then the names to compile."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=f"compile {what} without a GPU; one JSON line each")
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("names", nargs="*")
+    return ap.parse_args(argv)
+
+
 def main(argv=None) -> int:
     """``python bench/_nv4py.py [--arch sm_90a] [KERNEL ...]``: compile bench/nv4py_bench.py's kernels (default
     all) to cubins without a GPU (bench/test_bench_compile.py); a JSON line of the kernel table (names and
-    signatures), then one per kernel: its name, seconds, whether the cubin is an ELF, its size, whether it names
-    NVSHMEM's device state (what NVSHMEM's library init sets), or the error."""
-    import argparse
+    signatures), then one per kernel (compile_report): whether the cubin is an ELF, its size, whether it names
+    NVSHMEM's device state (what NVSHMEM's library init sets)."""
     import json
 
-    ap = argparse.ArgumentParser(description=main.__doc__.split(";")[0])
-    ap.add_argument("--arch", default="sm_90a")
-    ap.add_argument("kernels", nargs="*")
-    args = ap.parse_args(argv)
+    args = check_args(argv, "bench/nv4py_bench.py's kernels")
     digits = "".join(ch for ch in args.arch if ch.isdigit())
     cc = (int(digits[:-1]), int(digits[-1]))
     no_gpu_device(cc)
     import nv4py_bench as nb
 
     print(json.dumps({"table": list(nb.KERNELS), "signatures": nb.SIGNATURES}), flush=True)
-    status = 0
-    for name in args.kernels or list(nb.KERNELS):
-        t0 = time.perf_counter()
-        rec: dict = {"kernel": name}
-        try:
-            cubin = compile_cubin(nb.KERNELS[name], nb.SIGNATURES[name], cc, **nb.jit_options(name))
-            rec.update(elf=cubin[:4] == b"\x7fELF", bytes=len(cubin),
-                       device_state=b"nvshmemi_device_state_d" in cubin)
-        except Exception as exc:  # noqa: BLE001 - reported, the next kernel compiled
-            rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            status = 1
-        rec["seconds"] = round(time.perf_counter() - t0, 2)
-        print(json.dumps(rec), flush=True)
-    return status
+
+    def one(name: str) -> dict:
+        cubin = compile_cubin(nb.KERNELS[name], nb.SIGNATURES[name], cc, **nb.jit_options(name))
+        return {"elf": cubin[:4] == b"\x7fELF", "bytes": len(cubin),
+                "device_state": b"nvshmemi_device_state_d" in cubin}
+
+    return compile_report(args.names or list(nb.KERNELS), one)
 
 
 if __name__ == "__main__":

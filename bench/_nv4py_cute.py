@@ -138,34 +138,19 @@ def install(load: bool) -> None:
 def main(argv=None) -> int:
     """``python bench/_nv4py_cute.py [--arch sm_90a] [LAUNCHER ...]``: compile bench/cute_bench.py's launchers
     (default all) with NVSHMEM4Py's CuTe API, without a GPU (bench/test_bench_compile.py); one JSON line per
-    launcher: its name, seconds, or the error."""
-    import argparse
-    import json
-    import time
-
+    launcher (_nv4py.compile_report): the arch compiled for."""
     import _nv4py
 
-    ap = argparse.ArgumentParser(description=main.__doc__.split(";")[0])
-    ap.add_argument("--arch", default="sm_90a")
-    ap.add_argument("launchers", nargs="*")
-    args = ap.parse_args(argv)
+    args = _nv4py.check_args(argv, "bench/cute_bench.py's launchers with NVSHMEM4Py's CuTe API")
     _nv4py.use_our_nvshmem()
     install(load=False)
     import cute_bench as cb
 
     tensors = cb.fake_tensors(1 << 20)
-    status = 0
-    for name in args.launchers or list(cb.LAUNCHERS):
-        t0 = time.perf_counter()
-        rec: dict = {"kernel": name}
-        try:
-            rec["arch"] = cb.compile_all(tensors, arch=args.arch, names=[name])[name].arch
-        except Exception as exc:  # noqa: BLE001 - reported, the next one compiled
-            rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            status = 1
-        rec["seconds"] = round(time.perf_counter() - t0, 2)
-        print(json.dumps(rec), flush=True)
-    return status
+    def one(name: str) -> dict:
+        return {"arch": cb.compile_all(tensors, arch=args.arch, names=[name])[name].arch}
+
+    return _nv4py.compile_report(args.names or list(cb.LAUNCHERS), one)
 
 
 if __name__ == "__main__":

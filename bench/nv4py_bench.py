@@ -187,23 +187,7 @@ def jit_kernels() -> dict:
 
 
 def main(argv=None) -> int:
-    args, p, out, host, arrays = shapes.start("nv4py", ["nvshmem.core.device.numba"], argv, _nv4py.Host)
-    import numba_cuda
-
-    shapes.meta(out, host, p, api=nv.__name__, numba_cuda=getattr(numba_cuda, "__version__", "?"))
-
-    K = jit_kernels()
-    stream = cuda.legacy_default_stream()
-    bufs = {name: cuda.as_cuda_array(x) for name, x in arrays.items()}
-
-    def launch(s, args):
-        K[s.kernel][s.grid, s.block, stream](*args)
-
-    shapes.run_rows(out, host, p, arrays, bufs, launch, list(K),
-                    extra=lambda: N.cupy_args_row(out, host, p, K["empty_kernel"], arrays["flag"], stream))
-    del bufs
-    host.finalize()
-    return 0
+    return N.main("nv4py", ("nvshmem.core.device.numba",), nv.__name__, KERNELS, argv, _nv4py.Host)
 
 
 if __name__ == "__main__":
