@@ -1074,6 +1074,56 @@ def test_team_calls(fake):
     assert nv.translate_pe(Team.TEAM_WORLD, 3) == 3
 
 
+def test_team_place_is_asked_once_per_team(fake):
+    """my_pe / n_pes of a team are constant from its creation to its destruction: TEAM_WORLD's come
+    from init, another team's are asked of NVSHMEM the first time only (per runtime)."""
+    def asked():
+        return [c for c in fake.symbols() if c in ("nvshmem_team_my_pe", "nvshmem_team_n_pes")]
+
+    fake.responses.update(nvshmem_team_my_pe=1, nvshmem_team_n_pes=2)
+    assert (nv.my_pe(), nv.n_pes(), nv.team_my_pe(Team.TEAM_WORLD), nv.team_n_pes(None)) == (1, 4, 1, 4)
+    assert asked() == []
+    assert (nv.team_my_pe(Team.TEAM_NODE), nv.team_n_pes(Team.TEAM_NODE), nv.team_n_pes(int(Team.TEAM_NODE))) == (1, 2, 2)
+    assert asked() == ["nvshmem_team_my_pe", "nvshmem_team_n_pes"]
+    nv.fcollect(Team.TEAM_NODE, sym(), sym2(), nelems=1)  # the team's size checks dst without asking again
+    assert len(asked()) == 2
+
+    def split(args):
+        args[-1][0] = 9
+        return 0
+
+    fake.responses["nvshmem_team_n_pes"] = -1
+    assert nv.team_n_pes(9) == -1  # not a team yet: not kept
+    fake.responses.update(nvshmem_team_split_strided=split, nvshmem_team_n_pes=2)
+    t = nv.split_strided(Team.TEAM_WORLD, 0, 2, 2)
+    assert (t.n_pes(), t.n_pes()) == (2, 2) and len(asked()) == 6  # TEAM_NODE, 9 before, 9 now
+    t.destroy()
+    fake.responses["nvshmem_team_n_pes"] = 3
+    assert nv.team_n_pes(9) == 3  # the handle may be another team's now: asked again
+    with pytest.raises(nv.NvshmemArgumentError, match="TEAM_INVALID"):
+        nv.team_n_pes(Team.TEAM_INVALID)
+    with pytest.raises(nv.NvshmemTypeError, match="team_my_pe"):
+        nv.team_my_pe("world")
+
+
+def test_team_place_is_forgotten_with_the_runtime(monkeypatch):
+    answers = iter([(0, 2), (1, 8)])
+    now = {}
+
+    def intercept(symbol, args):
+        if symbol == "nvshmem_team_my_pe":
+            now["place"] = next(answers)
+            return now["place"][0]
+        return now["place"][1]
+
+    monkeypatch.setattr(_lib, "_interceptor", intercept)
+    for expected in ((0, 2), (1, 8)):  # two runtimes, one after the other
+        with _state.fake(n_pes=8):
+            assert (nv.team_my_pe(Team.TEAM_NODE), nv.team_n_pes(Team.TEAM_NODE)) == expected
+    with pytest.raises(nv.NvshmemStateError, match="team_n_pes"):
+        nv.team_n_pes(Team.TEAM_NODE)
+
+
 def test_team_config_struct():
     cfg, mask = teams._new_config(4, 0x1234)
     assert cfg.version == STRUCT_VERSIONS["nvshmem_team_config_t"]

@@ -31,6 +31,7 @@ from typing import Any
 
 from . import _bootstrap, _cuda, _exit, _lib, _state
 from ._state import STATE as _STATE
+from ._teamref import place as _place
 from .. import _libs
 from .._generated.constants import (
     SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel,
@@ -438,28 +439,25 @@ def _atexit() -> None:
 
 def my_pe() -> int:
     """This PE's number in TEAM_WORLD."""
-    s = _STATE  # known since init: no C call; require() only to raise (one Python call less a call)
-    return s.my_pe if s.initialized else _state.require("my_pe()").my_pe
+    # known since init, -1 outside it (State): no C call, one attribute read; require() only to raise
+    pe = _STATE.my_pe
+    return pe if pe >= 0 else _state.require("my_pe()").my_pe
 
 
 def n_pes() -> int:
     """Number of PEs in TEAM_WORLD."""
-    s = _STATE
-    return s.n_pes if s.initialized else _state.require("n_pes()").n_pes
+    n = _STATE.n_pes  # 0 outside init
+    return n if n > 0 else _state.require("n_pes()").n_pes
 
 
 def team_my_pe(team: Any) -> int:
     """This PE's number in ``team`` (-1 when not a member)."""
-    from . import teams
-
-    return teams.my_pe(team)
+    return _place(team, "team_my_pe")[1]
 
 
 def team_n_pes(team: Any) -> int:
     """Number of PEs in ``team``."""
-    from . import teams
-
-    return teams.n_pes(team)
+    return _place(team, "team_n_pes")[2]
 
 
 def init_status() -> InitStatus:

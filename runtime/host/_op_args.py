@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import _arrays, _lib, _table, _state
-from ._teamref import team_id
+from ._teamref import place, team_id
 from ._arrays import ArrayInfo
-from .._generated.constants import Cmp, SignalOp, Team
+from .._generated.constants import Cmp, SignalOp
 from ..errors import NvshmemArgumentError, NvshmemTypeError, int_argument
 from .symmetric import check_symmetric
 
@@ -89,9 +89,7 @@ def _team(team: Any, fn: str) -> int:
 
 
 def _team_size(team: int) -> int:
-    if team == int(Team.TEAM_WORLD):
-        return _state.STATE.n_pes
-    n = _lib.call("nvshmem_team_n_pes", team)
+    n = place(team, "team_n_pes")[2]
     if n <= 0:
         raise NvshmemArgumentError(f"team {team} is not a valid team on this PE")
     return n

@@ -21,7 +21,7 @@ class State:
     fake: bool = False  #: set by tests: no C library behind the state
     failed_init: str | None = None  #: why the last hostlib init failed (it cannot be undone)
     mode: str = ""
-    my_pe: int = -1
+    my_pe: int = -1  #: -1 and 0 exactly when not initialised (the queries test these alone)
     n_pes: int = 0
     local_rank: int = 0
     device_id: int = -1
