@@ -970,8 +970,22 @@ def test_dtype_names():
     assert _arrays.dtype_name(TorchDtype()) == "bfloat16"
     TorchFloat = type("dtype", (), {"__module__": "torch", "__str__": lambda self: "torch.float"})
     assert _arrays.dtype_name(TorchFloat()) == "float32"
-    with pytest.raises(nv.NvshmemTypeError):
-        _arrays.dtype_name("nonsense")
+    for _ in range(2):  # names are kept once parsed; an unknown one is refused every time
+        with pytest.raises(nv.NvshmemTypeError, match="nonsense"):
+            _arrays.dtype_name("nonsense")
+    assert (_arrays.dtype_name("float"), _arrays.dtype_name("float")) == ("float64", "float64")
+    assert _arrays.dtype_name("torch.half") == "float16"
+
+
+def test_describe_cai_typestrs():
+    def cai(typestr):
+        return types.SimpleNamespace(__cuda_array_interface__={"data": (0x1000, False), "shape": (2,), "typestr": typestr})
+
+    for _ in range(2):  # the second time from what the first one learnt
+        assert (_arrays.describe(cai("<f4")).dtype, _arrays.describe(cai("<f4")).itemsize) == ("float32", 4)
+        assert (_arrays.describe(cai("|V6")).dtype, _arrays.describe(cai("|V6")).itemsize) == ("V6", 6)
+        with pytest.raises(nv.NvshmemTypeError, match="argument 'x' has an unknown typestr"):
+            _arrays.describe(cai("<q9"), function="put", argument="x")
 
 
 def test_describe_torch_like():
