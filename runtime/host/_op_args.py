@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _arrays, _lib, _table, _state
+from ._cuda import stream_handle
 from ._teamref import place, team_id
 from ._arrays import ArrayInfo
 from .._generated.constants import Cmp, SignalOp
@@ -79,8 +80,6 @@ def _pe(pe: Any, fn: str, arg: str = "pe") -> int:
 
 
 def _stream(stream: Any) -> int:
-    from ._cuda import stream_handle
-
     return stream_handle(stream)
 
 
