@@ -335,12 +335,15 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
 
     def get_cufunc(self):
         # Attached here rather than at creation so that kernels loaded from
-        # Numba's disk cache (which drops callbacks) get them too.
-        if self.uses_nvshmem:
-            if _module_setup not in self._setup_functions:
-                self._setup_functions.append(_module_setup)
-            if _module_teardown not in self._teardown_functions:
-                self._teardown_functions.append(_module_teardown)
+        # Numba's disk cache (which drops callbacks) get them too; once per library (numba-cuda
+        # asks for the function at every launch)
+        if "_hooks_attached" not in self.__dict__:
+            if self.uses_nvshmem:
+                if _module_setup not in self._setup_functions:
+                    self._setup_functions.append(_module_setup)
+                if _module_teardown not in self._teardown_functions:
+                    self._teardown_functions.append(_module_teardown)
+            self.__dict__["_hooks_attached"] = True
         return super().get_cufunc()
 
 
