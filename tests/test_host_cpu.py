@@ -239,6 +239,16 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
+def test_init_imports_cuda_core_in_the_background():
+    code = ("import sys, threading; from nvshmem_dsl.host import _cuda; print('cuda.core' in sys.modules); "
+            "_cuda.import_in_background(); "
+            "[t.join() for t in threading.enumerate() if t.name == 'nvshmem_dsl-import-cuda.core']; "
+            "print('cuda.core' in sys.modules); _cuda.import_in_background(); print(threading.active_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "1"]  # imported; once there, no thread again
+
+
 # --------------------------------------------------------------------------- init / finalize flow, C intercepted
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
+import threading
 from typing import Any, Iterator
 
 from ..errors import NvshmemError, NvshmemInitError
@@ -104,6 +106,26 @@ def device_count() -> int:
     """Number of visible CUDA devices; NvshmemInitError when there is no driver."""
     init_driver()
     return int(_check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def import_in_background() -> None:
+    """Start importing ``cuda.core`` (what :func:`set_device` needs: 0.16-0.33 s of init() on an H200
+    host) on a thread, so that it runs while init's earlier steps wait in C without the GIL (cuInit,
+    the bootstrap's exchange); :func:`set_device`'s import then finds it done or waits for it (Python's
+    per-module import lock). Never raises: a failing import fails again, with its error, there."""
+    if "cuda.core" in sys.modules:
+        return
+
+    def load() -> None:
+        try:
+            import cuda.core  # noqa: F401
+        except Exception:  # noqa: BLE001 - set_device reports it
+            pass
+
+    try:
+        threading.Thread(target=load, name="nvshmem_dsl-import-cuda.core", daemon=True).start()
+    except RuntimeError:  # no thread can start (interpreter shutdown): imported when needed
+        pass
 
 
 def set_device(device_id: int):
