@@ -160,6 +160,27 @@ def test_status_errors_name_the_status():
     assert "ERROR_SYMMETRY" in str(err) and "members=[0, 1]" in str(err)
 
 
+def test_call_converts_pointers_and_16_bit_floats(monkeypatch):
+    # through the real call path, the C function replaced by a recorder of what it is given
+    monkeypatch.setattr(_lib, "_interceptor", None)
+    seen = []
+    ffi = _lib.ffi()
+    for symbol in ("nvshmem_half_p", "nvshmem_bfloat16_p"):
+        sig = _lib._signature(symbol)
+        monkeypatch.setitem(_lib._signatures, symbol, (lambda *a: seen.append(a),) + sig[1:])
+    _lib.call("nvshmem_half_p", 0x1000, 1.5, 1)
+    _lib.call("nvshmem_bfloat16_p", None, 2, 0)
+    box = ffi.new("half *")
+    box.x = 0x3C00
+    _lib.call("nvshmem_half_p", ffi.cast("void *", 0x2000), box[0], 1)
+    (d1, v1, pe1), (d2, v2, _), (d3, v3, _) = seen
+    assert int(ffi.cast("uintptr_t", d1)) == 0x1000 and v1.x == _lib.float_to_half_bits(1.5) and pe1 == 1
+    assert d2 == ffi.NULL and v2.x == _lib.float_to_bfloat16_bits(2.0)
+    assert int(ffi.cast("uintptr_t", d3)) == 0x2000 and v3.x == 0x3C00  # cffi values as given
+    with pytest.raises(TypeError, match="nvshmem_half_p takes 3 arguments, got 2"):
+        _lib.call("nvshmem_half_p", 0x1000, 1.5)
+
+
 def test_call_raises_status_error(monkeypatch):
     # a status-returning function returning non-zero, through the real call path
     monkeypatch.setattr(_lib, "_interceptor", None)
