@@ -88,11 +88,23 @@ class ArrayInfo:
 
 def library_of(obj: Any) -> str | None:
     """Which array library ``obj`` comes from ("cupy", "torch", "numba", "nvshmem_dsl"), if known."""
-    module = type(obj).__module__ or ""
-    root = module.split(".", 1)[0]
-    if root in ("cupy", "torch", "numba", "nvshmem_dsl"):
-        return root
-    return None
+    kind = type(obj)
+    try:
+        return _LIBRARY_OF[kind]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable class: asked every time
+        return _library_of_module(kind)
+    found = _LIBRARY_OF[kind] = _library_of_module(kind)
+    return found
+
+
+_LIBRARY_OF: dict[type, str | None] = {}  #: by class: every operation asks, twice
+
+
+def _library_of_module(kind: type) -> str | None:
+    root = (getattr(kind, "__module__", None) or "").split(".", 1)[0]
+    return root if root in ("cupy", "torch", "numba", "nvshmem_dsl") else None
 
 
 def itemsize_of(name: str) -> int | None:
@@ -207,7 +219,7 @@ def _describe_torch(t: Any, where: str) -> ArrayInfo:
 def _describe_cai(cai: dict, obj: Any, lib: str, where: str) -> ArrayInfo:
     try:
         ptr = int(cai["data"][0] or 0)
-        shape = tuple(int(s) for s in cai["shape"])
+        shape = tuple(map(int, cai["shape"]))
         typestr = cai["typestr"]
         strides = cai.get("strides")
     except (KeyError, TypeError, IndexError, ValueError):

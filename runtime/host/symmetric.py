@@ -137,6 +137,8 @@ def check_symmetric(info: _arrays.ArrayInfo, function: str, argument: str, nbyte
     if nbytes is not None:
         hi = lo + nbytes
     alloc = REGISTRY.containing(lo)
+    if alloc is not None and hi <= alloc.end:
+        return alloc
     where = f"{function}(): argument '{argument}'"
     if alloc is None:
         reason = REGISTRY.freed_reason(lo)
