@@ -202,7 +202,7 @@ def init(
                 f"init(): NVSHMEM initialisation already failed in this process ({s.failed_init}); "
                 "NVSHMEM cannot be initialised again after a failure: start a new process"
             )
-        _cuda.import_in_background()  # for set_device, while the steps before it wait in C
+        _cuda.prepare_in_background()  # cuInit and set_device's import, while the steps before them run
         _lib.lib()  # NvshmemNotFoundError with the places looked at
         try:
             finalize_timeout = _exit.finalize_timeout()
