@@ -184,6 +184,13 @@ def empty_kernel(flag, v):
         flag[0] = nv.my_pe()
 
 
+def plain_kernel(flag, v):
+    """``empty_kernel`` without NVSHMEM (``launch_overhead_plain``: Numba's own launch, the yardstick of
+    issue 41's "a launch with NVSHMEM <= 1.1x the same DSL's plain launch"); not in KERNELS (no C++ twin)."""
+    if v < 0:
+        flag[0] = 0
+
+
 def spin(us):
     for i in range(us):
         cuda.nanosleep(1000)
@@ -242,14 +249,20 @@ def main(argv=None) -> int:
     def launch(s, args):
         K[s.kernel][s.grid, s.block, stream](*args)
 
-    def cupy_args() -> None:
-        """cupy arrays straight in: Numba converts (and stream-synchronises) them at every launch."""
+    def launch_rows() -> None:
+        """cupy arrays straight in (Numba converts and stream-synchronises them at every launch); and
+        the same launch of a kernel without NVSHMEM, queued behind the same spin as launch_overhead."""
         if p.enabled("launch"):
             kern, flag = K["empty_kernel"], arrays["flag"]
             vals = C.launch_overhead(host, lambda us: None, lambda: kern[1, 1, stream](flag, 1), p.launches, p.reps)
             out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
+            plain, flag = cuda.jit(plain_kernel), bufs["flag"]
+            run = lambda: plain[1, 1, stream](flag, 1)  # noqa: E731
+            run()  # compile
+            vals = C.launch_overhead(host, lambda us: launch(shapes.SHAPES["spin"], (us,)), run, p.launches, p.reps)
+            out.emit("launch_overhead_plain", "", 0, vals, "us", False, p.launches)
 
-    shapes.run_rows(out, host, p, arrays, bufs, launch, list(K), extra=cupy_args)
+    shapes.run_rows(out, host, p, arrays, bufs, launch, list(K), extra=launch_rows)
     del bufs
     host.finalize()
     return 0
