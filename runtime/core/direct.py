@@ -6,7 +6,7 @@ from typing import Any
 
 from ..host import _init as _native
 from ..host import _lib
-from ..host._state import STATE as _STATE
+from ..host import _state
 from .._generated.constants import Cmp, InitStatus, SignalOp, SmemAmount
 from ._bindtypes import Thread_support
 from ._tracking import translated
@@ -53,13 +53,13 @@ _n_pes_or_raise = translated(_native.n_pes)
 
 def my_pe() -> int:
     """This PE's number in ``TEAM_WORLD``."""
-    pe = _STATE.my_pe  # known since init, -1 outside it: the native query, translated, only to raise
+    pe = _state._MY_PE  # known since init, -1 outside it: the native query, translated, only to raise
     return pe if pe >= 0 else _my_pe_or_raise()
 
 
 def n_pes() -> int:
     """The number of PEs in ``TEAM_WORLD``."""
-    n = _STATE.n_pes
+    n = _state._N_PES
     return n if n > 0 else _n_pes_or_raise()
 
 

@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from . import _bootstrap, _cuda, _exit, _lib, _state
-from ._state import STATE as _STATE
+from ._state import my_pe, n_pes  # noqa: F401 - re-exported: a module global read each
 from ._teamref import place as _place
 from .. import _libs
 from .._generated.constants import (
@@ -436,19 +436,6 @@ def _atexit() -> None:
 
 
 # --------------------------------------------------------------------------- queries
-
-
-def my_pe() -> int:
-    """This PE's number in TEAM_WORLD."""
-    # known since init, -1 outside it (State): no C call, one attribute read; require() only to raise
-    pe = _STATE.my_pe
-    return pe if pe >= 0 else _state.require("my_pe()").my_pe
-
-
-def n_pes() -> int:
-    """Number of PEs in TEAM_WORLD."""
-    n = _STATE.n_pes  # 0 outside init
-    return n if n > 0 else _state.require("n_pes()").n_pes
 
 
 def team_my_pe(team: Any) -> int:
