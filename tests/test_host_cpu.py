@@ -263,14 +263,15 @@ def test_import_is_light():
 def test_init_prepares_cuda_in_the_background():
     # on a CPU machine cuInit fails (no driver library): the thread goes on to the import, and
     # init_driver still reports the failure as before
-    code = ("import sys, threading; from nvshmem_dsl.host import _cuda; print('cuda.core' in sys.modules); "
-            "_cuda.prepare_in_background(); "
-            "[t.join() for t in threading.enumerate() if t.name == _cuda.PREPARE_THREAD]; "
-            "print('cuda.core' in sys.modules)\n"
+    code = ("import sys, threading; from nvshmem_dsl.host import _cuda, _init, _table; "
+            "print('cuda.core' in sys.modules, _table._table is None); "
+            "_init._prepare_in_background(); "
+            "[t.join() for t in threading.enumerate() if t.name == _init.PREPARE_THREAD]; "
+            "print('cuda.core' in sys.modules, _table._table is None)\n"
             "try:\n    _cuda.init_driver()\nexcept Exception as exc:\n    print(type(exc).__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "True", "NvshmemInitError"]
+    assert out.stdout.split() == ["False", "True", "True", "False", "NvshmemInitError"]
 
 
 # --------------------------------------------------------------------------- init / finalize flow, C intercepted

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
-import threading
 from typing import Any, Iterator
 
 from ..errors import NvshmemError, NvshmemInitError
@@ -106,35 +104,6 @@ def device_count() -> int:
     """Number of visible CUDA devices; NvshmemInitError when there is no driver."""
     init_driver()
     return int(_check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
-
-
-def prepare_in_background() -> None:
-    """Start, on a thread, the driver's ``cuInit`` (C, without the GIL) and the import of
-    ``cuda.core`` (what :func:`set_device` needs: 0.16-0.33 s of init() on an H200 host), so that
-    they run while init's first steps do (loading the host library's declarations, the bootstrap's
-    exchange). :func:`init_driver` and :func:`set_device` then find them done or wait for them (a
-    second cuInit returns at once; Python's per-module import lock). Nothing changes but when they
-    run: a failure here happens again, with its error, there. Never raises."""
-    if _initialised and "cuda.core" in sys.modules:
-        return
-
-    def prepare() -> None:
-        try:
-            driver().cuInit(0)
-        except Exception:  # noqa: BLE001 - init_driver reports it
-            pass
-        try:
-            import cuda.core  # noqa: F401
-        except Exception:  # noqa: BLE001 - set_device reports it
-            pass
-
-    try:
-        threading.Thread(target=prepare, name=PREPARE_THREAD, daemon=True).start()
-    except RuntimeError:  # no thread can start (interpreter shutdown): done when needed
-        pass
-
-
-PREPARE_THREAD = "nvshmem_dsl-prepare-cuda"
 
 
 def set_device(device_id: int):

@@ -24,12 +24,14 @@ finalize waits at most ``NVSHMEM_DSL_FINALIZE_TIMEOUT`` seconds for the other PE
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
+import threading
 import warnings
 from typing import Any
 
-from . import _bootstrap, _cuda, _exit, _lib, _state
+from . import _bootstrap, _cuda, _exit, _lib, _state, _table
 from ._state import my_pe, n_pes  # noqa: F401 - re-exported: a module global read each
 from ._teamref import place as _place
 from .. import _libs
@@ -202,7 +204,7 @@ def init(
                 f"init(): NVSHMEM initialisation already failed in this process ({s.failed_init}); "
                 "NVSHMEM cannot be initialised again after a failure: start a new process"
             )
-        _cuda.prepare_in_background()  # cuInit and set_device's import, while the steps before them run
+        _prepare_in_background()  # cuInit, the op table, set_device's import: while the steps before them run
         _lib.lib()  # NvshmemNotFoundError with the places looked at
         try:
             finalize_timeout = _exit.finalize_timeout()
@@ -297,6 +299,35 @@ def init(
 
 
 session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
+
+#: The name of :func:`_prepare_in_background`'s thread.
+PREPARE_THREAD = "nvshmem_dsl-prepare"
+
+
+def _prepare_in_background() -> None:
+    """Start, on a thread, what init's later steps need and nothing of init's own order depends on:
+    the driver's ``cuInit`` (C, without the GIL), the op table (``ops.json``, 2.9 MB of JSON: every C
+    call's status check reads it, rank 0's unique id first) and the import of ``cuda.core`` (for
+    :func:`_cuda.set_device`: 0.16-0.33 s of init() on an H200 host). They then run while init's first
+    steps wait in C (the library load, cuInit, the bootstrap's exchange, the context's creation);
+    the steps that need them find them done or wait for them (a second cuInit returns at once; the
+    table's lock; Python's per-module import lock). A failure here happens again, with its error,
+    where it is needed. Never raises."""
+    if _cuda._initialised and "cuda.core" in sys.modules and _table._table is not None:
+        return
+
+    def prepare() -> None:
+        for step in (lambda: _cuda.driver().cuInit(0), _table.table, lambda: importlib.import_module("cuda.core")):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - reported by the step that needs it
+                pass
+
+    try:
+        threading.Thread(target=prepare, name=PREPARE_THREAD, daemon=True).start()
+    except RuntimeError:  # no thread can start (interpreter shutdown): each done when needed
+        pass
+
 
 
 def _read_mpg_mode(s: _state.State, device_id: int) -> None:
