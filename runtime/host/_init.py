@@ -329,7 +329,6 @@ def _prepare_in_background() -> None:
         pass
 
 
-
 def _read_mpg_mode(s: _state.State, device_id: int) -> None:
     """How many PEs share this GPU, whether MPS joins them, and whether NVSHMEM runs in its
     *limited MPG* mode (several PEs per GPU without MPS: no collectives, no team splits)."""

@@ -1,4 +1,5 @@
-"""The runtime's process-wide state: initialised or not, this PE's place, its device."""
+"""The runtime's process-wide state: initialised or not, this PE's place, its device; and the two
+queries answered from it alone, :func:`my_pe` and :func:`n_pes`."""
 
 from __future__ import annotations
 
