@@ -112,18 +112,33 @@ def jit_kernels(kernels: dict) -> dict:
     return {name: cuda.jit(fn, **jit_options(name)) for name, fn in kernels.items()}
 
 
-def cupy_args_row(out: C.Output, host: C.Host, p: C.Params, kernel, flag, stream) -> None:
-    """``launch_overhead_cupy_args``: ``kernel`` (empty_kernel) launched with a cupy array straight in
-    (``flag``): Numba converts (and stream-synchronises) it at every launch."""
-    if p.enabled("launch"):
-        vals = C.launch_overhead(host, lambda us: None, lambda: kernel[1, 1, stream](flag, 1), p.launches, p.reps)
-        out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
+def plain_kernel(flag, v):
+    """``empty_kernel`` without NVSHMEM (``launch_overhead_plain``: Numba's own launch, the yardstick of
+    issue 41's "a launch with NVSHMEM <= 1.1x the same DSL's plain launch"); no C++ twin."""
+    if v < 0:
+        flag[0] = 0
+
+
+def launch_rows(out: C.Output, host: C.Host, p: C.Params, K: dict, arrays: dict, bufs: dict, stream, launch) -> None:
+    """``launch_overhead_cupy_args``: ``empty_kernel`` launched with a cupy array straight in (Numba converts
+    and stream-synchronises it at every launch); ``launch_overhead_plain``: :func:`plain_kernel` launched as
+    ``launch_overhead``'s kernel is, behind the same spin."""
+    if not p.enabled("launch"):
+        return
+    kern, flag = K["empty_kernel"], arrays["flag"]
+    vals = C.launch_overhead(host, lambda us: None, lambda: kern[1, 1, stream](flag, 1), p.launches, p.reps)
+    out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
+    plain, flag = cuda.jit(plain_kernel), bufs["flag"]
+    run = lambda: plain[1, 1, stream](flag, 1)  # noqa: E731
+    run()  # compile
+    vals = C.launch_overhead(host, lambda us: launch(shapes.SHAPES["spin"], (us,)), run, p.launches, p.reps)
+    out.emit("launch_overhead_plain", "", 0, vals, "us", False, p.launches)
 
 
 def main(impl: str, layers, api_name: str, kernels: dict, argv=None, host_class: type = C.Host) -> int:
     """A Numba benchmark (``impl``: numba or nv4py) of ``kernels`` (name -> Python function, calling the device
     API named ``api_name``), its host ``host_class`` initialised after importing ``layers``: every row of
-    bench_shapes.run_rows, then launch_overhead_cupy_args."""
+    bench_shapes.run_rows, then :func:`launch_rows`."""
     args, p, out, host, arrays = shapes.start(impl, list(layers), argv, host_class)
     import numba_cuda
 
@@ -137,7 +152,7 @@ def main(impl: str, layers, api_name: str, kernels: dict, argv=None, host_class:
         K[s.kernel][s.grid, s.block, stream](*args)
 
     shapes.run_rows(out, host, p, arrays, bufs, launch, list(K),
-                    extra=lambda: cupy_args_row(out, host, p, K["empty_kernel"], arrays["flag"], stream))
+                    extra=lambda: launch_rows(out, host, p, K, arrays, bufs, stream, launch))
     del bufs
     host.finalize()
     return 0

@@ -17,7 +17,8 @@ What a DSL cannot share, and why (one line each):
   ``num_warps`` warps and a warp-scope call is made by warp 0 only, so a warp-scope worker is a
   program of one warp (BW_GRID x BW_BLOCK / 32 programs), and a thread-scope one a program of
   one warp whose thread 0 calls (a program has at least 32 threads);
-* Numba's ``launch_overhead_cupy_args`` row: only Numba converts foreign arrays at each launch.
+* Numba's ``launch_overhead_cupy_args`` row: only Numba converts foreign arrays at each launch; and
+  its ``launch_overhead_plain``: the same launch of a kernel without NVSHMEM (no C++ twin).
 """
 
 from __future__ import annotations

@@ -326,6 +326,16 @@ def test_numba_kernel_compiles(numba_bench, name):
         assert "nvshmemi_device_state_d" in ptx, f"{name}: no NVSHMEM device state referenced"
 
 
+def test_numba_plain_kernel_is_empty_kernel_without_nvshmem(numba_bench):
+    """launch_overhead_plain's kernel: empty_kernel's parameters and code, no NVSHMEM (no device state,
+    so its launch has no module init behind it)."""
+    from numba import cuda
+
+    sig = numba_bench.SIGNATURES["empty_kernel"]
+    ptx, _ = cuda.compile_ptx(numba_bench.N.plain_kernel, sig, cc=(9, 0))
+    assert re.search(r"\.entry\s", ptx) and "nvshmem" not in ptx
+
+
 @pytest.mark.parametrize("name", [n for n in SHAPE_NAMES if n.startswith(("put_", "get_"))])
 def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name, monkeypatch):
     """Each bandwidth kernel, linked to a cubin (nvJitLink, no GPU) with its jit options, has the
