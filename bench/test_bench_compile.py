@@ -13,6 +13,10 @@
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
   or called in their objects, nvshmem_dsl.linker.outline);
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
+* every NVSHMEM4Py kernel (bench/nv4py_bench.py) compiles to a cubin for sm_90a as a launch compiles it, in
+  its own process (skipped where NVSHMEM4Py is not installed, as in CI); of its collectives three, all with
+  BENCH_TEST_NV4PY_COLL=all; the CuTe launchers compile with NVSHMEM4Py's CuTe API (bench/_nv4py_cute.py),
+  two of the collectives (all with BENCH_TEST_NV4PY_COLL=all);
 * every Triton kernel compiles to PTX for sm_90 (``GPUTarget("cuda", 90, 32)``, Triton's ptxas stage
   left out) with the fine-grained NVSHMEM functions inlined (skipped without triton);
 * the kernel table (bench/bench_shapes.py) is what every DSL instantiates;
@@ -330,6 +334,16 @@ def test_numba_kernel_compiles(numba_bench, name):
         assert "nvshmemi_device_state_d" in ptx, f"{name}: no NVSHMEM device state referenced"
 
 
+def test_numba_plain_kernel_is_empty_kernel_without_nvshmem(numba_bench):
+    """launch_overhead_plain's kernel: empty_kernel's parameters and code, no NVSHMEM (no device state,
+    so its launch has no module init behind it)."""
+    from numba import cuda
+
+    sig = numba_bench.SIGNATURES["empty_kernel"]
+    ptx, _ = cuda.compile_ptx(numba_bench.N.plain_kernel, sig, cc=(9, 0))
+    assert re.search(r"\.entry\s", ptx) and "nvshmem" not in ptx
+
+
 @pytest.mark.parametrize("name", [n for n in SHAPE_NAMES if n.startswith(("put_", "get_"))])
 def test_numba_bandwidth_kernel_fits_its_block(numba_bench, name, monkeypatch):
     """Each bandwidth kernel, linked to a cubin (nvJitLink, no GPU) with its jit options, has the
@@ -574,6 +588,169 @@ def test_triton_geometry():
     assert shapes.triton_options(S["put_warp"]) == {"num_warps": 1, "maxnreg": 64}  # a warp of a 1024-thread block
     assert shapes.triton_options(S["put_block"]) == {"num_warps": C.BW_BLOCK // 32}  # .reqntid 1024: 64 anyway
     assert shapes.triton_options(S["p_lat"]) == {"num_warps": 1}
+
+
+# ------------------------------------------------------------------ NVSHMEM4Py (nv4py)
+
+NV4PY_DISTS = ("nvshmem4py-cu12", "nvshmem4py-cu13")
+#: bench/nv4py_bench.py writes every kernel of the table but the *_peer_ptr ones
+NV4PY_NAMES = [n for n in SHAPE_NAMES if not n.endswith("_peer_ptr")]
+#: the collective kernels compiled by default (5-17 s each on 2 CPUs); all with BENCH_TEST_NV4PY_COLL=all
+NV4PY_COLL = COLL_NAMES if os.environ.get("BENCH_TEST_NV4PY_COLL") == "all" else [
+    "coll_barrier_thread", "coll_fcollect_thread", "coll_reduce_block"]
+
+
+def _need_nv4py() -> None:
+    """Skip where NVSHMEM4Py (NVIDIA's nvshmem package) is not installed, as in CI."""
+    from importlib import metadata
+
+    for dist in NV4PY_DISTS:
+        try:
+            metadata.version(dist)
+            return
+        except metadata.PackageNotFoundError:
+            continue
+    pytest.skip(f"NVSHMEM4Py is not installed ({' or '.join(NV4PY_DISTS)})")
+
+
+@pytest.fixture(scope="module")
+def nv4py_compiled():
+    """bench/_nv4py.py's compile check, in its own process (it patches numba-cuda to compile without a
+    GPU, and NVSHMEM4Py must be imported after its start-up): the table, then kernel -> result."""
+    _need_nv4py()
+    _need("numba.cuda", "sm_90")
+    names = [n for n in NV4PY_NAMES if not n.startswith("coll_")] + NV4PY_COLL
+    proc = subprocess.run([sys.executable, str(HERE / "_nv4py.py"), "--arch", "sm_90a", *names], capture_output=True,
+                          text=True, timeout=1800)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines and "table" in lines[0], proc.stderr[-4000:]
+    return lines[0], {r["kernel"]: r for r in lines[1:]}
+
+
+def test_nv4py_kernel_table(nv4py_compiled):
+    """NVSHMEM4Py's benchmark has the table's kernels (not the *_peer_ptr ones), with the same signatures."""
+    table, _ = nv4py_compiled
+    assert sorted(table["table"]) == sorted(NV4PY_NAMES)
+    import _numba_common as N
+
+    assert table["signatures"] == N.signatures(NV4PY_NAMES)
+
+
+@pytest.mark.parametrize("name", [n for n in NV4PY_NAMES if not n.startswith("coll_")] + NV4PY_COLL)
+def test_nv4py_kernel_compiles(nv4py_compiled, name):
+    """Each NVSHMEM4Py kernel compiles as a launch compiles it (its C++ shim by NVRTC against nvshmem_dsl's
+    NVSHMEM headers, LTO, nvJitLink) to a cubin for sm_90a, without a GPU."""
+    _, results = nv4py_compiled
+    rec = results.get(name)
+    assert rec is not None, f"{name}: not compiled"
+    assert "error" not in rec, rec["error"]
+    assert rec["elf"] and rec["bytes"] > 0, rec
+    assert rec["device_state"] == (name != "spin"), rec  # NVSHMEM's state, which its library init sets
+
+
+#: the CuTe launchers compiled with NVSHMEM4Py's CuTe API by default (collectives: 2-50 s each on 2 CPUs)
+NV4PY_CUTE_NAMES = [n for n in SHAPE_NAMES if not n.startswith("coll_") and not n.endswith("_peer_ptr")] + (
+    COLL_NAMES if os.environ.get("BENCH_TEST_NV4PY_COLL") == "all" else ["coll_barrier_block", "coll_alltoall_thread"])
+
+
+@pytest.fixture(scope="module")
+def nv4py_cute_compiled():
+    """bench/_nv4py_cute.py's compile check in its own process: launcher -> result."""
+    _need_nv4py()
+    pytest.importorskip("cutlass")
+    proc = subprocess.run([sys.executable, str(HERE / "_nv4py_cute.py"), "--arch", "sm_90a", *NV4PY_CUTE_NAMES],
+                          capture_output=True, text=True, timeout=1800)
+    recs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert recs, proc.stderr[-4000:]
+    return {r["kernel"]: r for r in recs}
+
+
+@pytest.mark.parametrize("name", NV4PY_CUTE_NAMES)
+def test_nv4py_cute_launcher_compiles(nv4py_cute_compiled, name):
+    """bench/cute_bench.py's launchers compile with NVSHMEM4Py's CuTe API in place of ours (bench/_nv4py_cute.py's
+    adapter: each call's arguments as NVSHMEM4Py takes them, tensors aligned to their element) for sm_90a,
+    NVSHMEM4Py's device bitcode linked, without a GPU."""
+    rec = nv4py_cute_compiled.get(name)
+    assert rec is not None, f"{name}: not compiled"
+    assert "error" not in rec, rec["error"]
+    assert rec["arch"] == "sm_90a", rec
+
+
+def test_nv4py_compile_time_without_gpu():
+    """bench/compile_time.py --impl nv4py: the first kernel and a later one, compiled to cubins without a GPU."""
+    _need_nv4py()
+    out = subprocess.run([sys.executable, str(HERE / "compile_time.py"), "--impl", "nv4py", "--label", "cold"],
+                         capture_output=True, text=True, timeout=600)
+    recs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r["scope"] for r in recs] == ["cold", "cold-later"], out.stderr[-4000:]
+    assert all(r["impl"] == "nv4py" and r["value"] > 0 and "no GPU" in r["stage"] for r in recs), recs
+
+
+def test_run_nv4py_rows_beside_the_dsls(monkeypatch):
+    """bench/run.py --impls ...,nv4py: accepted, skipped with its reason where nvshmem.core is not importable,
+    its results in their own column with the nv4py/cpp ratio."""
+    import run
+
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--impls", "cpp,numba,nv4py", "--help"])
+    assert exc.value.code == 0
+    assert {"nv4py", "nv4py_cute"} <= set(run.IMPLS) and {"nv4py", "nv4py_cute"} <= set(run.DSLS)
+    agg = run.aggregate([_rec("cpp", "p_lat", "thread", 4, 40.0, "ns/op"), _rec("numba", "p_lat", "thread", 4, 13.0,
+                                                                                 "ns/op"),
+                         _rec("nv4py", "p_lat", "thread", 4, 56.0, "ns/op"),
+                         _rec("nv4py", "host_put_on_stream", "", 8, 9.0, "us")])
+    lines = run.table(agg).splitlines()
+    assert lines[0].split()[-1] == "nv4py/cpp" and "nv4py" in lines[0].split()
+    row = next(line.split() for line in lines if line.startswith("p_lat"))
+    assert row[-1] == "1.40"
+    assert {r["impl"] for r in run.ratios(agg)} == {"numba", "nv4py"}
+    monkeypatch.setitem(run.REQUIRES, "nv4py", "no_such_module_for_the_bench_test")
+    why = run.unavailable("nv4py", sys.executable)
+    assert why and "no_such_module_for_the_bench_test" in why
+
+
+def test_host_rows_time_the_hosts_own_calls(capsys):
+    """_common.host_benchmarks: my_pe, each allocator and each on-stream call of the host given (nvshmem_dsl's
+    or NVSHMEM4Py's), every call made, the on-stream ones behind the spin."""
+    calls: dict = {}
+
+    def count(name, value=None):
+        def call(*args):
+            calls[name] = calls.get(name, 0) + 1
+            return value
+        return call
+
+    class FakeHost:
+        def api_my_pe(self):
+            return count("my_pe", 0)
+
+        def allocators(self):
+            return (("host_alloc_free", count("alloc", "x")),)
+
+        def free(self, x):
+            assert x == "x"
+            count("free")()
+
+        def on_stream_calls(self, peer):
+            assert peer == 1
+            return (("put", 8, count("put")), ("barrier_all", 0, count("barrier_all")))
+
+        barrier_all = sync = staticmethod(count("sync"))
+
+    p = C.make_params(True)
+    p.host_calls, p.alloc_reps, p.launches, p.reps = 5, 2, 3, 2
+    out = C.Output("nv4py")
+    C.host_benchmarks(out, FakeHost(), p, count("spin"), 1)
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["bench"], r["bytes"], r["unit"]) for r in recs] == [
+        ("host_my_pe", 0, "ns"), ("host_alloc_free", C.ALLOC_BYTES, "us"), ("host_put_on_stream", 8, "us"),
+        ("host_barrier_all_on_stream", 0, "us")]
+    assert calls["my_pe"] == 10 and calls["alloc"] == calls["free"] == 4
+    assert calls["put"] == calls["barrier_all"] == 9 and calls["spin"] == 6  # (reps + 1 warm-up) x launches
+    p.launches = C.ON_STREAM_CALLS + 10  # no more on-stream calls queued behind one spin than that
+    C.host_benchmarks(out, FakeHost(), p, count("spin"), 1)
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["iters"] for r in recs if r["bench"].endswith("_on_stream")] == [C.ON_STREAM_CALLS] * 2
 
 
 # ------------------------------------------------------------------ the kernel table

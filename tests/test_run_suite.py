@@ -208,6 +208,61 @@ def test_main_end_to_end(fake, monkeypatch, tmp_path, capsys):
     assert (tmp_path / "res" / "pes4" / "mps-log" / "control.log").exists()
 
 
+def test_main_runs_suites_together(fake, monkeypatch, tmp_path, capsys):
+    """--together 3: the three suites of a PE count run at once (all three wait for each other here),
+    under the one daemon; rows and summary in the order of the arguments, whatever order they end in."""
+    import threading
+    import time
+
+    monkeypatch.setattr(run_suite, "gpu_count", lambda: 1)
+    met = threading.Barrier(3, timeout=20)  # broken (an error) unless three runs are in at once
+    ended = []
+
+    def fake_run(launcher, dsl, files, nproc, timeout, out, extra_env):
+        met.wait()
+        time.sleep({"host": 0.3, "numba": 0.0, "cute": 0.1}[dsl])
+        ended.append(dsl)
+        return {"status": "ok", "seconds": 1.0, "tests": {dsl: "pass"}}
+    monkeypatch.setattr(run_suite, "_run", fake_run)
+    assert run_suite.main(["--pes", "2", "--dsl", "host,numba,cute", "--launchers", "launcher", "--together", "3",
+                           "--out", str(tmp_path / "res")]) == 0
+    assert ended == ["numba", "cute", "host"]
+    runs = json.loads((tmp_path / "res" / "summary.json").read_text())["runs"]
+    assert [r["dsl"] for r in runs] == ["host", "numba", "cute"] and {r["mps"] for r in runs} == {"MPS"}
+    out = capsys.readouterr().out
+    assert out.index("launcher  host 2 PEs") < out.index("launcher numba 2 PEs") < out.index("launcher  cute 2 PEs")
+    assert [c["argv"] for c in fake()] == [["-d"], []]  # one daemon for the three
+
+
+def test_together_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        run_suite.main(["--together", "0"])
+    assert "--together takes a positive integer" in capsys.readouterr().err
+
+
+def test_a_suite_beside_others_stops_when_told(tmp_path):
+    """A suite run beside others (in a thread) is terminated within a second or two of _stopping."""
+    import threading
+    import time
+
+    got = {}
+
+    def run():
+        try:
+            run_suite._call([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), 120)
+        except KeyboardInterrupt:
+            got["stopped"] = time.monotonic()
+    run_suite._stopping.clear()
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(0.5)
+    told = time.monotonic()
+    run_suite._stopping.set()
+    worker.join(20)
+    run_suite._stopping.clear()
+    assert "stopped" in got and got["stopped"] - told < 5
+
+
 def test_main_stops_daemon_when_a_suite_raises(fake, monkeypatch, tmp_path):
     def crash(*args):
         raise KeyboardInterrupt

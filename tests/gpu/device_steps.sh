@@ -7,10 +7,12 @@
 #   launchers    host suite under torchrun, the Numba examples under our launcher
 #   suite        any run_suite.py arguments, e.g. --dsl numba --launchers launcher
 #   pe-counts    host, Numba and CuTe suites at 1, 2, 4 and 8 PEs under our launcher (PES, DSLS,
-#                SUITE_TIMEOUT per run); above one PE per GPU run_suite.py runs its own MPS daemon.
+#                SUITE_TIMEOUT per run; TOGETHER suites at once, default 4); above one PE per GPU
+#                run_suite.py runs its own MPS daemon.
 #                CuTe: carry .dw/base + .dw/cute2 right after cute-part1; DSLS=host,numba needs .dw/base
 #   nv38         carry .dw/base + .dw/nv38 (+ .dw/cute2 after cute-part1 for CuTe): NVSHMEM 3.8.0, what pip
-#                installs, instead of the image's 3.4.5; the suites (DSLS, PES, default numba at 2 PEs)
+#                installs, instead of the image's 3.4.5; the suites (DSLS, PES, default numba at 2 PEs;
+#                TOGETHER at once, default 4)
 #   limited-mpg  2 PEs on one GPU without MPS (NVSHMEM's limited MPG mode): tests/gpu/test_limited_mpg.py
 #   faults       tests/gpu/test_faults_gpu.py: PEs that raise, exit, are SIGKILLed or skip a collective (it starts
 #                its own jobs under its own MPS daemon); FAULT_LAUNCHERS (default all found), FAULT_PES (default
@@ -20,7 +22,10 @@
 #   core         tests/gpu/test_core_gpu.py (the NVSHMEM4Py programs through nvshmem_dsl.core; it starts its
 #                own 2-PE jobs) under an MPS daemon of tests/gpu/mps.py when the GPU is shared
 #   bench        bench/run.py with the step's arguments (make bench's first half; e.g. --quick, --impls,
-#                --only, --nproc 1), under MPS where its PEs share a GPU (latency only, then)
+#                --only, --nproc 1), under MPS where its PEs share a GPU (latency only, then); --impls ...,nv4py
+#                (NVSHMEM4Py's rows) needs .dw/nv4py carried (bash tests/gpu/pack_nv4py.sh), and .dw/nv38 for
+#                both packages to run on NVSHMEM 3.8 (the image's 3.4.5 headers do not compile under NVRTC);
+#                nv4py_cute (its CuTe API) the CuTe DSL too (cute-part1, then .dw/cute2, in the calls before)
 #   comm         bench/comm_run.py (the communication kernels beside their C++ twins and NVSHMEM's collectives),
 #                NPROC PEs (default 2; under MPS where they share a GPU); args go to comm_run.py
 #   experiment   NAME [args]: bench/experiments/NAME (.py or .sh) with the args: a .sh under bash, a .py at NPROC
@@ -77,14 +82,15 @@ case "$step" in
       *,cute,*) python3 -c "import cutlass; print('cutlass', cutlass.__version__)" || rc=1 ;;
     esac
     timeout ${STEP_TIMEOUT:-580} python3 tests/gpu/run_suite.py --pes "${PES:-1,2,4,8}" --dsl "${DSLS:-host,numba,cute}" \
-      --launchers launcher --out "$work" --timeout "${SUITE_TIMEOUT:-240}" "$@" > "$work/suite.txt" 2>&1 || rc=$?
+      --launchers launcher --together "${TOGETHER:-4}" --out "$work" --timeout "${SUITE_TIMEOUT:-240}" "$@" \
+      > "$work/suite.txt" 2>&1 || rc=$?
     grep -vE "^ +(PASS|SKIP)  " "$work/suite.txt"
     ;;
   nv38)
     python3 -c "import nvshmem_dsl; v = nvshmem_dsl.versions(); print('NVSHMEM', v['nvshmem'])" | tee "$work/version.txt"
     grep -q "NVSHMEM 3.8" "$work/version.txt" || { echo "nv38: NVSHMEM 3.8 not found (carry .dw/nv38)"; rc=1; }
     timeout ${STEP_TIMEOUT:-560} python3 tests/gpu/run_suite.py --pes "${PES:-2}" --dsl "${DSLS:-numba}" --launchers launcher \
-      --out "$work" --timeout "${SUITE_TIMEOUT:-300}" > "$work/suite.txt" 2>&1 || rc=$?
+      --together "${TOGETHER:-4}" --out "$work" --timeout "${SUITE_TIMEOUT:-300}" > "$work/suite.txt" 2>&1 || rc=$?
     grep -vE "^ +(PASS|SKIP)  " "$work/suite.txt"
     ;;
   core)

@@ -7,15 +7,22 @@ NVSHMEM_DSL_TEST_TIMEOUT, each run by --timeout).
 With more PEs than GPUs (`--pes-per-gpu auto` = ceil(PEs / visible GPUs), or N) the suite runs
 its own CUDA MPS control daemon around each count (tests/gpu/mps.py; `--no-mps`: none). A table
 of PE count x DSL x launcher ends the output and goes to <out>/summary.json.
+
+`--together N` runs up to N of one PE count's suites (DSL x launcher) at once, as clients of the same
+MPS daemon where there is one: compiling is most of a suite's time, and the GPU host's cores are
+many (four suites of 2 PEs on one H200: 82 s against ~300 s one after another,
+tests/gpu/records/2026-12-03/h200-suites-session21.txt). Each suite keeps its own logs and JUnit files.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -98,13 +105,47 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
     return {"status": status, "seconds": time.time() - t0, "tests": _results(out, f"{launcher}-{dsl}-rank")}
 
 
+def _each(fn, items: list, together: int):
+    """(item, fn(item)) for each of ``items``, in their order; with ``together`` > 1 up to that many
+    calls at once (threads: each waits on its own subprocess), each yielded once it and those before
+    it have ended. An exception (Ctrl-C, SIGTERM) stops the suites still running (:func:`_call`)."""
+    _stopping.clear()
+    if together <= 1:
+        for item in items:
+            yield item, fn(item)
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=together)
+    try:
+        futures = [pool.submit(fn, item) for item in items]
+        for item, future in zip(items, futures):
+            yield item, future.result()
+    except BaseException:
+        _stopping.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+#: Set when the suites running at once must stop (their _call terminates them).
+_stopping = threading.Event()
+
+
 def _call(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[str, str]:
     """(status, output) of cmd. On a timeout or an exception here (Ctrl-C, SIGTERM) it gets SIGTERM,
     which the launchers pass on to their PEs, then SIGKILL 15 s later: no PE outlives the run."""
     with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace") as proc:
         try:
-            log = proc.communicate(timeout=timeout)[0]
+            deadline = time.monotonic() + timeout
+            while True:  # in slices, to see _stopping when run beside other suites
+                try:
+                    log = proc.communicate(timeout=min(1.0, max(0.0, deadline - time.monotonic())))[0]
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        raise
+                    if _stopping.is_set():
+                        raise KeyboardInterrupt from None
             return ("ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"), log
         except BaseException as exc:
             proc.terminate()
@@ -158,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--launchers", default="launcher,mpirun")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "gpu" / "results")
+    ap.add_argument("--together", type=int, default=1, metavar="N",
+                    help="run up to N suites of a PE count at once (default 1: one after another)")
     args = ap.parse_args(argv)
     try:
         pe_counts = _int_list(args.pes)
@@ -165,6 +208,8 @@ def main(argv=None) -> int:
             _int_list(args.pes_per_gpu)
     except ValueError:
         ap.error("--pes takes positive integers separated by commas, --pes-per-gpu auto or a positive integer")
+    if args.together < 1:
+        ap.error(f"--together takes a positive integer, got {args.together}")
     dsls, launchers = args.dsl.split(","), args.launchers.split(",")
     for name, given, known in (("DSL", dsls, SUITES), ("launcher", launchers, LAUNCHERS)):
         if set(given) - set(known):
@@ -179,19 +224,22 @@ def main(argv=None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             with MpsDaemon(per_gpu, enabled=not args.no_mps, keep_log=out / "mps-log") as mps:
                 where = f"{pes} PEs ({per_gpu}/GPU{', ' + mps.mode if mps.mode else ''})"
-                for launcher in launchers:
-                    for dsl in dsls:
-                        r = _run(launcher, dsl, SUITES[dsl], pes, args.timeout, out, mps.env)
-                        counts = {k: sum(1 for v in r["tests"].values() if v == k) for k in ("pass", "fail", "skip")}
-                        print(f"{launcher:>8} {dsl:>5} {where}: {r['status']}  {counts['pass']} passed, "
-                              f"{counts['fail']} failed, {counts['skip']} skipped", flush=True)
-                        for name, outcome in sorted(r["tests"].items()):
-                            print(f"{'':>15}{outcome.upper():>5}  {name}")
-                        failed |= r["status"] != "ok" and not r["status"].startswith("skipped")
-                        rows.append({"pes": pes, "pes_per_gpu": per_gpu, "mps": mps.mode, "dsl": dsl,
-                                     "launcher": launcher, "status": r["status"], **counts,
-                                     "seconds": round(r.get("seconds", 0.0), 1)})
-                        (args.out / "summary.json").write_text(json.dumps({"runs": rows}, indent=1) + "\n")
+                runs = [(launcher, dsl) for launcher in launchers for dsl in dsls]
+
+                def one(run, out=out, pes=pes, env=mps.env):
+                    return _run(run[0], run[1], SUITES[run[1]], pes, args.timeout, out, env)
+
+                for (launcher, dsl), r in _each(one, runs, args.together):
+                    counts = {k: sum(1 for v in r["tests"].values() if v == k) for k in ("pass", "fail", "skip")}
+                    print(f"{launcher:>8} {dsl:>5} {where}: {r['status']}  {counts['pass']} passed, "
+                          f"{counts['fail']} failed, {counts['skip']} skipped", flush=True)
+                    for name, outcome in sorted(r["tests"].items()):
+                        print(f"{'':>15}{outcome.upper():>5}  {name}")
+                    failed |= r["status"] != "ok" and not r["status"].startswith("skipped")
+                    rows.append({"pes": pes, "pes_per_gpu": per_gpu, "mps": mps.mode, "dsl": dsl,
+                                 "launcher": launcher, "status": r["status"], **counts,
+                                 "seconds": round(r.get("seconds", 0.0), 1)})
+                    (args.out / "summary.json").write_text(json.dumps({"runs": rows}, indent=1) + "\n")
     except MpsError as exc:
         print(f"run_suite.py: {exc}", file=sys.stderr)
         failed = True
