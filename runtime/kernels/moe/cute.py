@@ -46,7 +46,6 @@ from ..cute import _finish, _tensor
 from . import _layout
 
 THREADS = _layout.THREADS
-MAX_TOKENS = _layout.MAX_TOKENS
 MAX_TOPK = _layout.MAX_TOPK
 #: The arrays the launches take: flat 1-D torch (or cupy) device arrays, through DLPack.
 ARRAYS = "torch"
