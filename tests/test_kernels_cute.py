@@ -60,7 +60,7 @@ def _params(ptx: str, kind: str) -> list[str]:
 
 
 def test_kernels():
-    assert set(kc.KERNELS) == set(_plan.KINDS)
+    assert set(kc.KERNELS) == {*_plan.KINDS, _plan.LL_KERNEL}
     assert kc.THREADS == _plan.THREADS
     assert set(kc.ELEMENT) == set(_plan.DTYPES)
     with pytest.raises(ValueError, match="unknown kernel"):
@@ -109,6 +109,24 @@ def test_compiles_to_ptx(ptx, kind, dtype):
         assert not re.search(r"\bcvt\.\S*bf16", text)
     if sums:
         assert "add.f32" in text
+
+
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+def test_ll_kernel_compiles(ptx, dtype):
+    """one_shot_ll: the protocol's arguments (stage: the LL words), the words stored through the peer's
+    address (64-bit), polled by 64-bit volatile loads until their epoch half is the call's; no signal,
+    fence, barrier or quiet; float32 sums (bfloat16: from the words' bits, rounded to nearest even)."""
+    text = ptx(_plan.LL_KERNEL, dtype)
+    assert _params(text, _plan.LL_KERNEL) == ["tensor"] * 4 + ["u64"] * 4 + ["u32"] * 2
+    assert re.search(rf"^\.reqntid {_plan.THREADS}, 1, 1\b", text, re.M)
+    _check_ptx(text)
+    assert not re.search(r"call(?:\.uni)?\s", text)  # nvshmem_ptr and signal_fetch inlined, no transport
+    assert re.search(r"\bst(\.global)?\.b64\b", text)
+    poll = re.search(r"ld\.volatile\.global\.b64\s+(%rd\d+),[^\n]*\n\s*and\.b64\s+%rd\d+,\s*\1,\s*-4294967296;", text)
+    assert poll, "no poll of a word's epoch half"
+    assert "bar.sync" not in text and "membar" not in text and "fence" not in text
+    assert "add.f32" in text
+    assert ("cvt.rn.bf16.f32" in text) is (dtype == "bfloat16")
 
 
 def record_launches(monkeypatch, module) -> tuple[list, object]:

@@ -53,7 +53,7 @@ def compiled(tmp_path_factory):
 
 
 def test_kernels_take_the_protocols_arguments():
-    assert set(kt.KERNELS) == set(_plan.KINDS)
+    assert set(kt.KERNELS) == {*_plan.KINDS, _plan.LL_KERNEL}
     for kind, k in kt.KERNELS.items():
         assert k.arg_names == PARAMS, kind
         # epoch and me change from call to call and PE to PE: one kernel for all of them
@@ -96,6 +96,24 @@ def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind, dtype):
 def test_aligned_arrays_get_vector_copies(compiled, kind, dtype):
     ptx = compiled(kind, dtype, aligned=True).asm["ptx"]
     assert {m.group(1) for m in _VECTOR.finditer(ptx)} == {"ld", "st"}
+
+
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+@pytest.mark.parametrize("aligned", (False, True))
+def test_ll_kernel_compiles(compiled, dtype, aligned):
+    """one_shot_ll: the words stored through nv.peer (vectors when aligned), polled by volatile loads;
+    no NVSHMEM call but nvshmem_ptr (inlined), no fence, no quiet; float32 sums."""
+    ck = compiled(_plan.LL_KERNEL, dtype, aligned)
+    ptx, llir, ttir = ck.asm["ptx"], ck.asm["llir"], ck.asm["ttir"]
+    assert re.search(rf"^\.visible \.entry {_plan.LL_KERNEL}\(", ptx, re.M)
+    assert set(_compile.nvshmem_externs(llir)) == {"nvshmem_ptr"}
+    assert not _CALL.findall(ptx)
+    assert re.search(r"\bst\.global\.(v2\.)?b64\b", ptx) and re.search(r"\bld\.volatile\.global\.(v2\.)?b64\b", ptx)
+    assert ("st.global.v2.b64" in ptx) is aligned
+    assert "membar" not in ptx and "fence" not in ptx
+    assert "add.f32" in ptx or "add.rn.f32" in ptx
+    assert ("cvt.rn.bf16" in ptx) is (dtype == "bfloat16")
+    assert not _I32_ARITH.findall(ttir), _I32_ARITH.findall(ttir)
 
 
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):

@@ -154,7 +154,7 @@ def one_shot_ll(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.c
             else:
                 at = slots + p * span + offs
                 w = tl.load(at, mask=m, other=tag, volatile=True)
-                while tl.sum(((w ^ tag) >> 32 != 0).to(tl.int32), axis=0) > 0:
+                while tl.max((w ^ tag) >> 32, axis=0) != 0:  # a word of another call
                     w = tl.load(at, mask=m, other=tag, volatile=True)
                 acc += (w.to(tl.uint32) << SHIFT).to(tl.float32, bitcast=True)
         tl.store(out + lo + offs, acc.to(out.dtype.element_ty), mask=m)
