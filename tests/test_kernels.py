@@ -164,6 +164,25 @@ def test_ll_words_are_a_zeroed_buffer_of_their_own(fake, monkeypatch):
     assert ws._ll is not ws._stage
 
 
+def test_the_ll_epoch_half_wraps_to_fresh_words(fake, monkeypatch):
+    """Every 2**32 calls: two epochs skipped (the halves still alternate, the epoch half is 2: above a
+    zeroed word's) and the LL words made anew, zeroed, after this PE's kernels are done."""
+    made, freed, synced = [], [], []
+    monkeypatch.setattr(memory, "value_ranges", lambda values: [(v, v) for v in values])
+    monkeypatch.setattr(memory, "internal_buffer", lambda nbytes, what: made.append(what) or _Buf(nbytes))
+    monkeypatch.setattr(memory, "free_internal", lambda buf: freed.append(buf))
+    ws = _workspace.Workspace()
+    ll = _plan.plan("one_shot", "float32", 1000, 4, True)
+    assert ws.prepare(ll, "all_reduce", lambda: synced.append(1)) == 1
+    words = ws._ll
+    ws.epoch = (1 << 32) - 2
+    epochs = [ws.prepare(ll, "all_reduce", lambda: synced.append(1)) for _ in range(3)]
+    assert epochs == [(1 << 32) - 1, (1 << 32) + 2, (1 << 32) + 3]
+    assert [e & 1 for e in epochs] == [1, 0, 1] and (epochs[1] & _plan.LL_EPOCH_MASK) == 2
+    assert freed == [words] and ws._ll is not words and ws._ll.nbytes == words.nbytes
+    assert made.count("kernels workspace LL words") == 2 and synced == [1]
+
+
 def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
     from nvshmem_dsl.host import _cuda
     written = {}

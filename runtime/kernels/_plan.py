@@ -60,7 +60,10 @@ elements, sums in PE order x[i] (p == me) or the data of word(p, i), polled unti
 this call's. No quiet: plain stores are visible to the peer once they are made, and x is read before
 the kernel ends. The LL words are a buffer of their own (the other kernels' data in ``stage`` could
 read as a word of a later epoch); they start zeroed and epochs start at 1, so a word never matches
-before it is written (until 2**32 calls: a slot then last held epoch e - 2, not e, mod 2**32). Two
+before it is written, and a word of an earlier call holds another epoch half. Every 2**32 calls the
+epoch half wraps around (a word last written 2**32 calls before, or never, would match): the workspace
+then skips two epochs (to epoch half 2: the halves keep alternating) and makes the LL words anew,
+zeroed, every PE at the same call (``Workspace.prepare``). Two
 halves are enough by the argument above: every thread waits for every peer's words of its elements,
 so a PE finishes call e only after each peer has started call e, and rewrites the half of call e (at
 call e + 2, LL or not in between: every kernel waits for every peer) only after each peer has
@@ -88,6 +91,8 @@ ALIGN_BYTES = 16
 LL_MAX_BYTES = 64 * 1024
 #: The LL protocol's word: 8 bytes, the element's bits in the low 32, the epoch's low 32 bits above.
 LL_WORD_BYTES = 8
+#: The epoch bits an LL word carries.
+LL_EPOCH_MASK = 0xFFFFFFFF
 
 KINDS = ("one_shot", "two_shot", "all_gather", "reduce_scatter")
 #: The kernel of the one-shot all-reduce's LL protocol (same arguments, ``stage`` the LL words).

@@ -93,11 +93,26 @@ class Workspace:
             self.agree(plan, function)
             self._make_signals(s)
             self._stage = self._grown(self._stage, plan.stage_bytes, "kernels workspace staging", sync)
-            if getattr(plan, "ll", False):
-                # zeroed when made (nvshmem_calloc: no word matches an epoch >= 1 before it is written)
-                self._ll = self._grown(self._ll, plan.ll_bytes, "kernels workspace LL words", sync)
             self.epoch += 1
+            if self.epoch & _plan.LL_EPOCH_MASK == 0:
+                self._wrap_ll(sync)
+            if getattr(plan, "ll", False):
+                # zeroed when made (nvshmem_calloc: no word matches an epoch before it is written)
+                self._ll = self._grown(self._ll, plan.ll_bytes, "kernels workspace LL words", sync)
             return self.epoch
+
+    def _wrap_ll(self, sync) -> None:
+        """The LL words' epoch half wraps around (every 2**32 calls): a word last written 2**32 calls ago
+        (or never: 0) would match. Skip two epochs (the halves keep alternating; the new epoch's half is
+        2, above a zeroed word's) and make the LL words anew, zeroed (collective: every PE wraps at the
+        same call)."""
+        self.epoch += 2
+        if self._ll is not None:
+            sync()  # this PE's kernels are done; nvshmem_free waits for every PE's
+            nbytes = self._ll.nbytes
+            memory.free_internal(self._ll)
+            self._ll = memory.internal_buffer(nbytes, "kernels workspace LL words")
+            self._views = {}
 
     def views(self, dtype: str, like: str, ll: bool = False):
         """(staging, signals) as arrays of ``like`` ("numba", "torch", "cupy"); bfloat16 staging as
