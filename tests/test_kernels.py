@@ -140,15 +140,40 @@ def test_load_store_is_asked_once_and_agreed(fake, monkeypatch, mine, smallest, 
     asked, made = [], []
     monkeypatch.setattr(_lib, "_interceptor",
                         lambda symbol, args: (fake.append((symbol, args)) or (LOCAL if mine else 0)))
-    monkeypatch.setattr(memory, "value_ranges", lambda values: asked.append(values) or [(smallest, 1)])
+    monkeypatch.setattr(memory, "value_ranges", lambda values: asked.append(values) or (
+        [(smallest, 1)] if len(values) == 1 else [(v, v) for v in values]))
     monkeypatch.setattr(memory, "internal_buffer", lambda nbytes, what: made.append(what) or _Buf(nbytes))
     ws = _workspace.Workspace()
+    p = _plan.plan("one_shot", "float32", 100, 4)
+    assert ws.load_store("all_reduce", p) is want
     assert ws.load_store("all_reduce") is want
-    assert ws.load_store("all_reduce") is want
-    assert asked == [[int(mine)]]
+    assert asked == [[0, 0, 100], [int(mine)]]  # the shape agreed on first
     assert made == ["kernels workspace signals"]
     pes = sorted(args[1] for symbol, args in fake if symbol == "nvshmem_ptr")
     assert pes == ([0, 2, 3] if mine else [0])  # every peer (all(): the first null ends it), not me (1)
+
+
+@pytest.mark.parametrize("load_store", (True, False))
+def test_all_reduce_launches_the_protocol_of_its_size(fake, monkeypatch, load_store):
+    """The one-shot up to LL_MAX_BYTES, where every peer is loaded / stored: one_shot_ll on the LL words;
+    else (and the two-shot) the put-with-signal kernel on the staging; load_store is asked after the
+    shape's agreement, and only for sizes LL could take."""
+    import types
+    launched, asked = [], []
+    fake_mod = types.SimpleNamespace(ARRAYS="numba",
+                                     launch=lambda kernel, plan, *a: launched.append((kernel, plan.ll, a[2])))
+    monkeypatch.setattr(kernels, "_module", lambda dsl, function: fake_mod)
+    monkeypatch.setattr(kernels, "kernel_array", lambda a, info, like: a)
+    ws = _workspace.Workspace()
+    monkeypatch.setattr(ws, "load_store", lambda function, plan=None: asked.append(plan.n) or load_store)
+    monkeypatch.setattr(ws, "prepare", lambda plan, function, sync: 5)
+    monkeypatch.setattr(ws, "views", lambda dtype, like, ll=False: ("words" if ll else "stage", "sig"))
+    top = _plan.LL_MAX_BYTES // 4
+    for n, algorithm in ((top, "one_shot"), (top + 1, "one_shot"), (64, "two_shot")):
+        kernels.all_reduce(_array(SYM, n), _array(LOCAL, n), algorithm=algorithm, workspace=ws)
+    ll = [(_plan.LL_KERNEL, True, "words")] if load_store else [("one_shot", False, "stage")]
+    assert launched == ll + [("one_shot", False, "stage"), ("two_shot", False, "stage")]
+    assert asked == [top]
 
 
 def test_ll_words_are_a_zeroed_buffer_of_their_own(fake, monkeypatch):

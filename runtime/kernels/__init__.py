@@ -102,8 +102,9 @@ def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: 
         return out
     handle = default_stream(xi) if stream is None else stream_handle(stream)
     ws = workspace if workspace is not None else default_workspace()
-    load_store = _plan.takes_ll(kind, xi.dtype, n, True) and ws.load_store(function)
-    plan = _plan.plan(kind, xi.dtype, n, s.n_pes, load_store)
+    plan = _plan.plan(kind, xi.dtype, n, s.n_pes)
+    if _plan.takes_ll(kind, xi.dtype, n, True) and ws.load_store(function, plan):
+        plan = _plan.plan(kind, xi.dtype, n, s.n_pes, True)
     epoch = ws.prepare(plan, function, synchronize)
     like = mod.ARRAYS
     stage, sig = ws.views(xi.dtype, like, plan.ll)

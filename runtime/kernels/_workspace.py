@@ -54,13 +54,16 @@ class Workspace:
                     )
         self._agreed.add(key)
 
-    def load_store(self, function: str) -> bool:
+    def load_store(self, function: str, plan=None) -> bool:
         """Whether every PE reaches every peer by load/store (``nvshmem_ptr`` of the signal words not
         null), asked once a session: each PE asks NVSHMEM, then one host collective (the smallest
-        answer) makes every PE take the same protocol. Collective on its first call."""
+        answer) makes every PE take the same protocol. Collective on its first call. ``plan``: agreed
+        on first (:meth:`agree`), so that PEs that call with different shapes raise before they ask."""
         s = _state.require(f"{function}()")
         with self._lock:
             self._reset_if_stale(s)
+            if plan is not None:
+                self.agree(plan, function)
             if self._load_store is None:
                 self._make_signals(s)
                 ptr = self._sig.ptr
