@@ -171,3 +171,13 @@ def test_launch_up_to_the_launch(monkeypatch):
     with pytest.raises(TypeError, match="float32 plan"):
         kc.launch("one_shot", _plan.plan("one_shot", "float32", 1000, 2), out, x, stage, sig, 3,
                   1, 0)
+    # the LL kernel takes the LL words (uint64) for stage, and nothing else there
+    plan = _plan.plan("one_shot", "bfloat16", 1000, 2, True)
+    words = np.zeros(plan.stage_elems, np.uint64)
+    kc.launch(_plan.LL_KERNEL, plan, out, x, words, sig, 5, 0, 0)
+    k, args = calls[-1]
+    assert k is real(_plan.LL_KERNEL, "bfloat16", "sm_90a")
+    assert [t.element_type for t in args[:4]] == [cutlass.BFloat16] * 2 + [cutlass.Uint64] * 2
+    assert args[4:11] == (*plan.args(5, 0), plan.grid)
+    with pytest.raises(TypeError, match="bfloat16 plan"):
+        kc.launch(_plan.LL_KERNEL, plan, out, x, stage, sig, 5, 0, 0)

@@ -146,3 +146,9 @@ def test_launch_passes_the_plan_on_the_stream(monkeypatch, torch_standin):
                                       for e in (7, 8, 9)]
     assert calls[0][3] == "default"
     assert calls[1][3].handle == 0xABC and calls[2][3] is calls[1][3]  # one ExternalStream per handle
+    monkeypatch.setitem(kt.KERNELS, _plan.LL_KERNEL, Kernel())  # the LL kernel: 16 bytes of words a thread
+    plan = _plan.plan("one_shot", "bfloat16", 1000, 4, True)
+    kt.launch(_plan.LL_KERNEL, plan, "out", "x", "words", "sig", 10, 2, 0)
+    assert calls[-1][:3] == ((plan.grid,), ("out", "x", "words", "sig", *plan.args(10, 2)),
+                             {"BLOCK": kt.LL_BLOCK, "num_warps": kt.NUM_WARPS})
+    assert kt.LL_BLOCK * _plan.LL_WORD_BYTES == 16 * _plan.THREADS

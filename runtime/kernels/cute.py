@@ -252,13 +252,15 @@ def _tensor(a, dtype: str):
 
 
 def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
-    """Launch ``kind`` on ``stream`` (an int handle, 0: the legacy default stream); arrays are torch
-    or cupy device arrays (1-D, contiguous; bfloat16 from torch, or as its int16 / uint16 bits).
-    Compiles once per (kind, dtype, arch of the current device)."""
+    """Launch ``kind`` (a kind or _plan.LL_KERNEL) on ``stream`` (an int handle, 0: the legacy default
+    stream); arrays are torch or cupy device arrays (1-D, contiguous; bfloat16 from torch, or as its int16
+    / uint16 bits; the LL kernel's stage: the LL words, uint64). Compiles once per (kind, dtype, arch of
+    the current device)."""
     from ..cute._compile import resolve_arch
 
     ts = [_tensor(a, plan.dtype) for a in (out, x, stage)]
-    if any(t.element_type is not ELEMENT[plan.dtype] for t in ts):
+    e = ELEMENT[plan.dtype]
+    if [t.element_type for t in ts] != [e, e, Uint64 if kind == _plan.LL_KERNEL else e]:
         raise TypeError(f"{kind}: arrays of {[t.element_type.__name__ for t in ts]} for a "
                         f"{plan.dtype} plan")
     k = _compiled(kind, plan.dtype, resolve_arch(None))
