@@ -142,6 +142,10 @@ def test_comm_cpp_matches_plan():
     assert names == ["out", "x", "stage", "sig", "epoch", "n", "span", "chunk", "me", "npes"]
     for kind in _plan.KINDS:
         assert f"COMM_KERNEL({kind})" in src, kind
+    assert re.search(r'LL_KERNEL = "(\w+)";', src).group(1) == _plan.LL_KERNEL
+    assert int(re.search(r"LL_WORD_BYTES = (\d+);", src).group(1)) == _plan.LL_WORD_BYTES
+    assert f"{_plan.LL_KERNEL}(T* out, const T* x, uint64_t* ll, uint64_t* sig, int64_t epoch, int64_t n" in \
+        " ".join(src.split())
 
 
 @pytest.mark.slow
@@ -178,6 +182,13 @@ def test_comm_cpp_kernels_put_signal_and_wait(tmp_path):
                                   ("nvshmemi_transfer_amo_nonfetch", phases),
                                   ("nvshmemi_transfer_quietIL13threadgroup_t0E", 1)):
                 assert sum(marker in c for c in calls) >= least, (name, marker, calls)
+    for dtype in ("f", "13__nv_bfloat16"):  # the LL one-shot: stores and volatile polls, no NVSHMEM transport
+        name = next((k for k in bodies if re.match(rf"_Z\d+one_shot_llI{dtype}E", k)), None)
+        assert name, (dtype, sorted(bodies))
+        body = bodies[name]
+        assert not CALL.findall(body), (name, CALL.findall(body))
+        assert re.search(r"\bst(\.global)?\.[bu]64\b", body) and re.search(r"ld\.volatile\.global\.[bu]64", body)
+        assert "bar.sync" not in body and "membar" not in body and "fence" not in body
 
 
 def _cpp_ptx_bodies(tmp_path: Path, source: str) -> dict:
