@@ -36,6 +36,10 @@ LAT_SLOTS = 1024         # p / g cycle over this many elements (a power of two)
 BARRIER_BLOCK = 128      # barrier_all_block: one block of 128 threads
 SPIN_US_BEFORE_TIMED = 200
 SPIN_US_BEFORE_LAUNCHES = 100_000
+#: On-stream host calls (put, reduce, barrier_all) queued behind one spin at most: an NVSHMEM on-stream call
+#: may queue several launches, and a stream's queue (about 1024 launches) must not fill, or the host would
+#: wait for the spin and the figure count it
+ON_STREAM_CALLS = 256
 ALLOC_BYTES = 1 << 20
 SCOPES = ("thread", "warp", "block")
 
@@ -389,6 +393,27 @@ class Host:
     def free(self, x) -> None:
         self.nvshmem.free(x)
 
+    # the package's own calls that host_benchmarks times
+
+    def api_my_pe(self) -> Callable[[], int]:
+        return self.nvshmem.my_pe
+
+    def allocators(self) -> tuple:
+        """(row, allocate(n floats)) of each way of allocating 1-D symmetric memory that is timed."""
+        nv = self.nvshmem
+        return (("host_alloc_free", lambda n: nv.array((n,), "float32", like="cupy")),
+                ("host_alloc_free_nocheck", lambda n: nv.array((n,), "float32", like="cupy", check=False)))
+
+    def on_stream_calls(self, peer: int) -> tuple:
+        """(name, bytes, call) of each on-stream operation that is timed, on the legacy default stream:
+        a put of 8 bytes to ``peer``, a sum reduce of 8 bytes over TEAM_WORLD, a barrier_all (collective:
+        allocates their symmetric arrays)."""
+        nv, stream = self.nvshmem, self.cupy.cuda.Stream.null
+        dst, src = self.array(2, "float32"), self.array(2, "float32")
+        return (("put", 8, lambda: nv.put(dst, src, peer, stream=stream)),
+                ("reduce", 8, lambda: nv.reduce(nv.Team.TEAM_WORLD, dst, src, "sum", stream=stream)),
+                ("barrier_all", 0, lambda: nv.barrier_all(stream=stream)))
+
     def barrier_all(self) -> None:
         self.nvshmem.barrier_all()
 
@@ -518,31 +543,44 @@ def launch_overhead(host: Host, spin: Callable[[int], None], launch: Callable[[]
     return out
 
 
-def host_benchmarks(out: Output, host: Host, p: Params) -> None:
-    """nvshmem_dsl.my_pe() and array()+free() of 1 MiB (with and without the symmetry check)."""
-    nv = host.nvshmem
+def host_benchmarks(out: Output, host: Host, p: Params, spin: Callable[[int], None] | None = None,
+                    peer: int = 0) -> None:
+    """The host API's rows, each through the package's own calls (``host``: :class:`Host` or another
+    package's host with the same methods): ``my_pe()`` (ns a call); allocating and freeing 1 MiB (us,
+    each way of ``host.allocators()``); given ``spin``, the host time to enqueue each call of
+    ``host.on_stream_calls(peer)`` on the legacy default stream (us a call, ``p.launches`` of them but at
+    most ON_STREAM_CALLS, queued behind a spin as :func:`launch_overhead` queues launches):
+    ``host_<name>_on_stream``."""
+    my_pe = host.api_my_pe()
     vals = []
     for _ in range(p.reps):
         t0 = time.perf_counter()
         for _ in range(p.host_calls):
-            nv.my_pe()
+            my_pe()
         vals.append((time.perf_counter() - t0) / p.host_calls * 1e9)
     out.emit("host_my_pe", "", 0, vals, "ns", False, p.host_calls)
 
     n = ALLOC_BYTES // 4
-    for bench, kwargs in (("host_alloc_free", {}), ("host_alloc_free_nocheck", {"check": False})):
+    for bench, alloc in host.allocators():
         try:
             host.barrier_all()
             vals = []
             for _ in range(p.reps):
                 t0 = time.perf_counter()
                 for _ in range(p.alloc_reps):
-                    x = nv.array((n,), "float32", like="cupy", **kwargs)
-                    nv.free(x)
+                    host.free(alloc(n))
                 vals.append((time.perf_counter() - t0) / p.alloc_reps * 1e6)
             out.emit(bench, "", ALLOC_BYTES, vals, "us", False, p.alloc_reps)
         except TypeError as exc:  # e.g. no check= keyword in this version of the host API
             print(f"{out.impl}: {bench} skipped: {exc}", file=sys.stderr)
+
+    if spin is None:
+        return
+    calls = min(p.launches, ON_STREAM_CALLS)
+    for name, nbytes, call in host.on_stream_calls(peer):
+        host.barrier_all()
+        vals = launch_overhead(host, spin, call, calls, p.reps)
+        out.emit(f"host_{name}_on_stream", "", nbytes, vals, "us", False, calls)
 
 
 def chunk_partition(nelems: int, workers: int, w: int) -> tuple[int, int]:

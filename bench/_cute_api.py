@@ -25,6 +25,23 @@ NAMES = ("put", "put_warp", "put_block", "get", "get_warp", "get_block", "p", "g
 
 SOURCE = "unresolved"
 
+#: (api, compile function, source) given by :func:`use`: another package's CuTe API in this calling convention
+_USED: tuple | None = None
+
+
+def use(api_obj: Any, compile_fn_: Any, source: str) -> None:
+    """Make :func:`api` and :func:`compile_fn` answer another package's device API in the calling convention
+    above and its compile (bench/_nv4py_cute.py: NVSHMEM4Py's); call before cute_bench is imported."""
+    global _USED
+    _USED = (api_obj, compile_fn_, source)
+
+
+def view(t, offset, n):
+    """Elements [offset, offset + n) of tensor ``t`` as a tensor (the kernels' windows and one-element targets)."""
+    import cutlass.cute as cute
+
+    return cute.make_tensor(t.iterator + offset, cute.make_layout(n))
+
 
 def _load():
     global SOURCE
@@ -86,6 +103,10 @@ def _make(api: str):
 
 def api():
     """The module-like object with NAMES as attributes."""
+    global SOURCE
+    if _USED is not None:
+        SOURCE = _USED[2]
+        return _USED[0]
     real = _load()
     if real is not None:
         return real
@@ -100,7 +121,10 @@ def api():
 
 
 def compile_fn():
-    """``nvshmem_dsl.cute.compile`` (cute.compile with an explicit arch and the NVSHMEM module hooks)."""
+    """``nvshmem_dsl.cute.compile`` (cute.compile with an explicit arch and the NVSHMEM module hooks), or the
+    compile given to :func:`use`."""
+    if _USED is not None:
+        return _USED[1]
     try:
         import nvshmem_dsl.cute as pkg
 

@@ -17,7 +17,8 @@ What a DSL cannot share, and why (one line each):
   ``num_warps`` warps and a warp-scope call is made by warp 0 only, so a warp-scope worker is a
   program of one warp (BW_GRID x BW_BLOCK / 32 programs), and a thread-scope one a program of
   one warp whose thread 0 calls (a program has at least 32 threads);
-* Numba's ``launch_overhead_cupy_args`` row: only Numba converts foreign arrays at each launch.
+* Numba's ``launch_overhead_cupy_args`` row: only Numba converts foreign arrays at each launch; and
+  its ``launch_overhead_plain``: the same launch of a kernel without NVSHMEM (no C++ twin).
 """
 
 from __future__ import annotations
@@ -176,14 +177,15 @@ def triton_options(s: Shape) -> dict:
 # ------------------------------------------------------------------ the driver
 
 
-def start(impl: str, layers: Sequence[str], argv=None) -> tuple:
+def start(impl: str, layers: Sequence[str], argv=None, host_class: type = C.Host) -> tuple:
     """A DSL benchmark's start: its arguments, parameters, output (with this PE's number), the host
-    runtime initialised after importing ``layers``, and the symmetric arrays of BUFFERS (cupy; the
-    collectives' source filled): ``(args, p, out, host, arrays)``.  Collective over the PEs."""
+    runtime (``host_class``: nvshmem_dsl's, or another package's with the same methods) initialised
+    after importing ``layers``, and the symmetric arrays of BUFFERS (cupy; the collectives' source
+    filled): ``(args, p, out, host, arrays)``.  Collective over the PEs."""
     args = C.parse_args(impl, argv)
     p = C.make_params(args.quick, args.reps, args.only, args.sizes)
     out = C.Output(impl)
-    host = C.Host()
+    host = host_class()
     host.init(layers)
     out.pe, out.npes = host.my_pe(), host.n_pes()
     arrays = {name: host.array(n, BUFFERS[name]) for name, n in buffer_elems(max(p.sizes), out.npes).items()}
@@ -203,7 +205,7 @@ def run_rows(out: C.Output, host: C.Host, p: C.Params, arrays: Mapping[str, Any]
              launch: Callable[[Shape, tuple], None], have: Sequence[str],
              extra: Callable[[], None] | None = None) -> None:
     """Time, check and report every shape of SHAPES that the DSL has (``have``) and ``p`` enables,
-    then ``extra()`` (the DSL's own rows), then the host API rows (_common.host_benchmarks).
+    then ``extra()`` (the DSL's own rows), then the host API rows (_common.host_benchmarks, ``host``'s calls).
 
     arrays: the symmetric cupy arrays (BUFFERS), for resets and checks; bufs: the same as the DSL's
     kernel arguments; launch(shape, args): queue one launch of ``shape.kernel`` on the legacy
@@ -273,4 +275,4 @@ def run_rows(out: C.Output, host: C.Host, p: C.Params, arrays: Mapping[str, Any]
     if extra is not None:
         extra()
     if p.enabled("host"):
-        C.host_benchmarks(out, host, p)
+        C.host_benchmarks(out, host, p, spin, peer)

@@ -47,14 +47,16 @@ BASE = {"one_shot": "nvshmem:one_shot", "two_shot": "nvshmem:one_shot", "all_gat
 
 
 def plans(kinds, dtypes, sizes, npes) -> str:
-    """The C++ driver's --plans: kind:dtype:n:span:chunk:grid of every row."""
+    """The C++ driver's --plans: kernel:dtype:n:span:chunk:grid of every row, with the PEs reached by
+    load/store (the one-shot's LL protocol up to _plan.LL_MAX_BYTES, as the DSLs' calls take it on one
+    node; comm_cpp refuses an LL plan whose peers are not)."""
     from nvshmem_dsl.kernels import _plan
     out = []
     for dtype in dtypes:
         for kind in kinds:
             for nbytes in sizes:
-                p = _plan.plan(kind, dtype, CS.elements(kind, nbytes, _plan.ITEMSIZE[dtype], npes), npes)
-                out.append(f"{kind}:{dtype}:{p.n}:{p.span}:{p.chunk}:{p.grid}")
+                p = _plan.plan(kind, dtype, CS.elements(kind, nbytes, _plan.ITEMSIZE[dtype], npes), npes, True)
+                out.append(f"{p.kernel}:{dtype}:{p.n}:{p.span}:{p.chunk}:{p.grid}")
     return ",".join(out)
 
 

@@ -16,7 +16,12 @@ what is timed is everything from the first compile request to a cubin:
   ``--arch`` (default sm_90a), with fake tensors (no GPU needed);
 * triton: ``triton.compile`` of bench/triton_bench.py's kernel for ``--arch`` (``GPUTarget``, no GPU
   needed; Triton's stages, NVSHMEM linked and inlined by nvshmem_dsl.triton, ptxas to a cubin),
-  with ``TRITON_CACHE_DIR`` as the third cache directory (bench/run.py sets it per DSL).
+  with ``TRITON_CACHE_DIR`` as the third cache directory (bench/run.py sets it per DSL);
+* nv4py: NVSHMEM4Py's Numba kernel (bench/nv4py_bench.py) as a launch compiles it (numba-cuda's
+  LTO, its C++ shim compiled by NVRTC at the link, nvJitLink) to a cubin, not loaded (loading needs
+  NVSHMEM initialised); without a GPU for ``--arch`` (bench/_nv4py.py).  It has no cache: its
+  "warm" is only a second process; nv4py_cute: cute's kernel with NVSHMEM4Py's CuTe API
+  (bench/_nv4py_cute.py), compiled as for cute, not loaded.
 
 Then, in the same process, a second and different kernel (the ``p`` latency kernel) is
 compiled the same way: scope ``<label>-later``, the cost of any later kernel (target 0.3 s).
@@ -164,6 +169,51 @@ def _trace_phases(marks: dict) -> None:
     wrap(outline, "_build", "build", lambda args: args[0])
 
 
+def _nv4py(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
+    """NVSHMEM4Py's Numba kernels (bench/nv4py_bench.py), compiled as a launch compiles them (numba-cuda's
+    default LTO; its C++ shim compiled by NVRTC at each kernel's link: it has no cache of its own) to a
+    cubin, for the GPU's compute capability, else for ``--arch``; not loaded (loading calls NVSHMEM's
+    library init, which needs NVSHMEM initialised).  import_s counts importing its device API, not the
+    start-up that points it at our NVSHMEM (bench/_nv4py.py, done first)."""
+    import _nv4py
+
+    if init is not None:
+        raise SystemExit("--init / --prefetch start nvshmem_dsl, not NVSHMEM4Py")
+    _nv4py.use_our_nvshmem()
+    t0 = time.perf_counter()
+    from numba import cuda
+
+    import nv4py_bench as nb
+
+    t_import = time.perf_counter() - t0
+    if cuda.is_available():
+        cc, where = cuda.get_current_device().compute_capability, ""
+    else:
+        cc, where = _cc(arch), " (no GPU)"
+        _nv4py.no_gpu_device(cc)
+    times = []
+    for name in kernels:
+        t0 = time.perf_counter()
+        _nv4py.compile_cubin(nb.KERNELS[name], nb.SIGNATURES[name], cc)
+        times.append(time.perf_counter() - t0)
+    return t_import, times, f"cubin sm_{cc[0]}{cc[1]}{'a' if tuple(cc) >= (9, 0) else ''}, not loaded{where}"
+
+
+def _nv4py_cute(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) -> tuple[float, list[float], str]:
+    """CuTe's kernels with NVSHMEM4Py's CuTe API (bench/_nv4py_cute.py), compiled as for ``cute`` (not loaded:
+    loading needs NVSHMEM initialised), CuTe's own cache in ``CUTE_DSL_CACHE_DIR``; import_s counts importing
+    cutlass and NVSHMEM4Py's CuTe API, not the start-up (bench/_nv4py.py)."""
+    import _nv4py
+    import _nv4py_cute
+
+    _nv4py.use_our_nvshmem()
+    t0 = time.perf_counter()
+    _nv4py_cute.install(load=False)  # imports cutlass and NVSHMEM4Py's CuTe API
+    t_install = time.perf_counter() - t0
+    t_import, times, stage = _cute(arch, marks, init, kernels)
+    return t_install + t_import, times, stage
+
+
 def _cc(arch: str) -> tuple[int, int]:
     digits = "".join(ch for ch in arch if ch.isdigit())
     return int(digits[:-1]), int(digits[-1])
@@ -212,7 +262,7 @@ def _outline_mode() -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impl", choices=("numba", "cute", "triton"), required=True)
+    ap.add_argument("--impl", choices=("numba", "cute", "triton", "nv4py", "nv4py_cute"), required=True)
     ap.add_argument("--label", default="cold", help="scope field of the result (cold / warm)")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--phases", action="store_true",
@@ -236,8 +286,8 @@ def main(argv=None) -> int:
             raise SystemExit("--prefetch or --init, not both")
         init = {"prefetch_s": args.prefetch}
     kernels = (args.kernel,) if args.kernel else KERNELS
-    t_import, times, stage = {"numba": _numba, "cute": _cute, "triton": _triton}[args.impl](args.arch, marks, init,
-                                                                                              kernels)
+    run = {"numba": _numba, "cute": _cute, "triton": _triton, "nv4py": _nv4py, "nv4py_cute": _nv4py_cute}[args.impl]
+    t_import, times, stage = run(args.arch, marks, init, kernels)
     for scope, secs, kernel in zip((args.label, f"{args.label}-later"), times, kernels):
         rec = {"impl": args.impl, "bench": "compile_time", "scope": scope, "bytes": 0, "value": round(secs, 4),
                "best": round(secs, 4), "unit": "s", "iters": 1, "reps": 1, "pe": 0, "npes": 1,

@@ -55,8 +55,7 @@ def _chunk(nelems, workers, w):
     return s, n
 
 
-def _view(t, offset, n):
-    return cute.make_tensor(t.iterator + offset, cute.make_layout(n))
+_view = _cute_api.view
 
 
 def _block_worker(nelems):
@@ -324,13 +323,15 @@ def compile_all(tensors: dict, arch=None, names=None, keep_ptx: bool = False) ->
 # ------------------------------------------------------------------ host side
 
 
-def main(argv=None) -> int:
+def main(argv=None, impl: str = "cute", layers=("nvshmem_dsl.cute._compile",), host_class: type = C.Host) -> int:
+    """The benchmark of ``impl`` (``nv4py_cute``: these kernels with NVSHMEM4Py's CuTe API and host,
+    bench/nv4py_cute_bench.py), its host ``host_class`` initialised after importing ``layers``."""
     import time
 
-    args, p, out, host, arrays = shapes.start("cute", ["nvshmem_dsl.cute._compile"], argv)
+    args, p, out, host, arrays = shapes.start(impl, list(layers), argv, host_class)
     from cutlass.cute.runtime import from_dlpack
 
-    coll = C.coll_points(p, out.npes, "cute")
+    coll = C.coll_points(p, out.npes, impl)
     t = {k: from_dlpack(v, assumed_align=16) for k, v in arrays.items()}
 
     t0 = time.perf_counter()

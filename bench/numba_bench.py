@@ -20,14 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # 1-thread and 1-block kernels are the point of the latency benchmarks: no occupancy warnings
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
-from numba import cuda, float32, int32, int64, uint64  # noqa: E402
+from numba import cuda, float32, int32, uint64  # noqa: E402
 
 import _common as C  # noqa: E402
+import _numba_common as N  # noqa: E402
 import bench_shapes as shapes  # noqa: E402
 
 nv = C.numba_api()
 SIG_SET, CMP_GE = C.signal_constants()
-ALIGN = C.ALIGN_ELEMS
 SLOT_MASK = C.LAT_SLOTS - 1
 U64_COUNTER, U64_OUT, U64_DATA, U64_SRC, U64_SIGNAL = C.U64_COUNTER, C.U64_OUT, C.U64_DATA, C.U64_SRC, C.U64_SIGNAL
 TEAM_WORLD, COLL_ROOT = C.team_world(), C.COLL_ROOT
@@ -35,56 +35,8 @@ TEAM_WORLD, COLL_ROOT = C.team_world(), C.COLL_ROOT
 
 # ------------------------------------------------------------------ kernels (= bench.cu)
 
-
-@cuda.jit(device=True, inline="always")
-def chunk_of(nelems, workers, w):
-    """This worker's (start, n): chunks of ceil(nelems / workers) rounded up to ALIGN elements."""
-    chunk = (nelems + workers - 1) // workers
-    chunk = (chunk + ALIGN - 1) // ALIGN * ALIGN
-    s = w * chunk
-    left = nelems - s
-    n = left if left < chunk else chunk
-    if n < 0:
-        n = int64(0)
-    return s, n
-
-
-@cuda.jit(device=True, inline="always")
-def block_worker(nelems):
-    """(start, n) of this block (thread- and block-scope kernels: one worker a block)."""
-    return chunk_of(nelems, int64(cuda.gridDim.x), int64(cuda.blockIdx.x))
-
-
-@cuda.jit(device=True, inline="always")
-def warp_worker(nelems):
-    """(start, n) of this warp (warp-scope kernels: one worker a warp)."""
-    wpb = int64(cuda.blockDim.x // 32)
-    return chunk_of(nelems, int64(cuda.gridDim.x) * wpb, int64(cuda.blockIdx.x) * wpb + cuda.threadIdx.x // 32)
-
-
-def rma_bw(name, op, worker, window=nv.window):
-    """Kernel ``name``, bench.cu's rma_bw for NVSHMEM call ``op`` (put or get at some scope) and
-    ``worker`` (who moves which chunk): ``iters`` calls, each moving this worker's chunk of
-    window ``i % nwin``, the window's offset carried from one iteration to the next.
-    (``window``: how the arrays are cut; other cuts measured against it:
-    tests/gpu/records/2026-11-22/put-shapes.txt.)"""
-    def kernel(dst, src, nelems, iters, peer, nwin):
-        s, n = worker(nelems)
-        if n > 0:
-            off = s
-            end = nwin * nelems + s
-            for _ in range(iters):
-                op(window(dst, off, n), window(src, off, n), n, peer)
-                off += nelems
-                if off == end:
-                    off = s
-        nv.quiet()
-    kernel.__name__ = kernel.__qualname__ = name
-    return kernel
-
-
-_WORKERS = {"block": block_worker, "warp": warp_worker}
-BW_KERNELS = {s.kernel: rma_bw(s.kernel, getattr(nv, s.call), _WORKERS[s.workers]) for s in shapes.BW}
+BW_KERNELS = {s.kernel: N.rma_bw(s.kernel, getattr(nv, s.call), N.WORKERS[s.workers], nv.window, nv.quiet)
+              for s in shapes.BW}
 
 
 def p_lat(dst, iters, peer):
@@ -184,75 +136,26 @@ def empty_kernel(flag, v):
         flag[0] = nv.my_pe()
 
 
-def spin(us):
-    for i in range(us):
-        cuda.nanosleep(1000)
-
-
-#: Numba types of the parameter types of bench/bench_shapes.py
-NUMBA_TYPES = {"float32[]": "float32[::1]", "uint64[]": "uint64[::1]", "int32[]": "int32[::1]",
-               "int32": "int32", "int64": "int64"}
+#: The kernels, by their names in bench/bench_shapes.py
 KERNELS = {
     **BW_KERNELS, "p_lat": p_lat, "g_lat": g_lat, "p_lat_peer_ptr": p_lat_peer_ptr, "g_lat_peer_ptr": g_lat_peer_ptr,
     "amo_lat": amo_lat, "amo_lat_peer_ptr": amo_lat_peer_ptr, "pingpong": pingpong, "barrier_lat": barrier_lat,
-    **COLL_KERNELS, "empty_kernel": empty_kernel, "spin": spin,
+    **COLL_KERNELS, "empty_kernel": empty_kernel, "spin": N.spin,
 }
-# name -> Numba signature, from the parameters of bench/bench_shapes.py (those the host code launches with)
-SIGNATURES = {name: f"void({', '.join(NUMBA_TYPES[shapes.arg_type(a)] for a in shapes.SHAPES[name].args)})"
-              for name in KERNELS}
-
-#: The one-thread latency kernels declare their launch shape, as bench.cu's do (ONE_THREAD) and
-#: CuTe's static launches do (.reqntid 1): with it ptxas does not aggregate a warp's atomics.
-ONE_THREAD = shapes.ONE_THREAD
-
-
-def jit_options(name: str) -> dict:
-    """The ``cuda.jit`` options of kernel ``name``.  The bandwidth and collective kernels declare
-    their block size, as Triton's (``num_warps``) and CuTe's (static launches) do: with NVSHMEM 3.8 a
-    bandwidth kernel compiled for any block size takes 66-72 registers, more than a block of 1024
-    threads leaves a thread (64; with the declaration 64, no spills:
-    bench/test_bench_compile.py::test_numba_bandwidth_kernel_fits_its_block), and the objects of the thread- and warp-scope
-    collectives may use more registers (nvshmem_dsl.linker.outline.register_cap)."""
-    if name in ONE_THREAD:
-        return {"launch_bounds": (1,)}
-    s = shapes.SHAPES.get(name)
-    if s is not None and (s.bench == "coll" or s.bench.endswith("_bw")):
-        return {"launch_bounds": (s.block,)}
-    return {}
+SIGNATURES = N.signatures(KERNELS)
+jit_options = N.jit_options
 
 
 def jit_kernels() -> dict:
     """Lazily compiled dispatchers (compiled at the first launch, i.e. in the warm-up)."""
-    return {name: cuda.jit(fn, **jit_options(name)) for name, fn in KERNELS.items()}
+    return N.jit_kernels(KERNELS)
 
 
 # ------------------------------------------------------------------ host side
 
 
 def main(argv=None) -> int:
-    args, p, out, host, arrays = shapes.start("numba", ["nvshmem_dsl.numba"], argv)
-    import numba_cuda
-
-    shapes.meta(out, host, p, api=nv.__name__, numba_cuda=getattr(numba_cuda, "__version__", "?"))
-
-    K = jit_kernels()
-    stream = cuda.legacy_default_stream()
-    bufs = {name: cuda.as_cuda_array(x) for name, x in arrays.items()}
-
-    def launch(s, args):
-        K[s.kernel][s.grid, s.block, stream](*args)
-
-    def cupy_args() -> None:
-        """cupy arrays straight in: Numba converts (and stream-synchronises) them at every launch."""
-        if p.enabled("launch"):
-            kern, flag = K["empty_kernel"], arrays["flag"]
-            vals = C.launch_overhead(host, lambda us: None, lambda: kern[1, 1, stream](flag, 1), p.launches, p.reps)
-            out.emit("launch_overhead_cupy_args", "", 0, vals, "us", False, p.launches)
-
-    shapes.run_rows(out, host, p, arrays, bufs, launch, list(K), extra=cupy_args)
-    del bufs
-    host.finalize()
-    return 0
+    return N.main("numba", ("nvshmem_dsl.numba",), nv.__name__, KERNELS, argv)
 
 
 if __name__ == "__main__":

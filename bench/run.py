@@ -1,6 +1,6 @@
 """`make bench`: NVSHMEM benchmarks in CUDA C++, Numba, CuTe and Triton, side by side, in one run.
 
-    python bench/run.py [--quick] [--impls cpp,numba,cute,triton] [--only put_bw,p_lat] [--nproc 2]
+    python bench/run.py [--quick] [--impls cpp,numba,cute,triton,nv4py,nv4py_cute] [--only put_bw,p_lat] [--nproc 2]
     python bench/run.py --compile-families [--families reduce,...] [--scopes ...] [--outline auto,none]
 
 Steps (each in its own processes, each with a timeout):
@@ -15,7 +15,12 @@ Steps (each in its own processes, each with a timeout):
 4. bench/numba_bench.py, bench/cute_bench.py and bench/triton_bench.py under ``python -m
    nvshmem_dsl.run -n 2``, with the (now warm) cache of step 2; the kernels of the three are those
    of bench/bench_shapes.py.  Triton runs where ``--python`` can import triton and nvshmem_dsl.triton;
-   elsewhere its steps are skipped with a one-line reason (not a failure).
+   elsewhere its steps are skipped with a one-line reason (not a failure);
+5. bench/nv4py_bench.py and bench/nv4py_cute_bench.py the same way (``--impls ...,nv4py,nv4py_cute``):
+   the same kernels with NVSHMEM4Py's (NVIDIA's ``nvshmem`` package's) Numba / CuTe device API and its
+   host API, on the same NVSHMEM (bench/_nv4py.py); skipped, with the reason, where ``--python`` cannot
+   import ``nvshmem.core`` (and cutlass).  Numba's compile times (step 2) have no cache of their own:
+   "warm" is a second process.
 
 Every process prints one JSON line per result; this script collects them, averages each result
 over the PEs, writes bench/results/latest.json, prints a table of absolute numbers with ratios
@@ -58,8 +63,10 @@ import _common as C  # noqa: E402
 
 RESULTS = HERE / "results"
 CPP_BINARY = HERE / "cpp" / "build" / "bench_cpp"
-IMPLS = ("cpp", "numba", "cute", "triton")
-DSLS = ("numba", "cute", "triton")
+IMPLS = ("cpp", "numba", "cute", "triton", "nv4py", "nv4py_cute")
+#: what is compared with C++: our three DSLs, and NVSHMEM4Py (NVIDIA's package) with its Numba device API (nv4py)
+#: and its CuTe one (nv4py_cute)
+DSLS = ("numba", "cute", "triton", "nv4py", "nv4py_cute")
 
 # Forced / defaulted for every benchmark process.
 FORCED_ENV = {"NVSHMEM_DISABLE_NVLS": "1"}  # multicast (NVLS) must stay off on shared hosts
@@ -76,10 +83,10 @@ DEFAULT_ENV = {
 #: kernel it compiles: NVSHMEM's collectives cost CuTe 5-80 s each (2 CPUs, NVSHMEM 3.8), Numba
 #: up to 20 s where they are inlined (NVSHMEM_DSL_OUTLINE=none) or their objects not cached yet;
 #: Triton links them out of line as Numba does.
-COLL_COMPILE_ALLOWANCE = {"cpp": 0.0, "numba": 20.0, "cute": 60.0, "triton": 20.0}
+COLL_COMPILE_ALLOWANCE = {"cpp": 0.0, "numba": 20.0, "cute": 60.0, "triton": 20.0, "nv4py": 20.0, "nv4py_cute": 60.0}
 
 #: What a DSL's benchmark imports; an implementation whose modules --python cannot import is skipped.
-REQUIRES = {"triton": "triton, nvshmem_dsl.triton"}
+REQUIRES = {"triton": "triton, nvshmem_dsl.triton", "nv4py": "nvshmem.core", "nv4py_cute": "nvshmem.core, cutlass"}
 
 
 def unavailable(impl: str, python: str) -> str | None:
@@ -241,7 +248,8 @@ def higher_is_better(unit: str) -> bool:
 
 
 def ratios(agg: dict) -> list[dict]:
-    """DSL / C++ for every result both have: bandwidth dsl/cpp (>1 is faster), times dsl/cpp (>1 is slower)."""
+    """DSL / C++ (and NVSHMEM4Py / C++) for every result both have: bandwidth dsl/cpp (>1 is faster), times
+    dsl/cpp (>1 is slower)."""
     cpp = agg.get("cpp", {})
     out = []
     for impl in DSLS:
@@ -333,7 +341,8 @@ def plot(agg: dict, path: Path) -> str:
         return f"no plot: matplotlib is not importable ({type(exc).__name__}: {exc})"
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     colors = {"thread": "tab:blue", "warp": "tab:orange", "block": "tab:green"}
-    styles = {"cpp": ("-", "o"), "numba": ("--", "s"), "cute": (":", "^"), "triton": ("-.", "D")}
+    styles = {"cpp": ("-", "o"), "numba": ("--", "s"), "cute": (":", "^"), "triton": ("-.", "D"),
+              "nv4py": ((0, (1, 3)), "x"), "nv4py_cute": ((0, (3, 1, 1, 1)), "+")}
     drawn = 0
     for ax, bench in zip(axes, ("put_bw", "get_bw")):
         for impl in IMPLS:

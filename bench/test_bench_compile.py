@@ -6,12 +6,17 @@
 * the C++ baseline builds with nvcc against the installed NVSHMEM headers (skipped without nvcc):
   bench_cpp and comm_cpp, whose kernels (bench/cpp/comm.cu) put with signal, wait and quiet, and
   whose constants and kernel arguments are those of nvshmem_dsl.kernels._plan; moe_cpp, whose MoE
-  dispatch / combine (bench/cpp/moe.cu) put a warp a row, fence, signal, wait and quiet, with the
-  constants and kernel arguments of nvshmem_dsl.kernels.moe (_layout, numba.py);
+  dispatch / combine (bench/cpp/moe.cu) store rows through nvshmem_ptr in 16-byte vectors (else
+  put_nbi_block), fence, signal, wait and quiet, with the constants and kernel arguments of
+  nvshmem_dsl.kernels.moe (_layout, numba.py);
 * every Python file of bench/ byte-compiles;
 * every Numba kernel compiles to PTX for sm_90 with NVSHMEM linked and inlined (the collectives:
   or called in their objects, nvshmem_dsl.linker.outline);
 * every CuTe launcher compiles to PTX for sm_90a with NVSHMEM inlined (skipped without cutlass-dsl);
+* every NVSHMEM4Py kernel (bench/nv4py_bench.py) compiles to a cubin for sm_90a as a launch compiles it, in
+  its own process (skipped where NVSHMEM4Py is not installed, as in CI); of its collectives three, all with
+  BENCH_TEST_NV4PY_COLL=all; the CuTe launchers compile with NVSHMEM4Py's CuTe API (bench/_nv4py_cute.py),
+  two of the collectives (all with BENCH_TEST_NV4PY_COLL=all);
 * every Triton kernel compiles to PTX for sm_90 (``GPUTarget("cuda", 90, 32)``, Triton's ptxas stage
   left out) with the fine-grained NVSHMEM functions inlined (skipped without triton);
 * the kernel table (bench/bench_shapes.py) is what every DSL instantiates;
@@ -137,6 +142,10 @@ def test_comm_cpp_matches_plan():
     assert names == ["out", "x", "stage", "sig", "epoch", "n", "span", "chunk", "me", "npes"]
     for kind in _plan.KINDS:
         assert f"COMM_KERNEL({kind})" in src, kind
+    assert re.search(r'LL_KERNEL = "(\w+)";', src).group(1) == _plan.LL_KERNEL
+    assert int(re.search(r"LL_WORD_BYTES = (\d+);", src).group(1)) == _plan.LL_WORD_BYTES
+    assert f"{_plan.LL_KERNEL}(T* out, const T* x, uint64_t* ll, uint64_t* sig, int64_t epoch, int64_t n" in \
+        " ".join(src.split())
 
 
 @pytest.mark.slow
@@ -173,6 +182,13 @@ def test_comm_cpp_kernels_put_signal_and_wait(tmp_path):
                                   ("nvshmemi_transfer_amo_nonfetch", phases),
                                   ("nvshmemi_transfer_quietIL13threadgroup_t0E", 1)):
                 assert sum(marker in c for c in calls) >= least, (name, marker, calls)
+    for dtype in ("f", "13__nv_bfloat16"):  # the LL one-shot: stores and volatile polls, no NVSHMEM transport
+        name = next((k for k in bodies if re.match(rf"_Z\d+one_shot_llI{dtype}E", k)), None)
+        assert name, (dtype, sorted(bodies))
+        body = bodies[name]
+        assert not CALL.findall(body), (name, CALL.findall(body))
+        assert re.search(r"\bst(\.global)?\.[bu]64\b", body) and re.search(r"ld\.volatile\.global\.[bu]64", body)
+        assert "bar.sync" not in body and "membar" not in body and "fence" not in body
 
 
 def _cpp_ptx_bodies(tmp_path: Path, source: str) -> dict:
@@ -216,7 +232,10 @@ def test_moe_cpp_matches_layout():
     for name in ("THREADS", "GRID_MAX", "MAX_TOKENS", "MAX_TOPK"):
         got = re.search(rf"static const int {name} = (\d+);", src)
         assert got and int(got.group(1)) == getattr(_layout, name), name
-    assert "__shared__ int order[MAX_TOKENS];" in src and "__shared__ int scan[THREADS];" in src
+    assert "__shared__ int order[THREADS];" in src and "__ballot_sync(0xFFFFFFFFu, hit)" in src  # the scan
+    # rows through the peer's address where it is reached by load/store (the DSL kernels' nv.peer)
+    assert "nvshmem_ptr(recv_x, dst)" in src and "nvshmem_ptr(recv_src, dst)" in src and "nvshmem_ptr(comb_x, src)" in src
+    assert re.search(r"static const int ROWS = THREADS / 32;", src) and "static const int BLOCK_H = 16 * THREADS;" in src
     assert "m.grid = (int)std::min<int64_t>(GRID_MAX, E);" in src
     numba_src = (ROOT / "runtime" / "kernels" / "moe" / "numba.py").read_text()
     for kernel, want in MOE_PARAMS.items():
@@ -232,10 +251,11 @@ def test_moe_cpp_matches_layout():
 @pytest.mark.slow
 def test_moe_cpp_kernels_put_signal_and_wait(tmp_path):
     """bench/cpp/moe.cu's dispatch and combine, compiled to PTX with build.sh's flags: NVSHMEM inlined, each
-    puts at warp scope (rma_nbi<warp>), fences, sets a signal (amo_nonfetch), waits for signals
+    copies rows in 16-byte vectors (ld/st .v4: the stores through nvshmem_ptr), puts at block scope where the
+    PE is not reachable (rma_nbi<block>), fences, sets a signal (amo_nonfetch), waits for signals
     (syncapi_update_mem) and quiets (quiet<thread>); dispatch also puts its t * K + j with p (rma_p<int>)."""
     bodies = _cpp_ptx_bodies(tmp_path, "moe.cu")
-    markers = {"nvshmemi_transfer_rma_nbiIL13threadgroup_t1EL13nvshmemi_op_t1E": 1,  # put_nbi_warp
+    markers = {"nvshmemi_transfer_rma_nbiIL13threadgroup_t3EL13nvshmemi_op_t1E": 1,  # put_nbi_block
                "nvshmemi_transfer_fenceIL13threadgroup_t0E": 1,
                "nvshmemi_transfer_amo_nonfetch": 1,  # signal_op
                "nvshmemi_transfer_syncapi_update_mem": 1,  # signal_wait_until
@@ -248,8 +268,11 @@ def test_moe_cpp_kernels_put_signal_and_wait(tmp_path):
         want = dict(markers, **({"nvshmemi_transfer_rma_pIiE": 1} if kernel == "dispatch" else {}))
         for marker, least in want.items():
             assert sum(marker in c for c in calls) >= least, (name, marker, calls)
+        assert re.search(r"\bld\.global\.v4\.u32\b", bodies[name]) and re.search(r"\bst(\.global)?\.v4\.u32\b", bodies[name])
         if kernel == "combine":
             assert not any("rma_p" in c for c in calls), calls
+            assert "ld.volatile" in bodies[name]  # the combine words polled by the threads at once
+            assert "fma.rn.f32" not in bodies[name] and "mul.rn.f32" in bodies[name]  # each rounded
     experts = next((k for k in bodies if re.match(r"_Z\d+expertsP", k)), None)
     assert experts and not CALL.findall(bodies[experts]), "the experts kernel calls nothing"
 
@@ -320,6 +343,16 @@ def test_numba_kernel_compiles(numba_bench, name):
     _check_inlined(ptx, name, _large_outlined(ptx, name))
     if name not in ("spin",):
         assert "nvshmemi_device_state_d" in ptx, f"{name}: no NVSHMEM device state referenced"
+
+
+def test_numba_plain_kernel_is_empty_kernel_without_nvshmem(numba_bench):
+    """launch_overhead_plain's kernel: empty_kernel's parameters and code, no NVSHMEM (no device state,
+    so its launch has no module init behind it)."""
+    from numba import cuda
+
+    sig = numba_bench.SIGNATURES["empty_kernel"]
+    ptx, _ = cuda.compile_ptx(numba_bench.N.plain_kernel, sig, cc=(9, 0))
+    assert re.search(r"\.entry\s", ptx) and "nvshmem" not in ptx
 
 
 @pytest.mark.parametrize("name", [n for n in SHAPE_NAMES if n.startswith(("put_", "get_"))])
@@ -566,6 +599,169 @@ def test_triton_geometry():
     assert shapes.triton_options(S["put_warp"]) == {"num_warps": 1, "maxnreg": 64}  # a warp of a 1024-thread block
     assert shapes.triton_options(S["put_block"]) == {"num_warps": C.BW_BLOCK // 32}  # .reqntid 1024: 64 anyway
     assert shapes.triton_options(S["p_lat"]) == {"num_warps": 1}
+
+
+# ------------------------------------------------------------------ NVSHMEM4Py (nv4py)
+
+NV4PY_DISTS = ("nvshmem4py-cu12", "nvshmem4py-cu13")
+#: bench/nv4py_bench.py writes every kernel of the table but the *_peer_ptr ones
+NV4PY_NAMES = [n for n in SHAPE_NAMES if not n.endswith("_peer_ptr")]
+#: the collective kernels compiled by default (5-17 s each on 2 CPUs); all with BENCH_TEST_NV4PY_COLL=all
+NV4PY_COLL = COLL_NAMES if os.environ.get("BENCH_TEST_NV4PY_COLL") == "all" else [
+    "coll_barrier_thread", "coll_fcollect_thread", "coll_reduce_block"]
+
+
+def _need_nv4py() -> None:
+    """Skip where NVSHMEM4Py (NVIDIA's nvshmem package) is not installed, as in CI."""
+    from importlib import metadata
+
+    for dist in NV4PY_DISTS:
+        try:
+            metadata.version(dist)
+            return
+        except metadata.PackageNotFoundError:
+            continue
+    pytest.skip(f"NVSHMEM4Py is not installed ({' or '.join(NV4PY_DISTS)})")
+
+
+@pytest.fixture(scope="module")
+def nv4py_compiled():
+    """bench/_nv4py.py's compile check, in its own process (it patches numba-cuda to compile without a
+    GPU, and NVSHMEM4Py must be imported after its start-up): the table, then kernel -> result."""
+    _need_nv4py()
+    _need("numba.cuda", "sm_90")
+    names = [n for n in NV4PY_NAMES if not n.startswith("coll_")] + NV4PY_COLL
+    proc = subprocess.run([sys.executable, str(HERE / "_nv4py.py"), "--arch", "sm_90a", *names], capture_output=True,
+                          text=True, timeout=1800)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines and "table" in lines[0], proc.stderr[-4000:]
+    return lines[0], {r["kernel"]: r for r in lines[1:]}
+
+
+def test_nv4py_kernel_table(nv4py_compiled):
+    """NVSHMEM4Py's benchmark has the table's kernels (not the *_peer_ptr ones), with the same signatures."""
+    table, _ = nv4py_compiled
+    assert sorted(table["table"]) == sorted(NV4PY_NAMES)
+    import _numba_common as N
+
+    assert table["signatures"] == N.signatures(NV4PY_NAMES)
+
+
+@pytest.mark.parametrize("name", [n for n in NV4PY_NAMES if not n.startswith("coll_")] + NV4PY_COLL)
+def test_nv4py_kernel_compiles(nv4py_compiled, name):
+    """Each NVSHMEM4Py kernel compiles as a launch compiles it (its C++ shim by NVRTC against nvshmem_dsl's
+    NVSHMEM headers, LTO, nvJitLink) to a cubin for sm_90a, without a GPU."""
+    _, results = nv4py_compiled
+    rec = results.get(name)
+    assert rec is not None, f"{name}: not compiled"
+    assert "error" not in rec, rec["error"]
+    assert rec["elf"] and rec["bytes"] > 0, rec
+    assert rec["device_state"] == (name != "spin"), rec  # NVSHMEM's state, which its library init sets
+
+
+#: the CuTe launchers compiled with NVSHMEM4Py's CuTe API by default (collectives: 2-50 s each on 2 CPUs)
+NV4PY_CUTE_NAMES = [n for n in SHAPE_NAMES if not n.startswith("coll_") and not n.endswith("_peer_ptr")] + (
+    COLL_NAMES if os.environ.get("BENCH_TEST_NV4PY_COLL") == "all" else ["coll_barrier_block", "coll_alltoall_thread"])
+
+
+@pytest.fixture(scope="module")
+def nv4py_cute_compiled():
+    """bench/_nv4py_cute.py's compile check in its own process: launcher -> result."""
+    _need_nv4py()
+    pytest.importorskip("cutlass")
+    proc = subprocess.run([sys.executable, str(HERE / "_nv4py_cute.py"), "--arch", "sm_90a", *NV4PY_CUTE_NAMES],
+                          capture_output=True, text=True, timeout=1800)
+    recs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert recs, proc.stderr[-4000:]
+    return {r["kernel"]: r for r in recs}
+
+
+@pytest.mark.parametrize("name", NV4PY_CUTE_NAMES)
+def test_nv4py_cute_launcher_compiles(nv4py_cute_compiled, name):
+    """bench/cute_bench.py's launchers compile with NVSHMEM4Py's CuTe API in place of ours (bench/_nv4py_cute.py's
+    adapter: each call's arguments as NVSHMEM4Py takes them, tensors aligned to their element) for sm_90a,
+    NVSHMEM4Py's device bitcode linked, without a GPU."""
+    rec = nv4py_cute_compiled.get(name)
+    assert rec is not None, f"{name}: not compiled"
+    assert "error" not in rec, rec["error"]
+    assert rec["arch"] == "sm_90a", rec
+
+
+def test_nv4py_compile_time_without_gpu():
+    """bench/compile_time.py --impl nv4py: the first kernel and a later one, compiled to cubins without a GPU."""
+    _need_nv4py()
+    out = subprocess.run([sys.executable, str(HERE / "compile_time.py"), "--impl", "nv4py", "--label", "cold"],
+                         capture_output=True, text=True, timeout=600)
+    recs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [r["scope"] for r in recs] == ["cold", "cold-later"], out.stderr[-4000:]
+    assert all(r["impl"] == "nv4py" and r["value"] > 0 and "no GPU" in r["stage"] for r in recs), recs
+
+
+def test_run_nv4py_rows_beside_the_dsls(monkeypatch):
+    """bench/run.py --impls ...,nv4py: accepted, skipped with its reason where nvshmem.core is not importable,
+    its results in their own column with the nv4py/cpp ratio."""
+    import run
+
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--impls", "cpp,numba,nv4py", "--help"])
+    assert exc.value.code == 0
+    assert {"nv4py", "nv4py_cute"} <= set(run.IMPLS) and {"nv4py", "nv4py_cute"} <= set(run.DSLS)
+    agg = run.aggregate([_rec("cpp", "p_lat", "thread", 4, 40.0, "ns/op"), _rec("numba", "p_lat", "thread", 4, 13.0,
+                                                                                 "ns/op"),
+                         _rec("nv4py", "p_lat", "thread", 4, 56.0, "ns/op"),
+                         _rec("nv4py", "host_put_on_stream", "", 8, 9.0, "us")])
+    lines = run.table(agg).splitlines()
+    assert lines[0].split()[-1] == "nv4py/cpp" and "nv4py" in lines[0].split()
+    row = next(line.split() for line in lines if line.startswith("p_lat"))
+    assert row[-1] == "1.40"
+    assert {r["impl"] for r in run.ratios(agg)} == {"numba", "nv4py"}
+    monkeypatch.setitem(run.REQUIRES, "nv4py", "no_such_module_for_the_bench_test")
+    why = run.unavailable("nv4py", sys.executable)
+    assert why and "no_such_module_for_the_bench_test" in why
+
+
+def test_host_rows_time_the_hosts_own_calls(capsys):
+    """_common.host_benchmarks: my_pe, each allocator and each on-stream call of the host given (nvshmem_dsl's
+    or NVSHMEM4Py's), every call made, the on-stream ones behind the spin."""
+    calls: dict = {}
+
+    def count(name, value=None):
+        def call(*args):
+            calls[name] = calls.get(name, 0) + 1
+            return value
+        return call
+
+    class FakeHost:
+        def api_my_pe(self):
+            return count("my_pe", 0)
+
+        def allocators(self):
+            return (("host_alloc_free", count("alloc", "x")),)
+
+        def free(self, x):
+            assert x == "x"
+            count("free")()
+
+        def on_stream_calls(self, peer):
+            assert peer == 1
+            return (("put", 8, count("put")), ("barrier_all", 0, count("barrier_all")))
+
+        barrier_all = sync = staticmethod(count("sync"))
+
+    p = C.make_params(True)
+    p.host_calls, p.alloc_reps, p.launches, p.reps = 5, 2, 3, 2
+    out = C.Output("nv4py")
+    C.host_benchmarks(out, FakeHost(), p, count("spin"), 1)
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["bench"], r["bytes"], r["unit"]) for r in recs] == [
+        ("host_my_pe", 0, "ns"), ("host_alloc_free", C.ALLOC_BYTES, "us"), ("host_put_on_stream", 8, "us"),
+        ("host_barrier_all_on_stream", 0, "us")]
+    assert calls["my_pe"] == 10 and calls["alloc"] == calls["free"] == 4
+    assert calls["put"] == calls["barrier_all"] == 9 and calls["spin"] == 6  # (reps + 1 warm-up) x launches
+    p.launches = C.ON_STREAM_CALLS + 10  # no more on-stream calls queued behind one spin than that
+    C.host_benchmarks(out, FakeHost(), p, count("spin"), 1)
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["iters"] for r in recs if r["bench"].endswith("_on_stream")] == [C.ON_STREAM_CALLS] * 2
 
 
 # ------------------------------------------------------------------ the kernel table

@@ -179,6 +179,27 @@ def test_status_errors_name_the_status():
     assert "ERROR_SYMMETRY" in str(err) and "members=[0, 1]" in str(err)
 
 
+def test_call_converts_pointers_and_16_bit_floats(monkeypatch):
+    # through the real call path, the C function replaced by a recorder of what it is given
+    monkeypatch.setattr(_lib, "_interceptor", None)
+    seen = []
+    ffi = _lib.ffi()
+    for symbol in ("nvshmem_half_p", "nvshmem_bfloat16_p"):
+        sig = _lib._signature(symbol)
+        monkeypatch.setitem(_lib._signatures, symbol, (lambda *a: seen.append(a),) + sig[1:])
+    _lib.call("nvshmem_half_p", 0x1000, 1.5, 1)
+    _lib.call("nvshmem_bfloat16_p", None, 2, 0)
+    box = ffi.new("half *")
+    box.x = 0x3C00
+    _lib.call("nvshmem_half_p", ffi.cast("void *", 0x2000), box[0], 1)
+    (d1, v1, pe1), (d2, v2, _), (d3, v3, _) = seen
+    assert int(ffi.cast("uintptr_t", d1)) == 0x1000 and v1.x == _lib.float_to_half_bits(1.5) and pe1 == 1
+    assert d2 == ffi.NULL and v2.x == _lib.float_to_bfloat16_bits(2.0)
+    assert int(ffi.cast("uintptr_t", d3)) == 0x2000 and v3.x == 0x3C00  # cffi values as given
+    with pytest.raises(TypeError, match="nvshmem_half_p takes 3 arguments, got 2"):
+        _lib.call("nvshmem_half_p", 0x1000, 1.5)
+
+
 def test_call_raises_status_error(monkeypatch):
     # a status-returning function returning non-zero, through the real call path
     monkeypatch.setattr(_lib, "_interceptor", None)
@@ -256,6 +277,20 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_init_prepares_cuda_in_the_background():
+    # on a CPU machine cuInit fails (no driver library): the thread goes on to the import, and
+    # init_driver still reports the failure as before
+    code = ("import sys, threading; from nvshmem_dsl.host import _cuda, _init, _table; "
+            "print('cuda.core' in sys.modules, _table._table is None); "
+            "_init._prepare_in_background(); "
+            "[t.join() for t in threading.enumerate() if t.name == _init.PREPARE_THREAD]; "
+            "print('cuda.core' in sys.modules, _table._table is None)\n"
+            "try:\n    _cuda.init_driver()\nexcept Exception as exc:\n    print(type(exc).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True", "False", "NvshmemInitError"]
 
 
 # --------------------------------------------------------------------------- init / finalize flow, C intercepted
@@ -989,8 +1024,22 @@ def test_dtype_names():
     assert _arrays.dtype_name(TorchDtype()) == "bfloat16"
     TorchFloat = type("dtype", (), {"__module__": "torch", "__str__": lambda self: "torch.float"})
     assert _arrays.dtype_name(TorchFloat()) == "float32"
-    with pytest.raises(nv.NvshmemTypeError):
-        _arrays.dtype_name("nonsense")
+    for _ in range(2):  # names are kept once parsed; an unknown one is refused every time
+        with pytest.raises(nv.NvshmemTypeError, match="nonsense"):
+            _arrays.dtype_name("nonsense")
+    assert (_arrays.dtype_name("float"), _arrays.dtype_name("float")) == ("float64", "float64")
+    assert _arrays.dtype_name("torch.half") == "float16"
+
+
+def test_describe_cai_typestrs():
+    def cai(typestr):
+        return types.SimpleNamespace(__cuda_array_interface__={"data": (0x1000, False), "shape": (2,), "typestr": typestr})
+
+    for _ in range(2):  # the second time from what the first one learnt
+        assert (_arrays.describe(cai("<f4")).dtype, _arrays.describe(cai("<f4")).itemsize) == ("float32", 4)
+        assert (_arrays.describe(cai("|V6")).dtype, _arrays.describe(cai("|V6")).itemsize) == ("V6", 6)
+        with pytest.raises(nv.NvshmemTypeError, match="argument 'x' has an unknown typestr"):
+            _arrays.describe(cai("<q9"), function="put", argument="x")
 
 
 def test_describe_torch_like():
@@ -1091,6 +1140,56 @@ def test_team_calls(fake):
         nv.team_init([0, 7])
     fake.responses["nvshmem_team_translate_pe"] = 3
     assert nv.translate_pe(Team.TEAM_WORLD, 3) == 3
+
+
+def test_team_place_is_asked_once_per_team(fake):
+    """my_pe / n_pes of a team are constant from its creation to its destruction: TEAM_WORLD's come
+    from init, another team's are asked of NVSHMEM the first time only (per runtime)."""
+    def asked():
+        return [c for c in fake.symbols() if c in ("nvshmem_team_my_pe", "nvshmem_team_n_pes")]
+
+    fake.responses.update(nvshmem_team_my_pe=1, nvshmem_team_n_pes=2)
+    assert (nv.my_pe(), nv.n_pes(), nv.team_my_pe(Team.TEAM_WORLD), nv.team_n_pes(None)) == (1, 4, 1, 4)
+    assert asked() == []
+    assert (nv.team_my_pe(Team.TEAM_NODE), nv.team_n_pes(Team.TEAM_NODE), nv.team_n_pes(int(Team.TEAM_NODE))) == (1, 2, 2)
+    assert asked() == ["nvshmem_team_my_pe", "nvshmem_team_n_pes"]
+    nv.fcollect(Team.TEAM_NODE, sym(), sym2(), nelems=1)  # the team's size checks dst without asking again
+    assert len(asked()) == 2
+
+    def split(args):
+        args[-1][0] = 9
+        return 0
+
+    fake.responses["nvshmem_team_n_pes"] = -1
+    assert nv.team_n_pes(9) == -1  # not a team yet: not kept
+    fake.responses.update(nvshmem_team_split_strided=split, nvshmem_team_n_pes=2)
+    t = nv.split_strided(Team.TEAM_WORLD, 0, 2, 2)
+    assert (t.n_pes(), t.n_pes()) == (2, 2) and len(asked()) == 6  # TEAM_NODE, 9 before, 9 now
+    t.destroy()
+    fake.responses["nvshmem_team_n_pes"] = 3
+    assert nv.team_n_pes(9) == 3  # the handle may be another team's now: asked again
+    with pytest.raises(nv.NvshmemArgumentError, match="TEAM_INVALID"):
+        nv.team_n_pes(Team.TEAM_INVALID)
+    with pytest.raises(nv.NvshmemTypeError, match="team_my_pe"):
+        nv.team_my_pe("world")
+
+
+def test_team_place_is_forgotten_with_the_runtime(monkeypatch):
+    answers = iter([(0, 2), (1, 8)])
+    now = {}
+
+    def intercept(symbol, args):
+        if symbol == "nvshmem_team_my_pe":
+            now["place"] = next(answers)
+            return now["place"][0]
+        return now["place"][1]
+
+    monkeypatch.setattr(_lib, "_interceptor", intercept)
+    for expected in ((0, 2), (1, 8)):  # two runtimes, one after the other
+        with _state.fake(n_pes=8):
+            assert (nv.team_my_pe(Team.TEAM_NODE), nv.team_n_pes(Team.TEAM_NODE)) == expected
+    with pytest.raises(nv.NvshmemStateError, match="team_n_pes"):
+        nv.team_n_pes(Team.TEAM_NODE)
 
 
 def test_team_config_struct():

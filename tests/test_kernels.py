@@ -37,6 +37,27 @@ def test_plan_covers_every_element_once(kind, dtype):
         assert p.args(7, 1) == (7, n, p.span, p.chunk, 1, npes)
 
 
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+def test_one_shot_takes_ll_up_to_its_threshold_where_peers_are_loaded_and_stored(dtype):
+    size = _plan.ITEMSIZE[dtype]
+    top = _plan.LL_MAX_BYTES // size
+    for npes in (1, 2, 8):
+        for n in (1, 7, 4099, top - 1, top):
+            p = _plan.plan("one_shot", dtype, n, npes, True)
+            assert p.ll and p.kernel == _plan.LL_KERNEL, (n, npes)
+            assert p.stage_bytes == 0 and p.ll_bytes == 2 * npes * n * _plan.LL_WORD_BYTES
+            # block ranges as the one-shot's, over 8-byte words
+            want = max(1, min(_plan.GRID_MAX, -(-n * _plan.LL_WORD_BYTES // _plan.BLOCK_BYTES)))
+            assert p.grid <= want and -(-n // p.chunk) == p.grid
+            assert (p.chunk * size) % _plan.ALIGN_BYTES == 0
+        assert not _plan.plan("one_shot", dtype, top + 1, npes, True).ll  # above: put with signal
+        assert not _plan.plan("one_shot", dtype, 7, npes, False).ll  # a peer not loaded / stored
+        for kind in ("two_shot", "all_gather", "reduce_scatter"):
+            p = _plan.plan(kind, dtype, 7, npes, True)
+            assert not p.ll and p.kernel == kind and p.ll_bytes == 0
+    assert _plan.plan("one_shot", dtype, top, 2, True).grid == _plan.LL_MAX_BYTES * 8 // size // _plan.BLOCK_BYTES
+
+
 def test_plan_rejects_unknown_kind():
     with pytest.raises(ValueError, match="unknown kernel"):
         _plan.plan("three_shot", "float32", 10, 2)
@@ -107,6 +128,86 @@ def test_a_shape_that_differs_by_pe_raises_on_every_pe(fake, monkeypatch):
     assert not ws._agreed  # asked again at the next call
 
 
+class _Buf:
+    def __init__(self, nbytes):
+        self.ptr, self.nbytes, self.freed = SYM, nbytes, False
+
+
+@pytest.mark.parametrize("mine,smallest,want", [(True, 1, True), (True, 0, False), (False, 0, False)])
+def test_load_store_is_asked_once_and_agreed(fake, monkeypatch, mine, smallest, want):
+    """Every PE takes the LL protocol or none: nvshmem_ptr of every peer on each PE, then the smallest
+    answer over the PEs (one host collective, once a session)."""
+    asked, made = [], []
+    monkeypatch.setattr(_lib, "_interceptor",
+                        lambda symbol, args: (fake.append((symbol, args)) or (LOCAL if mine else 0)))
+    monkeypatch.setattr(memory, "value_ranges", lambda values: asked.append(values) or (
+        [(smallest, 1)] if len(values) == 1 else [(v, v) for v in values]))
+    monkeypatch.setattr(memory, "internal_buffer", lambda nbytes, what: made.append(what) or _Buf(nbytes))
+    ws = _workspace.Workspace()
+    p = _plan.plan("one_shot", "float32", 100, 4)
+    assert ws.load_store("all_reduce", p) is want
+    assert ws.load_store("all_reduce") is want
+    assert asked == [[0, 0, 100], [int(mine)]]  # the shape agreed on first
+    assert made == ["kernels workspace signals"]
+    pes = sorted(args[1] for symbol, args in fake if symbol == "nvshmem_ptr")
+    assert pes == ([0, 2, 3] if mine else [0])  # every peer (all(): the first null ends it), not me (1)
+
+
+@pytest.mark.parametrize("load_store", (True, False))
+def test_all_reduce_launches_the_protocol_of_its_size(fake, monkeypatch, load_store):
+    """The one-shot up to LL_MAX_BYTES, where every peer is loaded / stored: one_shot_ll on the LL words;
+    else (and the two-shot) the put-with-signal kernel on the staging; load_store is asked after the
+    shape's agreement, and only for sizes LL could take."""
+    import types
+    launched, asked = [], []
+    fake_mod = types.SimpleNamespace(ARRAYS="numba",
+                                     launch=lambda kernel, plan, *a: launched.append((kernel, plan.ll, a[2])))
+    monkeypatch.setattr(kernels, "_module", lambda dsl, function: fake_mod)
+    monkeypatch.setattr(kernels, "kernel_array", lambda a, info, like: a)
+    ws = _workspace.Workspace()
+    monkeypatch.setattr(ws, "load_store", lambda function, plan=None: asked.append(plan.n) or load_store)
+    monkeypatch.setattr(ws, "prepare", lambda plan, function, sync: 5)
+    monkeypatch.setattr(ws, "views", lambda dtype, like, ll=False: ("words" if ll else "stage", "sig"))
+    top = _plan.LL_MAX_BYTES // 4
+    for n, algorithm in ((top, "one_shot"), (top + 1, "one_shot"), (64, "two_shot")):
+        kernels.all_reduce(_array(SYM, n), _array(LOCAL, n), algorithm=algorithm, workspace=ws)
+    ll = [(_plan.LL_KERNEL, True, "words")] if load_store else [("one_shot", False, "stage")]
+    assert launched == ll + [("one_shot", False, "stage"), ("two_shot", False, "stage")]
+    assert asked == [top]
+
+
+def test_ll_words_are_a_zeroed_buffer_of_their_own(fake, monkeypatch):
+    made = []
+    monkeypatch.setattr(memory, "value_ranges", lambda values: [(v, v) for v in values])
+    monkeypatch.setattr(memory, "internal_buffer", lambda nbytes, what: made.append((what, nbytes)) or _Buf(nbytes))
+    ws = _workspace.Workspace()
+    put = _plan.plan("one_shot", "float32", 1 << 20, 4, True)
+    ll = _plan.plan("one_shot", "float32", 1000, 4, True)
+    assert ws.prepare(put, "all_reduce", lambda: None) == 1 and ws.prepare(ll, "all_reduce", lambda: None) == 2
+    assert ("kernels workspace LL words", 1 << 20) in made  # internal_buffer: nvshmem_calloc
+    assert [w for w, _ in made].count("kernels workspace LL words") == 1
+    assert ws._ll is not ws._stage
+
+
+def test_the_ll_epoch_half_wraps_to_fresh_words(fake, monkeypatch):
+    """Every 2**32 calls: two epochs skipped (the halves still alternate, the epoch half is 2: above a
+    zeroed word's) and the LL words made anew, zeroed, after this PE's kernels are done."""
+    made, freed, synced = [], [], []
+    monkeypatch.setattr(memory, "value_ranges", lambda values: [(v, v) for v in values])
+    monkeypatch.setattr(memory, "internal_buffer", lambda nbytes, what: made.append(what) or _Buf(nbytes))
+    monkeypatch.setattr(memory, "free_internal", lambda buf: freed.append(buf))
+    ws = _workspace.Workspace()
+    ll = _plan.plan("one_shot", "float32", 1000, 4, True)
+    assert ws.prepare(ll, "all_reduce", lambda: synced.append(1)) == 1
+    words = ws._ll
+    ws.epoch = (1 << 32) - 2
+    epochs = [ws.prepare(ll, "all_reduce", lambda: synced.append(1)) for _ in range(3)]
+    assert epochs == [(1 << 32) - 1, (1 << 32) + 2, (1 << 32) + 3]
+    assert [e & 1 for e in epochs] == [1, 0, 1] and (epochs[1] & _plan.LL_EPOCH_MASK) == 2
+    assert freed == [words] and ws._ll is not words and ws._ll.nbytes == words.nbytes
+    assert made.count("kernels workspace LL words") == 2 and synced == [1]
+
+
 def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
     from nvshmem_dsl.host import _cuda
     written = {}
@@ -139,6 +240,22 @@ def test_numba_kernel_compiles(kind, dtype):
     assert "div." not in ptx, kind  # no trip count of a range() with a run-time step
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+def test_numba_ll_kernel_compiles(dtype):
+    """one_shot_ll: 64-bit stores of the words to the peers' addresses, 64-bit volatile polls, no signal,
+    no fence, no barrier, no quiet."""
+    from nvshmem_dsl.kernels import numba as K
+    ptx = K.compile_ptx(_plan.LL_KERNEL, dtype)
+    assert f".maxntid {_plan.THREADS}" in ptx
+    assert re.search(r"\bst(\.global)?\.[bu]64\b", ptx)
+    assert "ld.volatile.global.b64" in ptx or "ld.volatile.global.u64" in ptx
+    assert "bar.sync" not in ptx and "membar" not in ptx and "fence" not in ptx
+    assert not re.search(r"call(\.uni)?\s", ptx)  # nvshmem_ptr and signal_fetch inlined, no transport
+    _assert_cpp_index_math(ptx)
+    assert "div." not in ptx
+
+
 _SIGN_SHIFT = re.compile(r"shr\.s64\s+%rd\d+,\s*%rd\d+,\s*63;")
 
 
@@ -166,12 +283,14 @@ def test_cpp_plans_are_the_protocols():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import comm_run
     import comm_shapes as CS
-    text = comm_run.plans(["two_shot", "all_gather"], ["bfloat16"], [8, 1 << 20], 4)
+    text = comm_run.plans(["one_shot", "two_shot", "all_gather"], ["bfloat16"], [8, 1 << 20], 4)
     rows = [r.split(":") for r in text.split(",")]
-    assert len(rows) == 4
-    for kind, dtype, n, span, chunk, grid in rows:
-        p = _plan.plan(kind, dtype, CS.elements(kind, int(n) * (4 if kind == "all_gather" else 1) * 2, 2, 4), 4)
-        assert (int(n), int(span), int(chunk), int(grid)) == (p.n, p.span, p.chunk, p.grid)
+    assert len(rows) == 6
+    for kernel, dtype, n, span, chunk, grid in rows:
+        kind = "one_shot" if kernel == _plan.LL_KERNEL else kernel
+        p = _plan.plan(kind, dtype, CS.elements(kind, int(n) * (4 if kind == "all_gather" else 1) * 2, 2, 4), 4, True)
+        assert (kernel, int(n), int(span), int(chunk), int(grid)) == (p.kernel, p.n, p.span, p.chunk, p.grid)
+    assert [r[0] for r in rows[:2]] == [_plan.LL_KERNEL, "one_shot"]  # LL at 8 B, not at 1 MiB
 
 
 # --------------------------------------------------------------------------- MoE
@@ -207,10 +326,44 @@ def test_moe_numba_kernel_compiles(kind):
     assert ".entry" in ptx and "bar.sync" in ptx and "membar.sys" in ptx  # fence before each signal
     assert "llvm." not in ptx  # an intrinsic LLVM does not know stays a call ptxas cannot parse
     _assert_cpp_index_math(ptx)
+    # rows to a load/store reachable PE (nvshmem_ptr) by 16-byte vector stores through its address, as
+    # the C++ twin's and NVSHMEM put_nbi's P2P path; put_nbi_block a row where it is not reachable
+    assert re.search(r"\bld\.global\.v4\.b32\b", ptx) and re.search(r"\bst(\.global)?\.v4\.b32\b", ptx), kind
+    assert "nvshmemi_transfer_rma_nbi" in ptx, kind  # put_nbi_block's remote path (NVSHMEM inlined)
     if kind == "dispatch":
-        assert ".shared" in ptx  # the block scan
+        assert ".shared" in ptx and "vote.sync.ballot" in ptx and "popc.b32" in ptx  # the ballot scan
     else:
-        assert "fma.rn.f32" in ptx or "mul.f32" in ptx or "mul.rn.f32" in ptx  # the weighted sum
+        # float32 products and sums each rounded (never an fma), two vectors of 8 a thread and the
+        # slot loop unrolled by 4: 16 products a slot, 4 + 1 slots written out
+        assert "fma." not in ptx and ptx.count("mul.rn.f32") >= 16 * 5 and ptx.count("add.rn.f32") >= 16 * 5
+        assert ptx.count("ld.global.v4.b32") >= 8 * 2  # the unrolled slots' rows, two vectors each
+        assert "ld.volatile.u64" in ptx  # the combine words polled by the threads at once
+
+
+def test_numba_asm_ops_compile_to_what_the_cpp_twins_do():
+    """The Numba kernels' vector loads and stores (ld/st.v4 of 16 bytes), volatile polls and ballot
+    (vote.sync.ballot, not Numba's llvm.nvvm.vote.sync call, which ptxas cannot read)."""
+    from numba import cuda, types
+    from numba.core.errors import TypingError
+
+    from nvshmem_dsl.kernels._numba_asm import address, ballot, load16, load_volatile_u64, store16
+
+    def kernel(dst, src, words, out):
+        i = cuda.threadIdx.x
+        if address(dst) != 0:
+            store16(dst, 8 * i, load16(src, 8 * i))
+        out[i] = ballot(load_volatile_u64(words, i) > 0)
+
+    a = types.int16[::1]
+    ptx = cuda.compile_ptx(kernel, (a, a, types.uint64[::1], types.uint32[::1]), cc=(9, 0))[0]
+    assert re.search(r"\bld(\.global)?\.v4\.[bu]32\b", ptx) and re.search(r"\bst(\.global)?\.v4\.[bu]32\b", ptx)
+    assert "ld.volatile.u64" in ptx and "vote.sync.ballot.b32" in ptx and "llvm." not in ptx
+
+    def bad(words):
+        store16(words, 0, (1, 2, 3))
+
+    with pytest.raises(TypingError, match="store16: argument 'v' must be a tuple of four integers"):
+        cuda.compile_ptx(bad, (types.uint64[::1],), cc=(9, 0))
 
 
 @pytest.mark.parametrize("package,function", [("nvshmem_dsl.kernels", "all_reduce"),

@@ -60,7 +60,7 @@ def _params(ptx: str, kind: str) -> list[str]:
 
 
 def test_kernels():
-    assert set(kc.KERNELS) == set(_plan.KINDS)
+    assert set(kc.KERNELS) == {*_plan.KINDS, _plan.LL_KERNEL}
     assert kc.THREADS == _plan.THREADS
     assert set(kc.ELEMENT) == set(_plan.DTYPES)
     with pytest.raises(ValueError, match="unknown kernel"):
@@ -111,6 +111,24 @@ def test_compiles_to_ptx(ptx, kind, dtype):
         assert "add.f32" in text
 
 
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+def test_ll_kernel_compiles(ptx, dtype):
+    """one_shot_ll: the protocol's arguments (stage: the LL words), the words stored through the peer's
+    address (64-bit), polled by 64-bit volatile loads until their epoch half is the call's; no signal,
+    fence, barrier or quiet; float32 sums (bfloat16: from the words' bits, rounded to nearest even)."""
+    text = ptx(_plan.LL_KERNEL, dtype)
+    assert _params(text, _plan.LL_KERNEL) == ["tensor"] * 4 + ["u64"] * 4 + ["u32"] * 2
+    assert re.search(rf"^\.reqntid {_plan.THREADS}, 1, 1\b", text, re.M)
+    _check_ptx(text)
+    assert not re.search(r"call(?:\.uni)?\s", text)  # nvshmem_ptr and signal_fetch inlined, no transport
+    assert re.search(r"\bst(\.global)?\.b64\b", text)
+    poll = re.search(r"ld\.volatile\.global\.b64\s+(%rd\d+),[^\n]*\n\s*and\.b64\s+%rd\d+,\s*\1,\s*-4294967296;", text)
+    assert poll, "no poll of a word's epoch half"
+    assert "bar.sync" not in text and "membar" not in text and "fence" not in text
+    assert "add.f32" in text
+    assert ("cvt.rn.bf16.f32" in text) is (dtype == "bfloat16")
+
+
 def record_launches(monkeypatch, module) -> tuple[list, object]:
     """``module._compiled`` (sm_90a) made to record its kernels' calls, (kernel, args), instead of
     launching them (no GPU here); returns the list of calls and the real ``_compiled``."""
@@ -153,3 +171,13 @@ def test_launch_up_to_the_launch(monkeypatch):
     with pytest.raises(TypeError, match="float32 plan"):
         kc.launch("one_shot", _plan.plan("one_shot", "float32", 1000, 2), out, x, stage, sig, 3,
                   1, 0)
+    # the LL kernel takes the LL words (uint64) for stage, and nothing else there
+    plan = _plan.plan("one_shot", "bfloat16", 1000, 2, True)
+    words = np.zeros(plan.stage_elems, np.uint64)
+    kc.launch(_plan.LL_KERNEL, plan, out, x, words, sig, 5, 0, 0)
+    k, args = calls[-1]
+    assert k is real(_plan.LL_KERNEL, "bfloat16", "sm_90a")
+    assert [t.element_type for t in args[:4]] == [cutlass.BFloat16] * 2 + [cutlass.Uint64] * 2
+    assert args[4:11] == (*plan.args(5, 0), plan.grid)
+    with pytest.raises(TypeError, match="bfloat16 plan"):
+        kc.launch(_plan.LL_KERNEL, plan, out, x, stage, sig, 5, 0, 0)

@@ -53,7 +53,7 @@ def compiled(tmp_path_factory):
 
 
 def test_kernels_take_the_protocols_arguments():
-    assert set(kt.KERNELS) == set(_plan.KINDS)
+    assert set(kt.KERNELS) == {*_plan.KINDS, _plan.LL_KERNEL}
     for kind, k in kt.KERNELS.items():
         assert k.arg_names == PARAMS, kind
         # epoch and me change from call to call and PE to PE: one kernel for all of them
@@ -98,6 +98,24 @@ def test_aligned_arrays_get_vector_copies(compiled, kind, dtype):
     assert {m.group(1) for m in _VECTOR.finditer(ptx)} == {"ld", "st"}
 
 
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+@pytest.mark.parametrize("aligned", (False, True))
+def test_ll_kernel_compiles(compiled, dtype, aligned):
+    """one_shot_ll: the words stored through nv.peer (vectors when aligned), polled by volatile loads;
+    no NVSHMEM call but nvshmem_ptr (inlined), no fence, no quiet; float32 sums."""
+    ck = compiled(_plan.LL_KERNEL, dtype, aligned)
+    ptx, llir, ttir = ck.asm["ptx"], ck.asm["llir"], ck.asm["ttir"]
+    assert re.search(rf"^\.visible \.entry {_plan.LL_KERNEL}\(", ptx, re.M)
+    assert set(_compile.nvshmem_externs(llir)) == {"nvshmem_ptr"}
+    assert not _CALL.findall(ptx)
+    assert re.search(r"\bst\.global\.(v2\.)?b64\b", ptx) and re.search(r"\bld\.volatile\.global\.(v2\.)?b64\b", ptx)
+    assert ("st.global.v2.b64" in ptx) is aligned
+    assert "membar" not in ptx and "fence" not in ptx
+    assert "add.f32" in ptx or "add.rn.f32" in ptx
+    assert ("cvt.rn.bf16" in ptx) is (dtype == "bfloat16")
+    assert not _I32_ARITH.findall(ttir), _I32_ARITH.findall(ttir)
+
+
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
@@ -128,3 +146,9 @@ def test_launch_passes_the_plan_on_the_stream(monkeypatch, torch_standin):
                                       for e in (7, 8, 9)]
     assert calls[0][3] == "default"
     assert calls[1][3].handle == 0xABC and calls[2][3] is calls[1][3]  # one ExternalStream per handle
+    monkeypatch.setitem(kt.KERNELS, _plan.LL_KERNEL, Kernel())  # the LL kernel: 16 bytes of words a thread
+    plan = _plan.plan("one_shot", "bfloat16", 1000, 4, True)
+    kt.launch(_plan.LL_KERNEL, plan, "out", "x", "words", "sig", 10, 2, 0)
+    assert calls[-1][:3] == ((plan.grid,), ("out", "x", "words", "sig", *plan.args(10, 2)),
+                             {"BLOCK": kt.LL_BLOCK, "num_warps": kt.NUM_WARPS})
+    assert kt.LL_BLOCK * _plan.LL_WORD_BYTES == 16 * _plan.THREADS

@@ -1,7 +1,7 @@
 """The CuTe DSL MoE kernels (nvshmem_dsl.kernels.moe.cute), on CPU: both take the Numba kernels'
 arguments and call exactly the protocol's NVSHMEM functions; both compile to PTX for sm_90a
 (512 threads, tensors and eight 64-bit scalars, NVSHMEM inlined, the fence before each signal, the
-signal waits' polling loops, the dispatch's block scan in shared memory, 64-bit index arithmetic,
+signal waits' polling loops, the dispatch's ballot count, rows in 16-byte vectors, 64-bit index arithmetic,
 the combine's sum rounded as the Numba kernel's: mul.rn and add.rn, never an fma); and the launches
 compile a cubin once per (kind, arch) and pass what the Numba launches pass (marshalled from host
 arrays, no launch: no GPU here)."""
@@ -36,10 +36,11 @@ from test_kernels_cute import _WAIT, _params, record_launches  # noqa: E402
 KINDS = ("dispatch", "combine")
 #: The NVSHMEM functions each kernel calls (the protocol's), and no other.
 CALLS = {
-    "dispatch": {nv.DISPATCH["put_nbi_warp"]["BFloat16"], nv.DISPATCH["p"]["Int32"], nv.DISPATCH["fence"][None],
-                 nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
-    "combine": {nv.DISPATCH["put_nbi_warp"]["BFloat16"], nv.DISPATCH["fence"][None], nv.DISPATCH["signal_op"][None],
-                nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]},
+    "dispatch": {nv.DISPATCH["put_nbi_block"]["BFloat16"], nv.DISPATCH["p"]["Int32"], nv.DISPATCH["fence"][None],
+                 nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None],
+                 nv.DISPATCH["ptr"][None]},
+    "combine": {nv.DISPATCH["put_nbi_block"]["BFloat16"], nv.DISPATCH["fence"][None], nv.DISPATCH["signal_op"][None],
+                nv.DISPATCH["wait_until"]["Uint64"], nv.DISPATCH["quiet"][None], nv.DISPATCH["ptr"][None]},
 }
 #: The kernels' arrays: the tensor parameters before the eight Int64 scalars.
 ARRAYS = {"dispatch": 6, "combine": 8}
@@ -66,8 +67,8 @@ def test_kernels_take_the_numba_kernels_arguments():
     for name in ("launch_dispatch", "launch_combine"):
         assert inspect.signature(getattr(mc, name)) == inspect.signature(getattr(mn, name)), name
     assert mc.ARRAYS == "torch" and mc.THREADS == _layout.THREADS
-    assert (mc.MAX_TOKENS, mc.MAX_TOPK) == (_layout.MAX_TOKENS, _layout.MAX_TOPK)
-    assert 1 << mc.SCAN_STEPS == mc.THREADS
+    assert mc.MAX_TOPK == _layout.MAX_TOPK
+    assert mc.BLOCK_H == 16 * mc.THREADS and mc.WARPS * 32 == mc.THREADS
     assert "cute" in moe.DSLS
     with pytest.raises(ValueError, match="no MoE kernel"):
         mc.compile_ptx("gather")
@@ -106,15 +107,30 @@ def test_compiles_to_ptx(ptx, kind):
     assert re.search(rf"add\.s64\s+(%rd\d+),\s*\1,\s*{_layout.THREADS};", text)
 
 
-def test_dispatch_scans_in_shared_memory(ptx):
-    """The list of the (t, j) routed to an expert and the scan's words: shared memory, the scan's
-    steps each between two barriers (log2(THREADS) steps, unrolled), the match stored as int32."""
+def test_dispatch_counts_the_matches_by_ballots(ptx):
+    """The matches' running count over THREADS entries of topk: a ballot a warp, its popcount, the
+    warps' totals in shared memory (the C++ twin's scan); the match stored as int32."""
     text = ptx("dispatch")
-    assert re.search(r"\bst\.shared\.b32\b", text) and re.search(r"\bld\.shared\.(?:b|s)32\b", text)
-    assert len(re.findall(r"\bbar\.sync\b", text)) >= 2 * mc.SCAN_STEPS
+    assert "vote.sync.ballot.b32" in text and re.search(r"\bpopc\.b32\b", text)
+    assert re.search(r"\bst\.shared\.b32\b", text) and re.search(r"\bld\.shared\.(?:v4\.)?(?:b|s)32\b", text)
     # the word: epoch << 32 | count; the count stored from an awaited word's low half
     assert re.search(r"shl\.b64\s+%rd\d+,\s*%rd\d+,\s*32;", text)
     assert re.search(r"st\.global\.b32", text)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_to_a_reachable_peer_by_vector_stores(ptx, kind):
+    """Where nvshmem_ptr reaches the row's PE, a warp copies a row by 16-byte vectors through the
+    peer's address (NVSHMEM put's P2P path), four loaded before they are stored; the combine's rows
+    are summed from 16-byte vectors too; put_nbi_block otherwise (test_calls_the_protocols_functions)."""
+    text = ptx(kind)
+    blocks = re.split(r"^\$L__BB\d+_\d+:", text, flags=re.M)  # basic blocks
+    assert any(len(re.findall(r"\bld\.global\.v4\.b32\b", bb)) >= 4 and len(re.findall(r"\bst\.global\.v4\.b32\b", bb)) >= 4
+               for bb in blocks), kind
+    if kind == "combine":
+        # the combine words polled by the threads at once, then NVSHMEM's wait_until of one
+        assert re.search(r"\bld\.relaxed\.sys\.global\.b64\b", text)
+        assert len(re.findall(r"\bld\.global\.v4\.b32\b", text)) >= 4 + 8  # the copy; 4 slots x 2 vectors
 
 
 def test_combine_sums_as_the_numba_kernel(ptx):
@@ -173,8 +189,8 @@ def test_launches_up_to_the_launch(monkeypatch):
         assert isinstance(args[n + 9], driver.CUstream) and int(args[n + 9]) == 7
         exe, _ = k._fn.generate_execution_args(*args)
         assert len(exe) == n + 8 + 2  # a descriptor per tensor, the scalars, grid and stream
-    # the launch's dynamic shared memory, as CuTe infers it: dispatch's list and scan words
-    smem = 4 * (mc.MAX_TOKENS + mc.THREADS)
+    # the launch's dynamic shared memory, as CuTe infers it: dispatch's matches and warps' totals
+    smem = 4 * (mc.THREADS + mc.WARPS)
     assert f"llvm.mlir.constant({smem} : i64)" in str(real("dispatch", "sm_90a")._fn.ir_module)
     # a PE with no tokens this call: empty x, topk (and weights, out)
     calls.clear()

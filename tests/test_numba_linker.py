@@ -456,6 +456,36 @@ def test_dispatcher_links_and_calls_init_hook(fake_device):
         _linker.remove_module_init_hook(seen.append)
 
 
+@needs_bitcode
+def test_nrt_kernel_links_with_lto(fake_device, monkeypatch):
+    """With numba-cuda's NRT on (NUMBA_CUDA_ENABLE_NRT=1, how NVIDIA runs NVSHMEM4Py's device
+    memory tests) an array view increfs through NRT_incref, which numba-cuda's nrt.cu defines.
+    Under LTO (numba-cuda's default with nvJitLink) nrt.cu used to be LTO-IR, of which nvJitLink
+    keeps only what LTO-IR calls: our PTX's calls were undefined ("Undefined reference to
+    'NRT_incref' in 'nrt.cu'"). It now joins the link as PTX."""
+    from cuda.core import _program as cuda_core_program
+    from numba.cuda.core import config
+    from numba.cuda.memory_management.nrt import NRT_LIBRARY
+
+    from nvshmem_dsl.core.device.numba import get_peer_array
+
+    monkeypatch.setattr(config, "CUDA_ENABLE_NRT", True)
+    # NVRTC's PTX output asks the driver whether it can load it: no driver on a CPU machine
+    monkeypatch.setattr(cuda_core_program, "driver_version", lambda: (99, 0, 0))
+
+    @cuda.jit
+    def kern(a, pe):
+        get_peer_array(a, pe)[0] = 1.0
+
+    monkeypatch.setattr(_linker.hooks, "run_init", lambda handle: None)  # no runtime: nothing to initialise
+    kernel = kern.compile((types.float32[::1], types.int32))
+    lib = kernel.library
+    assert lib._lto and NRT_LIBRARY in lib._linking_files  # the case of the bug: NRT, under LTO
+    assert re.search(r"call[^;]*NRT_incref", kern.inspect_asm((types.float32[::1], types.int32)))
+    (module,) = fake_device
+    assert module.image.code[:4] == b"\x7fELF" and b"NRT_incref" in module.image.code
+
+
 def test_dispatcher_plain_kernel_has_no_hook(fake_device):
     @cuda.jit
     def kern(a):

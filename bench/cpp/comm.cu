@@ -5,20 +5,23 @@
 // The protocol (argument order, staging slots, signal words, epochs, launch shape) is that of
 // runtime/kernels/_plan.py; the kernels are those of runtime/kernels/numba.py, statement for statement:
 // grid = the plan's grid, THREADS threads, block-scope put_signal_nbi_block to every peer in the order
-// (me + k) % npes, one thread per peer waits for its signal word (>= epoch), float32 sums in PE order.
+// (me + k) % npes, one thread per peer waits for its signal word (>= epoch), float32 sums in PE order;
+// the one-shot's LL protocol (one_shot_ll: stores through nvshmem_ptr of 64-bit words epoch << 32 | bits,
+// polled by nvshmem_signal_fetch; no signal, no fence, no quiet) where _plan.plan chose it.
 //
 // Usage (one process per PE, NVSHMEM's unique-id bootstrap as bench_cpp: init.cuh):
 //   python -m nvshmem_dsl.run -n 2 bench/cpp/exec.py bench/cpp/build/comm_cpp --uid-file F \
 //       --plans P1,P2,... [--iters N] [--reps R] [--spin-us U]
-// where P = kind:dtype:n:span:chunk:grid (kind one_shot | two_shot | all_gather | reduce_scatter, dtype
-// float32 | bfloat16), n, span, chunk and grid as _plan.plan(kind, dtype, n, npes) gives them: this
-// program does no grid math of its own (it only checks that the plan is one of npes PEs).
+// where P = kernel:dtype:n:span:chunk:grid (kernel one_shot | one_shot_ll | two_shot | all_gather |
+// reduce_scatter, dtype float32 | bfloat16), kernel, n, span, chunk and grid as _plan.plan(kind, dtype, n,
+// npes, load_store) gives them (kernel: its .kernel): this program does no grid math of its own (it only
+// checks that the plan is one of npes PEs, and that an LL plan's peers are reached by load/store).
 //
 // Output, one JSON line each on stdout: {"bench":"meta",...} (device, NVSHMEM version); per plan
-//   {"impl":"cpp","bench":"comm_check","kind","dtype","n","npes","pe","grid","epoch","ok","mismatches",
+//   {"impl":"cpp","bench":"comm_check","kind","ll","dtype","n","npes","pe","grid","epoch","ok","mismatches",
 //    "first":{"index","got","want"} or null}: one call on x[i] = ((i * 7 + me * 3) % 17) - 8 (exact in
 //    bfloat16, and so are the sums of up to 16 PEs), out compared element by element with the host's sums;
-//   {"impl":"cpp","bench":"comm","kind","dtype","n","bytes","npes","pe","grid","us","us_min","iters","reps",
+//   {"impl":"cpp","bench":"comm","kind","ll","dtype","n","bytes","npes","pe","grid","us","us_min","iters","reps",
 //    "ok","host_us","spin_us"}: after 10 warm-up calls, `reps` runs (default 5) of `iters` (default 100)
 //    back-to-back calls, each run behind a one-thread kernel that spins `spin-us` microseconds (default
 //    2000) so that the events time the GPU, not the host's launches; us = the median over runs of the
@@ -26,7 +29,7 @@
 //    all-gather / reduce-scatter: npes * n elements), host_us the host's time to enqueue one call.
 // The epoch counter starts at 1 and grows by one every call of the run (one signal array for the whole
 // run: its words only grow); x, out and the staging array are allocated per plan (the staging array
-// after a barrier).  Exit status 1 when a check failed, 2 on bad arguments or a failed allocation.
+// after a barrier; an LL plan's words in a zeroed array of their own, 8 bytes an element).  Exit status 1 when a check failed, 2 on bad arguments or a failed allocation.
 
 #define INIT_PROG "comm_cpp"
 #include "init.cuh"  // CUDA_CHECK, g_pe / g_npes, now_s, init_nvshmem (shared with bench.cu)
@@ -49,6 +52,8 @@ static const int WARMUP = 10;
 enum Kind { ONE_SHOT = 0, TWO_SHOT, ALL_GATHER, REDUCE_SCATTER, N_KINDS };
 static const char* const KIND_NAMES[N_KINDS] = {"one_shot", "two_shot", "all_gather", "reduce_scatter"};
 static const int SLOTS[N_KINDS] = {1, 2, 1, 1};  // _plan.SLOTS: staging slots per PE and half
+static const char* const LL_KERNEL = "one_shot_ll";  // _plan.LL_KERNEL: the one-shot's LL protocol
+static const int LL_WORD_BYTES = 8;                // _plan.LL_WORD_BYTES
 
 // ------------------------------------------------------------------ kernels
 
@@ -56,10 +61,13 @@ static const int SLOTS[N_KINDS] = {1, 2, 1, 1};  // _plan.SLOTS: staging slots p
 template <typename T>
 struct Elem;
 
+// bits / word: an element's bits zero-extended (an LL word's data half), and the float32 of a word's.
 template <>
 struct Elem<float> {
     static __device__ __forceinline__ float load(float v) { return v; }
     static __device__ __forceinline__ float store(float v) { return v; }
+    static __device__ __forceinline__ uint64_t bits(float v) { return (uint64_t)__float_as_uint(v); }
+    static __device__ __forceinline__ float word(uint64_t w) { return __uint_as_float((uint32_t)(w & 0xFFFFFFFFull)); }
     static __device__ __forceinline__ void put_signal_nbi_block(float* dst, const float* src, size_t n,
                                                                 uint64_t* sig, uint64_t v, int pe) {
         nvshmemx_float_put_signal_nbi_block(dst, src, n, sig, v, NVSHMEM_SIGNAL_SET, pe);
@@ -70,6 +78,8 @@ template <>
 struct Elem<__nv_bfloat16> {
     static __device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
     static __device__ __forceinline__ __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ uint64_t bits(__nv_bfloat16 v) { return (uint64_t)__bfloat16_as_ushort(v); }
+    static __device__ __forceinline__ float word(uint64_t w) { return __uint_as_float((uint32_t)((w & 0xFFFFull) << 16)); }
     static __device__ __forceinline__ void put_signal_nbi_block(__nv_bfloat16* dst, const __nv_bfloat16* src,
                                                                 size_t n, uint64_t* sig, uint64_t v, int pe) {
         nvshmemx_bfloat16_put_signal_nbi_block(dst, src, n, sig, v, NVSHMEM_SIGNAL_SET, pe);
@@ -132,6 +142,35 @@ COMM_KERNEL(one_shot) {
         out[i] = Elem<T>::store(acc);
     }
     finish();
+}
+
+// The LL protocol (_plan.py): `stage` holds the LL words (uint64), word(src, i) = (par * npes + src) * span + i.
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+    one_shot_ll(T* out, const T* x, uint64_t* ll, uint64_t* sig, int64_t epoch, int64_t n, int64_t span,
+                int64_t chunk, int64_t me, int64_t npes) {
+    COMM_RANGE;
+    const uint64_t tag = ep << 32;
+    const int64_t d = (par * npes + me) * span;
+    for (int64_t k = 1; k < npes; k++) {  // my words into every peer's slot of me, through its address
+        uint64_t* to = (uint64_t*)nvshmem_ptr(ll, (int)((me + k) % npes));
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) to[d + i] = tag | Elem<T>::bits(x[i]);
+    }
+    const int64_t slots = par * npes * span;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < npes; p++) {
+            if (p == me) {
+                acc += Elem<T>::load(x[i]);
+            } else {
+                uint64_t* at = ll + slots + p * span + i;
+                uint64_t w = nvshmem_signal_fetch(at);
+                while ((w ^ tag) >> 32) w = nvshmem_signal_fetch(at);
+                acc += Elem<T>::word(w);
+            }
+        }
+        out[i] = Elem<T>::store(acc);
+    }
 }
 
 COMM_KERNEL(two_shot) {
@@ -231,6 +270,7 @@ COMM_KERNEL(reduce_scatter) {
 struct Plan {
     std::string text;
     int kind;
+    bool ll;  // the one-shot's LL protocol (kernel one_shot_ll)
     bool bf16;
     int64_t n, span, chunk;
     int grid;
@@ -239,6 +279,7 @@ struct Plan {
     int64_t x_elems(int64_t npes) const { return kind == REDUCE_SCATTER ? npes * n : n; }
     int64_t out_elems(int64_t npes) const { return kind == ALL_GATHER ? npes * n : n; }
     int64_t stage_elems(int64_t npes) const { return 2 * (int64_t)SLOTS[kind] * npes * span; }
+    size_t stage_size() const { return ll ? LL_WORD_BYTES : size(); }  // bytes of a staging element
     // element bytes of the largest buffer
     int64_t bytes(int64_t npes) const {
         return (kind == ONE_SHOT || kind == TWO_SHOT ? n : npes * n) * (int64_t)size();
@@ -260,13 +301,15 @@ static std::vector<std::string> split(const std::string& s, char sep) {
 static bool parse_plan(const std::string& text, Plan* p, std::string* why) {
     std::vector<std::string> f = split(text, ':');
     if (f.size() != 6) {
-        *why = "expected kind:dtype:n:span:chunk:grid";
+        *why = "expected kernel:dtype:n:span:chunk:grid";
         return false;
     }
     p->text = text;
     p->kind = -1;
+    p->ll = f[0] == LL_KERNEL;
     for (int k = 0; k < N_KINDS; k++)
         if (f[0] == KIND_NAMES[k]) p->kind = k;
+    if (p->ll) p->kind = ONE_SHOT;
     if (p->kind < 0) {
         *why = "unknown kind " + f[0];
         return false;
@@ -302,6 +345,13 @@ static bool plan_fits(const Plan& p, int64_t npes, std::string* why) {
         *why = "grid is not ceil(span / chunk)";
         return false;
     }
+    return true;
+}
+
+// Whether this PE reaches every peer by load/store (an LL plan needs it; _plan.py's workspace asks the same).
+static bool load_store_everywhere(void* sym, int64_t me, int64_t npes) {
+    for (int64_t p = 0; p < npes; p++)
+        if (p != me && !nvshmem_ptr(sym, (int)p)) return false;
     return true;
 }
 
@@ -347,7 +397,11 @@ static void launch_t(const Plan& p, const Bufs& b, uint64_t* sig, int64_t epoch,
     T* stage = (T*)b.stage;
     switch (p.kind) {
         case ONE_SHOT:
-            one_shot<T><<<p.grid, THREADS, 0, s>>>(out, x, stage, sig, epoch, p.n, p.span, p.chunk, me, npes);
+            if (p.ll)
+                one_shot_ll<T><<<p.grid, THREADS, 0, s>>>(out, x, (uint64_t*)b.stage, sig, epoch, p.n, p.span, p.chunk,
+                                                          me, npes);
+            else
+                one_shot<T><<<p.grid, THREADS, 0, s>>>(out, x, stage, sig, epoch, p.n, p.span, p.chunk, me, npes);
             break;
         case TWO_SHOT:
             two_shot<T><<<p.grid, THREADS, 0, s>>>(out, x, stage, sig, epoch, p.n, p.span, p.chunk, me, npes);
@@ -373,10 +427,10 @@ static void call(const Plan& p, const Bufs& b, uint64_t* sig, int64_t me, int64_
 
 static void usage(const char* prog) {
     fprintf(stderr,
-            "usage: %s --uid-file PATH --plans kind:dtype:n:span:chunk:grid[,...] [--iters N] [--reps R] "
+            "usage: %s --uid-file PATH --plans kernel:dtype:n:span:chunk:grid[,...] [--iters N] [--reps R] "
             "[--spin-us U]\n"
-            "  kind: one_shot | two_shot | all_gather | reduce_scatter; dtype: float32 | bfloat16;\n"
-            "  n, span, chunk, grid: nvshmem_dsl.kernels._plan.plan(kind, dtype, n, npes)\n",
+            "  kernel: one_shot | one_shot_ll | two_shot | all_gather | reduce_scatter; dtype: float32 | bfloat16;\n"
+            "  kernel, n, span, chunk, grid: nvshmem_dsl.kernels._plan.plan(kind, dtype, n, npes, load_store)\n",
             prog);
 }
 
@@ -442,6 +496,13 @@ int main(int argc, char** argv) {
         return 2;
     }
     CUDA_CHECK(cudaMemset(sig, 0, sig_bytes));
+    for (const Plan& p : plans) {
+        if (p.ll && !load_store_everywhere(sig, me, npes)) {
+            fprintf(stderr, "comm_cpp: plan %s: the LL protocol needs every peer reached by load/store\n",
+                    p.text.c_str());
+            return 2;
+        }
+    }
     CUDA_CHECK(cudaDeviceSynchronize());
     nvshmem_barrier_all();
 
@@ -454,14 +515,14 @@ int main(int argc, char** argv) {
     bool all_ok = true;
     for (const Plan& p : plans) {
         const int64_t nx = p.x_elems(npes), nout = p.out_elems(npes), nstage = p.stage_elems(npes);
-        const size_t sz = p.size();
+        const size_t sz = p.size(), ssz = p.stage_size();
         Bufs b;
         b.x = nvshmem_malloc((size_t)nx * sz);
-        b.stage = nvshmem_malloc((size_t)nstage * sz);
+        b.stage = nvshmem_malloc((size_t)nstage * ssz);
         if (!b.x || !b.stage) {
             fprintf(stderr,
                     "comm_cpp: plan %s: nvshmem_malloc of %lld + %lld bytes failed (raise NVSHMEM_SYMMETRIC_SIZE)\n",
-                    p.text.c_str(), (long long)(nx * sz), (long long)(nstage * sz));
+                    p.text.c_str(), (long long)(nx * sz), (long long)(nstage * ssz));
             return 2;
         }
         CUDA_CHECK(cudaMalloc(&b.out, (size_t)nout * sz));
@@ -479,7 +540,7 @@ int main(int argc, char** argv) {
             CUDA_CHECK(cudaMemcpy(b.x, host.data(), host.size(), cudaMemcpyHostToDevice));
         }
         CUDA_CHECK(cudaMemset(b.out, 0xFF, (size_t)nout * sz));  // NaN: an element left unwritten shows
-        CUDA_CHECK(cudaMemset(b.stage, 0, (size_t)nstage * sz));
+        CUDA_CHECK(cudaMemset(b.stage, 0, (size_t)nstage * ssz));  // LL: no word of epoch >= 1
         CUDA_CHECK(cudaDeviceSynchronize());
         nvshmem_barrier_all();  // every PE's x and stage are ready before any put
         call(p, b, sig, me, npes, stream);
@@ -509,9 +570,10 @@ int main(int argc, char** argv) {
             json_num(w, sizeof w, first_want);
             snprintf(first_json, sizeof first_json, "{\"index\":%lld,\"got\":%s,\"want\":%s}", (long long)first, g, w);
         }
-        printf("{\"impl\":\"cpp\",\"bench\":\"comm_check\",\"kind\":\"%s\",\"dtype\":\"%s\",\"n\":%lld,\"npes\":%lld,"
+        printf("{\"impl\":\"cpp\",\"bench\":\"comm_check\",\"kind\":\"%s\",\"ll\":%s,\"dtype\":\"%s\",\"n\":%lld,\"npes\":%lld,"
                "\"pe\":%lld,\"grid\":%d,\"epoch\":%lld,\"ok\":%s,\"mismatches\":%lld,\"first\":%s}\n",
-               KIND_NAMES[p.kind], p.dtype(), (long long)p.n, (long long)npes, (long long)me, p.grid,
+               KIND_NAMES[p.kind], p.ll ? "true" : "false", p.dtype(), (long long)p.n, (long long)npes,
+               (long long)me, p.grid,
                (long long)(g_epoch - 1), ok ? "true" : "false", (long long)bad, first_json);
         fflush(stdout);
 
@@ -542,10 +604,11 @@ int main(int argc, char** argv) {
                     "comm_cpp: plan %s: enqueueing %lld calls took %.0f us, more than the %.0f us spin: the time "
                     "includes launch gaps (raise --spin-us)\n",
                     p.text.c_str(), (long long)iters, enqueue, spin_us);
-        printf("{\"impl\":\"cpp\",\"bench\":\"comm\",\"kind\":\"%s\",\"dtype\":\"%s\",\"n\":%lld,\"bytes\":%lld,"
+        printf("{\"impl\":\"cpp\",\"bench\":\"comm\",\"kind\":\"%s\",\"ll\":%s,\"dtype\":\"%s\",\"n\":%lld,\"bytes\":%lld,"
                "\"npes\":%lld,\"pe\":%lld,\"grid\":%d,\"us\":%.6g,\"us_min\":%.6g,\"iters\":%lld,\"reps\":%lld,"
                "\"ok\":%s,\"host_us\":%.6g,\"spin_us\":%.6g}\n",
-               KIND_NAMES[p.kind], p.dtype(), (long long)p.n, (long long)p.bytes(npes), (long long)npes,
+               KIND_NAMES[p.kind], p.ll ? "true" : "false", p.dtype(), (long long)p.n, (long long)p.bytes(npes),
+               (long long)npes,
                (long long)me, p.grid, median(us), *std::min_element(us.begin(), us.end()), (long long)iters,
                (long long)reps, ok ? "true" : "false", enqueue / (double)iters, spin_us);
         fflush(stdout);

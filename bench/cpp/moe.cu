@@ -3,13 +3,25 @@
 // (bench/cpp/build.sh, target moe).
 //
 // The protocol and buffer layout are those of runtime/kernels/moe/_layout.py; the kernels are those of
-// runtime/kernels/moe/numba.py, statement for statement: grid = min(GRID_MAX, E) blocks of THREADS
-// threads, block b taking experts e = b, b + grid, ...; dispatch lists the (t, j) with topk[t][j] == e in
-// token order (a shared-memory Hillis-Steele block scan), puts each row to PE e / L (a warp a row,
-// put_nbi_warp) with its t * K + j (p), then fence and signal_op(word, epoch << 32 | count, SET); then
-// waits for its own words and writes their counts; combine puts the experts' rows back (a warp a row),
-// fence and signal_op(epoch), waits for all E combine words and sums weight * row in float32 (j in
-// order, topk < 0 skipped) to bfloat16.  Both end with __syncthreads and thread 0's nvshmem_quiet.
+// runtime/kernels/moe/triton.py (and numba.py), the same algorithm: grid = min(GRID_MAX, E) blocks of
+// THREADS threads, block b taking experts e = b, b + grid, ....
+// Dispatch reads topk in vectors of THREADS entries (a thread an entry, in token order; a token's
+// repeated expert counts at its first slot), the matches' running count (a ballot a warp, the warps'
+// totals) being each one's slot.  Rows move as NVSHMEM moves them: where the PE is reached by load/store
+// (nvshmem_ptr not null: NVLink, or the same GPU), as put_nbi's P2P path, by 16-byte vector stores
+// through the peer's address, a warp a row (ROWS = 16 rows at once), and the row's t * K + j stored
+// to recv_src on the peer (p's P2P path), then __syncthreads before thread 0's fence; else
+// put_nbi_block a row and thread 0's p.  Then fence and signal_op(word, epoch << 32 | count, SET); then
+// thread 0 waits for the block's own words and writes their counts.
+// Combine puts the experts' rows back the same way (a warp a row by stores where reachable, else
+// put_nbi_block), fence and signal_op(epoch); the E combine words are polled by the block's threads at
+// once (a word a thread, volatile loads), then thread 0's wait_until of the last (NVSHMEM's step after a
+// wait); out[t] = the sum over j in order of weight * row in float32, product and sum each rounded
+// (__fmul_rn, __fadd_rn: never an fma), a slot of no expert left out by a select after its row's load,
+// rounded to bfloat16 to nearest even; a row of H <= BLOCK_H = 8192 in one step (two 16-byte vectors a
+// thread), the slot loop unrolled by 4; a repeated expert's slots read the row of its first slot.
+// Both end with __syncthreads and thread 0's nvshmem_quiet.  Vectors need H a multiple of 8 (else
+// elements).
 //
 // Usage (one process per PE, NVSHMEM's unique-id bootstrap as comm_cpp: init.cuh):
 //   python -m nvshmem_dsl.run -n 2 bench/cpp/exec.py bench/cpp/build/moe_cpp --uid-file F \
@@ -61,7 +73,7 @@
 
 static const int THREADS = 512;        // _layout.THREADS
 static const int GRID_MAX = 32;        // _layout.GRID_MAX
-static const int MAX_TOKENS = 4096;    // _layout.MAX_TOKENS: dispatch's shared list of one expert's rows
+static const int MAX_TOKENS = 4096;    // _layout.MAX_TOKENS: tokens a PE and call at most
 static const int MAX_TOPK = 32;        // _layout.MAX_TOPK: combine's shared slot list of one token
 static const int WARMUP = 10;
 
@@ -69,69 +81,203 @@ typedef __nv_bfloat16 bf16;
 
 // ------------------------------------------------------------------ kernels
 
+static const int ROWS = THREADS / 32;  // rows a P2P copy step moves: a warp a row (16)
+static const int VEC = 8;       // bfloat16 elements of a 16-byte vector
+static const int BLOCK_H = 16 * THREADS;  // elements of one step of combine's sum: two vectors a thread
+static const int UNROLL_K = 4;  // combine's slots unrolled (their row loads in flight together)
+
 __device__ __forceinline__ void finish() {
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_quiet();
 }
 
+// dst[h] = src[h], h < H, by the lanes of a warp: 16-byte vectors (four a lane in flight) where H is a
+// multiple of 8 (every row then starts 16-byte aligned), else elements. dst: a peer's address (nvshmem_ptr): stores through
+// it are NVSHMEM put_nbi's P2P path.
+__device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int64_t H, int lane) {
+    if ((H & (VEC - 1)) == 0) {
+        uint4* d = (uint4*)dst;
+        const uint4* s = (const uint4*)src;
+        const int64_t n = H / VEC;
+        int64_t v = lane;
+        for (; v + 96 < n; v += 128) {  // four vectors loaded, then stored (the stores may alias the loads)
+            const uint4 q0 = s[v], q1 = s[v + 32], q2 = s[v + 64], q3 = s[v + 96];
+            d[v] = q0;
+            d[v + 32] = q1;
+            d[v + 64] = q2;
+            d[v + 96] = q3;
+        }
+        for (; v < n; v += 32) d[v] = s[v];
+    } else {
+        for (int64_t h = lane; h < H; h += 32) dst[h] = src[h];
+    }
+}
+
+// Is topk[idx] (slot j = idx % K of its token) a match of expert e? A token's repeated expert counts
+// at its first slot only.
+__device__ __forceinline__ bool match(const int64_t* topk, int64_t idx, int64_t j, int64_t TK, int64_t e) {
+    bool hit = idx < TK && topk[idx] == e;
+    if (hit)
+        for (int64_t jj = 1; jj <= j; jj++) hit = hit && topk[idx - jj] != e;
+    return hit;
+}
+
 __global__ void __launch_bounds__(THREADS)
     dispatch(const bf16* x, const int64_t* topk, bf16* recv_x, int* recv_src, uint64_t* sig, int* recv_count,
              int64_t epoch, int64_t T, int64_t K, int64_t H, int64_t L, int64_t me, int64_t npes, int64_t T_max) {
-    __shared__ int order[MAX_TOKENS];  // the (t * K + j) routed to this expert
-    __shared__ int scan[THREADS];
+    __shared__ int order[THREADS];       // the t * K + j of this scan vector's matches, in token order
+    __shared__ int warp_hits[ROWS];  // matches a warp
     const int64_t b = blockIdx.x;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int w = tid >> 5;
-    const int nw = blockDim.x >> 5;
-    const int nt = blockDim.x;
     const int64_t E = L * npes;
+    const int64_t TK = T * K;
     const int64_t par = epoch & 1;
     for (int64_t e = b; e < E; e += gridDim.x) {
         const int dst = (int)(e / L);
-        int count = 0;
-        for (int64_t base = 0; base < T * K; base += nt) {  // block scan (Hillis-Steele) of topk == e, in order
+        const int64_t row0 = ((par * L + e % L) * npes + me) * T_max;  // row s of [par][e % L][me]
+        bf16* to_x = (bf16*)nvshmem_ptr(recv_x, dst);
+        int* to_src = (int*)nvshmem_ptr(recv_src, dst);
+        int64_t count = 0;  // rows sent
+        for (int64_t base = 0; base < TK; base += THREADS) {  // topk == e, in token order
             const int64_t idx = base + tid;
-            bool hit = idx < T * K && topk[idx] == e;
-            if (hit) {  // a token's repeated expert: sent once (its first slot)
-                for (int64_t jj = idx - idx % K; jj < idx; jj++) hit = hit && topk[jj] != e;
-            }
-            scan[tid] = hit ? 1 : 0;
+            const bool hit = match(topk, idx, idx % K, TK, e);
+            // the matches' running count (inclusive): a ballot a warp, the warps' totals in order
+            const unsigned bal = __ballot_sync(0xFFFFFFFFu, hit);
+            if (lane == 0) warp_hits[w] = __popc(bal);
             __syncthreads();
-            for (int off = 1; off < nt; off *= 2) {
-                const int v = tid >= off ? scan[tid - off] : 0;
-                __syncthreads();
-                scan[tid] += v;
-                __syncthreads();
+            int rank = __popc(bal & ((2u << lane) - 1u)), n = 0;
+            for (int i = 0; i < ROWS; i++) {
+                const int c = warp_hits[i];
+                rank += i < w ? c : 0;
+                n += c;
             }
-            if (hit) order[count + scan[tid] - 1] = (int)idx;
-            count += scan[nt - 1];
+            if (hit) {
+                order[rank - 1] = (int)idx;
+                if (to_src) to_src[row0 + count + rank - 1] = (int)idx;  // p's P2P path: a store
+            }
             __syncthreads();
+            if (to_x) {  // dst reached by load/store: a warp a row, ROWS rows at once
+                for (int s = w; s < n; s += ROWS)
+                    copy_row(to_x + (row0 + count + s) * H, x + ((int64_t)order[s] / K) * H, H, lane);
+            } else {
+                for (int s = 0; s < n; s++) {
+                    const int64_t r = row0 + count + s;
+                    nvshmemx_bfloat16_put_nbi_block(recv_x + r * H, x + ((int64_t)order[s] / K) * H, (size_t)H,
+                                                    dst);
+                    if (tid == 0) nvshmem_int_p(recv_src + r, order[s], dst);
+                }
+            }
+            count += n;
+            __syncthreads();  // order and warp_hits free again; every thread's stores before thread 0's fence
         }
-        const int64_t row0 = ((par * L + e % L) * npes + me) * T_max;
-        for (int64_t s = w; s < count; s += nw) {  // a warp a row
-            const int idx = order[s];
-            const int64_t t = idx / K;
-            const int64_t r = row0 + s;
-            nvshmemx_bfloat16_put_nbi_warp(recv_x + r * H, x + t * H, (size_t)H, dst);
-            if (lane == 0) nvshmem_int_p(recv_src + r, idx, dst);
-        }
-        __syncthreads();
         if (tid == 0) {
             nvshmem_fence();
             const int64_t word = (e % L) * npes + me;
             nvshmemx_signal_op(sig + word, ((uint64_t)epoch << 32) | (uint64_t)(uint32_t)count, NVSHMEM_SIGNAL_SET,
                                dst);
         }
-        __syncthreads();
     }
     if (tid == 0) {
         for (int64_t word = b; word < E; word += gridDim.x) {
-            nvshmem_signal_wait_until(sig + word, NVSHMEM_CMP_GE, (uint64_t)epoch << 32);
-            recv_count[word] = (int)(nvshmem_signal_fetch(sig + word) & 0xFFFFFFFFull);
+            const uint64_t got = nvshmem_signal_wait_until(sig + word, NVSHMEM_CMP_GE, (uint64_t)epoch << 32);
+            recv_count[word] = (int)(got & 0xFFFFFFFFull);
         }
     }
     finish();
+}
+
+// acc + w * v, the product and the sum each rounded (never contracted to an fma): the DSL kernels' sum.
+__device__ __forceinline__ float add_product(float acc, float w, float v) { return __fadd_rn(acc, __fmul_rn(w, v)); }
+
+// The 8 bfloat16 elements of row[h, h + 8) as floats: one 16-byte vector (VECTORS: H a multiple of 8,
+// h < H), else elements (0 past H).
+template <bool VECTORS>
+__device__ __forceinline__ void load8(const bf16* row, int64_t h, int64_t H, float* v) {
+    if (VECTORS) {
+        const uint4 q = *(const uint4*)(row + h);
+        const unsigned u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = __uint_as_float(u[i] << 16);
+            v[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) v[i] = h + i < H ? __bfloat162float(row[h + i]) : 0.0f;
+    }
+}
+
+template <bool VECTORS>
+__device__ __forceinline__ void store8(bf16* row, int64_t h, int64_t H, const float* a) {
+    if (VECTORS) {
+        if (h < H) {
+            unsigned u[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const __nv_bfloat162 p = __floats2bfloat162_rn(a[2 * i], a[2 * i + 1]);
+                u[i] = *(const unsigned*)&p;
+            }
+            *(uint4*)(row + h) = make_uint4(u[0], u[1], u[2], u[3]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+            if (h + i < H) row[h + i] = __float2bfloat16_rn(a[i]);
+    }
+}
+
+// out[t] = sum over j of weights[t][j] * comb_x[t * K + slot[j]] (slot[j] < 0: left out), a step of
+// BLOCK_H elements: two vectors of 8 a thread (h0, h1), the slots' loads unconditional (a vector past H
+// reads the row's last vector, its sum not stored), UNROLL_K slots' rows loaded at once (8 vectors in
+// flight), then summed in slot order.
+template <bool VECTORS>
+__device__ __forceinline__ void sum_token(bf16* out, const bf16* comb_x, const float* weights, const int* slot,
+                                          int64_t t, int64_t K, int64_t H) {
+    for (int64_t h = 0; h < H; h += BLOCK_H) {  // one step where H <= BLOCK_H
+        const int64_t h0 = h + (int64_t)threadIdx.x * VEC, h1 = h0 + THREADS * VEC;
+        const int64_t l0 = VECTORS ? min(h0, H - VEC) : h0, l1 = VECTORS ? min(h1, H - VEC) : h1;
+        float a0[VEC], a1[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) a0[i] = a1[i] = 0.0f;
+        int64_t j = 0;
+        for (; j + UNROLL_K <= K; j += UNROLL_K) {  // UNROLL_K slots' rows loaded, then summed in order
+            float v0[UNROLL_K][VEC], v1[UNROLL_K][VEC];
+            int r[UNROLL_K];
+#pragma unroll
+            for (int u = 0; u < UNROLL_K; u++) {  // the rows loaded before the select (no branch around them)
+                r[u] = slot[j + u];
+                const bf16* row = comb_x + (t * K + max(r[u], 0)) * H;
+                load8<VECTORS>(row, l0, H, v0[u]);
+                load8<VECTORS>(row, l1, H, v1[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL_K; u++) {
+                const float wj = weights[t * K + j + u];
+#pragma unroll
+                for (int i = 0; i < VEC; i++) {
+                    a0[i] = r[u] >= 0 ? add_product(a0[i], wj, v0[u][i]) : a0[i];
+                    a1[i] = r[u] >= 0 ? add_product(a1[i], wj, v1[u][i]) : a1[i];
+                }
+            }
+        }
+        for (; j < K; j++) {
+            const int r = slot[j];
+            const float wj = weights[t * K + j];
+            const bf16* row = comb_x + (t * K + max(r, 0)) * H;
+            float v0[VEC], v1[VEC];
+            load8<VECTORS>(row, l0, H, v0);
+            load8<VECTORS>(row, l1, H, v1);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                a0[i] = r >= 0 ? add_product(a0[i], wj, v0[i]) : a0[i];
+                a1[i] = r >= 0 ? add_product(a1[i], wj, v1[i]) : a1[i];
+            }
+        }
+        store8<VECTORS>(out + t * H, h0, H, a0);
+        store8<VECTORS>(out + t * H, h1, H, a1);
+    }
 }
 
 __global__ void __launch_bounds__(THREADS)
@@ -140,29 +286,47 @@ __global__ void __launch_bounds__(THREADS)
             int64_t L, int64_t me, int64_t npes, int64_t T_max) {
     const int64_t b = blockIdx.x;
     const int tid = threadIdx.x;
+    const int lane = tid & 31;
     const int w = tid >> 5;
-    const int nw = blockDim.x >> 5;
     const int64_t E = L * npes;
     const int64_t par = epoch & 1;
     for (int64_t word = b; word < E; word += gridDim.x) {  // word = l * npes + src: results back to src
         const int64_t l = word / npes;
         const int src = (int)(word % npes);
         const int64_t count = recv_count[word];
-        for (int64_t s = w; s < count; s += nw) {
-            const int64_t r = (l * npes + src) * T_max + s;
-            const int64_t idx = recv_src[par * L * npes * T_max + r];
-            nvshmemx_bfloat16_put_nbi_warp(comb_x + idx * H, y + r * H, (size_t)H, src);
+        bf16* to = (bf16*)nvshmem_ptr(comb_x, src);
+        if (to) {  // src reached by load/store: a warp a row, ROWS rows at once
+            for (int64_t s = w; s < count; s += ROWS) {
+                const int64_t r = word * T_max + s;
+                const int64_t idx = recv_src[par * E * T_max + r];
+                copy_row(to + idx * H, y + r * H, H, lane);
+            }
+        } else {
+            for (int64_t s = 0; s < count; s++) {
+                const int64_t r = word * T_max + s;
+                const int64_t idx = recv_src[par * E * T_max + r];
+                nvshmemx_bfloat16_put_nbi_block(comb_x + idx * H, y + r * H, (size_t)H, src);
+            }
         }
-        __syncthreads();
+        __syncthreads();  // every thread's stores before thread 0's fence
         if (tid == 0) {
             nvshmem_fence();
-            const int64_t c = L * npes + me * L + l;
-            nvshmemx_signal_op(sig + c, (uint64_t)epoch, NVSHMEM_SIGNAL_SET, src);
+            nvshmemx_signal_op(sig + E + me * L + l, (uint64_t)epoch, NVSHMEM_SIGNAL_SET, src);
+        }
+    }
+    // every combine word: polled by the block's threads at once (a word a thread, volatile loads), then
+    // thread 0's wait_until of the last one, already set (NVSHMEM's step after a wait)
+    {
+        volatile uint64_t* words = sig + E;
+        for (int64_t w0 = 0; w0 < E; w0 += THREADS) {
+            const int64_t i = w0 + tid;
+            if (i < E)
+                while (words[i] < (uint64_t)epoch) {
+                }
         }
         __syncthreads();
+        if (tid == 0) nvshmem_uint64_wait_until(sig + E + E - 1, NVSHMEM_CMP_GE, (uint64_t)epoch);
     }
-    for (int64_t e = tid; e < E; e += blockDim.x) nvshmem_signal_wait_until(sig + L * npes + e, NVSHMEM_CMP_GE,
-                                                                            (uint64_t)epoch);
     __shared__ int slot[MAX_TOPK];  // slot j's row: that of its expert's first slot; -1: none
     for (int64_t t = b; t < T; t += gridDim.x) {
         __syncthreads();
@@ -173,28 +337,8 @@ __global__ void __launch_bounds__(THREADS)
             slot[tid] = e >= 0 ? first : -1;
         }
         __syncthreads();
-        const int64_t nt = blockDim.x;
-        for (int64_t h0 = tid; h0 < H; h0 += 4 * nt) {  // four elements a thread (h0 + i * nt): 4 K loads in flight
-            const int64_t h1 = min(h0 + nt, H - 1), h2 = min(h0 + 2 * nt, H - 1), h3 = min(h0 + 3 * nt, H - 1);
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            for (int64_t j = 0; j < K; j++) {  // loads not behind the mask's branch (a select after them)
-                const int r = slot[j];
-                const float wj = weights[t * K + j];
-                const bf16* row = comb_x + (t * K + max(r, 0)) * H;
-                const float v0 = wj * __bfloat162float(row[h0]), v1 = wj * __bfloat162float(row[h1]);
-                const float v2 = wj * __bfloat162float(row[h2]), v3 = wj * __bfloat162float(row[h3]);
-                if (r >= 0) {
-                    a0 += v0;
-                    a1 += v1;
-                    a2 += v2;
-                    a3 += v3;
-                }
-            }
-            out[t * H + h0] = __float2bfloat16_rn(a0);
-            if (h0 + nt < H) out[t * H + h1] = __float2bfloat16_rn(a1);
-            if (h0 + 2 * nt < H) out[t * H + h2] = __float2bfloat16_rn(a2);
-            if (h0 + 3 * nt < H) out[t * H + h3] = __float2bfloat16_rn(a3);
-        }
+        if ((H & (VEC - 1)) == 0) sum_token<true>(out, comb_x, weights, slot, t, K, H);
+        else sum_token<false>(out, comb_x, weights, slot, t, K, H);
     }
     finish();
 }

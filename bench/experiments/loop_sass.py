@@ -83,12 +83,13 @@ def copy_loop(sass: list) -> str:
 def numba_ptx(name: str, slices: bool = False, **jit) -> str:
     from numba import cuda
 
+    import _numba_common
     import numba_bench as nb
     nv = nb.nv
     fn = nb.KERNELS[name]
     if slices:
         def put_block_slices(dst, src, nelems, iters, peer, nwin):
-            s, n = nb.block_worker(nelems)
+            s, n = _numba_common.block_worker(nelems)
             if n > 0:
                 off = s
                 end = nwin * nelems + s

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..host import _init as _native
 from ..host import _lib
+from ..host import _state
 from .._generated.constants import Cmp, InitStatus, SignalOp, SmemAmount
 from ._bindtypes import Thread_support
 from ._tracking import translated
@@ -46,16 +47,20 @@ def query_thread() -> ThreadSupport:
     return ThreadSupport(int(provided[0]))
 
 
-@translated
+_my_pe_or_raise = translated(_native.my_pe)
+_n_pes_or_raise = translated(_native.n_pes)
+
+
 def my_pe() -> int:
     """This PE's number in ``TEAM_WORLD``."""
-    return _native.my_pe()
+    pe = _state._MY_PE  # known since init, -1 outside it: the native query, translated, only to raise
+    return pe if pe >= 0 else _my_pe_or_raise()
 
 
-@translated
 def n_pes() -> int:
     """The number of PEs in ``TEAM_WORLD``."""
-    return _native.n_pes()
+    n = _state._N_PES
+    return n if n > 0 else _n_pes_or_raise()
 
 
 @translated

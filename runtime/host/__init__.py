@@ -2,9 +2,9 @@
 
 Layered bottom-up, each module importing only those above it in this list:
 
-* :mod:`._state` the process's NVSHMEM state; :mod:`._lib` the host library through cffi
-  (``ffi``, ``lib``, checked calls); :mod:`._table` which C function serves a (family, dtype);
-  :mod:`._cuda` the few CUDA driver calls; :mod:`._arrays` what an array argument is
+* :mod:`._state` the process's NVSHMEM state (``my_pe()`` / ``n_pes()`` read from it);
+  :mod:`._lib` the host library through cffi (``ffi``, ``lib``, checked calls); :mod:`._table`
+  which C function serves a (family, dtype); :mod:`._cuda` the few CUDA driver calls; :mod:`._arrays` what an array argument is
   (address, size, dtype) for any array library; :mod:`._teamref` a team argument's handle;
 * :mod:`._launch_env` what launchers put in the environment; :mod:`._peer_user` whose process is
   at the other end of a connection on this host; :mod:`._uid_store` the TCP store rank 0 hands the

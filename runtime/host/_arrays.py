@@ -88,11 +88,23 @@ class ArrayInfo:
 
 def library_of(obj: Any) -> str | None:
     """Which array library ``obj`` comes from ("cupy", "torch", "numba", "nvshmem_dsl"), if known."""
-    module = type(obj).__module__ or ""
-    root = module.split(".", 1)[0]
-    if root in ("cupy", "torch", "numba", "nvshmem_dsl"):
-        return root
-    return None
+    kind = type(obj)
+    try:
+        return _LIBRARY_OF[kind]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable class: asked every time
+        return _library_of_module(kind)
+    found = _LIBRARY_OF[kind] = _library_of_module(kind)
+    return found
+
+
+_LIBRARY_OF: dict[type, str | None] = {}  #: by class: every operation asks, twice
+
+
+def _library_of_module(kind: type) -> str | None:
+    root = (getattr(kind, "__module__", None) or "").split(".", 1)[0]
+    return root if root in ("cupy", "torch", "numba", "nvshmem_dsl") else None
 
 
 def itemsize_of(name: str) -> int | None:
@@ -103,12 +115,25 @@ def itemsize_of(name: str) -> int | None:
     return None
 
 
+#: dtype_name of the strings seen (numpy's parse costs ~1 us a call)
+_NAMES: dict[str, str] = {}
+
+
 def dtype_name(dtype: Any) -> str:
     """A numpy-style name for a dtype given as a string, numpy/cupy dtype, torch dtype or type.
 
     Strings are numpy names ("float32", "int64", "bfloat16"); NVSHMEM's C names
     are not accepted where numpy means something else ("float" is numpy's float64).
     """
+    if type(dtype) is str:
+        name = _NAMES.get(dtype)
+        if name is None:
+            name = _NAMES[dtype] = _dtype_name(dtype)  # an unknown one raises: not kept
+        return name
+    return _dtype_name(dtype)
+
+
+def _dtype_name(dtype: Any) -> str:
     if isinstance(dtype, str):
         text = dtype.strip()
         if text in ("bfloat16", "bf16"):
@@ -194,25 +219,40 @@ def _describe_torch(t: Any, where: str) -> ArrayInfo:
 def _describe_cai(cai: dict, obj: Any, lib: str, where: str) -> ArrayInfo:
     try:
         ptr = int(cai["data"][0] or 0)
-        shape = tuple(int(s) for s in cai["shape"])
+        shape = tuple(map(int, cai["shape"]))
         typestr = cai["typestr"]
         strides = cai.get("strides")
     except (KeyError, TypeError, IndexError, ValueError):
         raise NvshmemTypeError(f"{where}has a malformed __cuda_array_interface__") from None
+    known = _TYPESTRS.get(typestr) if type(typestr) is str else None
+    if known is None:
+        known = _typestr_name(typestr, where)
+    name, itemsize = known
+    name = getattr(obj, "_nvshmem_dtype", None) or name
+    strides = None if strides is None else tuple(int(s) for s in strides)
+    info = ArrayInfo(ptr, shape, strides, name, itemsize, lib, obj)
+    if strides is not None and info.contiguous:
+        info = ArrayInfo(ptr, shape, None, name, itemsize, lib, obj)
+    return info
+
+
+#: (dtype name, itemsize) of the typestrs seen ("<f4": ("float32", 4))
+_TYPESTRS: dict[str, tuple[str, int]] = {}
+
+
+def _typestr_name(typestr: Any, where: str) -> tuple[str, int]:
     import numpy
 
     try:
         np_dtype = numpy.dtype(typestr)
     except TypeError:
         raise NvshmemTypeError(f"{where}has an unknown typestr {typestr!r}") from None
-    name = getattr(obj, "_nvshmem_dtype", None) or np_dtype.name
+    name = np_dtype.name
     if name.startswith("void"):
         name = f"V{np_dtype.itemsize}"
-    strides = None if strides is None else tuple(int(s) for s in strides)
-    info = ArrayInfo(ptr, shape, strides, name, np_dtype.itemsize, lib, obj)
-    if strides is not None and info.contiguous:
-        info = ArrayInfo(ptr, shape, None, name, np_dtype.itemsize, lib, obj)
-    return info
+    if type(typestr) is str:
+        _TYPESTRS[typestr] = (name, np_dtype.itemsize)
+    return name, np_dtype.itemsize
 
 
 # DLPack (v0.x "dltensor" capsules) -----------------------------------------

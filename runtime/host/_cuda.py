@@ -1,6 +1,6 @@
 """The few CUDA driver calls the host runtime needs (through cuda.bindings / cuda.core).
 
-Imported lazily: nothing here runs at ``import nvshmem_dsl``.
+Nothing here runs at import: the driver bindings are loaded on the first call.
 """
 
 from __future__ import annotations

@@ -24,13 +24,16 @@ finalize waits at most ``NVSHMEM_DSL_FINALIZE_TIMEOUT`` seconds for the other PE
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
+import threading
 import warnings
 from typing import Any
 
-from . import _bootstrap, _cuda, _exit, _lib, _state
-from ._state import STATE as _STATE
+from . import _bootstrap, _cuda, _exit, _lib, _state, _table
+from ._state import my_pe, n_pes  # noqa: F401 - re-exported: a module global read each
+from ._teamref import place as _place
 from .. import _libs
 from .._generated.constants import (
     SPEC_SHA256, STRUCT_SIZES, STRUCT_VERSIONS, InitFlags, InitStatus, ThreadLevel,
@@ -201,6 +204,7 @@ def init(
                 f"init(): NVSHMEM initialisation already failed in this process ({s.failed_init}); "
                 "NVSHMEM cannot be initialised again after a failure: start a new process"
             )
+        _prepare_in_background()  # cuInit, the op table, set_device's import: while the steps before them run
         _lib.lib()  # NvshmemNotFoundError with the places looked at
         try:
             finalize_timeout = _exit.finalize_timeout()
@@ -295,6 +299,34 @@ def init(
 
 
 session = init  #: ``with nvshmem_dsl.session(): ...`` reads well too
+
+#: The name of :func:`_prepare_in_background`'s thread.
+PREPARE_THREAD = "nvshmem_dsl-prepare"
+
+
+def _prepare_in_background() -> None:
+    """Start, on a thread, what init's later steps need and nothing of init's own order depends on:
+    the driver's ``cuInit`` (C, without the GIL), the op table (``ops.json``, 2.9 MB of JSON: every C
+    call's status check reads it, rank 0's unique id first) and the import of ``cuda.core`` (for
+    :func:`_cuda.set_device`: 0.16-0.33 s of init() on an H200 host). They then run while init's first
+    steps wait in C (the library load, cuInit, the bootstrap's exchange, the context's creation);
+    the steps that need them find them done or wait for them (a second cuInit returns at once; the
+    table's lock; Python's per-module import lock). A failure here happens again, with its error,
+    where it is needed. Never raises."""
+    if _cuda._initialised and "cuda.core" in sys.modules and _table._table is not None:
+        return
+
+    def prepare() -> None:
+        for step in (lambda: _cuda.driver().cuInit(0), _table.table, lambda: importlib.import_module("cuda.core")):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - reported by the step that needs it
+                pass
+
+    try:
+        threading.Thread(target=prepare, name=PREPARE_THREAD, daemon=True).start()
+    except RuntimeError:  # no thread can start (interpreter shutdown): each done when needed
+        pass
 
 
 def _read_mpg_mode(s: _state.State, device_id: int) -> None:
@@ -436,30 +468,14 @@ def _atexit() -> None:
 # --------------------------------------------------------------------------- queries
 
 
-def my_pe() -> int:
-    """This PE's number in TEAM_WORLD."""
-    s = _STATE  # known since init: no C call; require() only to raise (one Python call less a call)
-    return s.my_pe if s.initialized else _state.require("my_pe()").my_pe
-
-
-def n_pes() -> int:
-    """Number of PEs in TEAM_WORLD."""
-    s = _STATE
-    return s.n_pes if s.initialized else _state.require("n_pes()").n_pes
-
-
 def team_my_pe(team: Any) -> int:
     """This PE's number in ``team`` (-1 when not a member)."""
-    from . import teams
-
-    return teams.my_pe(team)
+    return _place(team, "team_my_pe")[1]
 
 
 def team_n_pes(team: Any) -> int:
     """Number of PEs in ``team``."""
-    from . import teams
-
-    return teams.n_pes(team)
+    return _place(team, "team_n_pes")[2]
 
 
 def init_status() -> InitStatus:

@@ -165,6 +165,8 @@ _FROM_BITS = {"half": half_bits_to_float, "__half": half_bits_to_float, "__nv_bf
 
 
 def _signature(symbol: str):
+    """(function, (index, type) of its pointer parameters, of its half/bfloat16 ones, its parameter
+    count, result kind, result type, returns a status), worked out once per symbol."""
     sig = _signatures.get(symbol)
     if sig is not None:
         return sig
@@ -183,14 +185,8 @@ def _signature(symbol: str):
             "a newer NVSHMEM is needed for this operation"
         ) from None
     ftype = f.typeof(fn)
-    converters = []
-    for arg in ftype.args:
-        if arg.kind == "pointer":
-            converters.append(("ptr", arg))
-        elif arg.kind == "struct" and arg.cname in _TO_BITS:
-            converters.append(("f16", arg))
-        else:
-            converters.append(None)
+    pointers = tuple((i, arg) for i, arg in enumerate(ftype.args) if arg.kind == "pointer")
+    halves = tuple((i, arg) for i, arg in enumerate(ftype.args) if arg.kind == "struct" and arg.cname in _TO_BITS)
     result = ftype.result
     if result.kind == "pointer":
         ret = "ptr"
@@ -198,7 +194,7 @@ def _signature(symbol: str):
         ret = "f16"
     else:
         ret = None
-    sig = (fn, tuple(converters), ret, result, _table.returns_status(symbol))
+    sig = (fn, pointers, halves, len(ftype.args), ret, result, _table.returns_status(symbol))
     _signatures[symbol] = sig
     return sig
 
@@ -220,36 +216,32 @@ def call(symbol: str, *args: Any, check: bool = True, context: str = "") -> Any:
         if check and isinstance(result, int) and result != 0 and _table.returns_status(symbol):
             raise status_error(symbol, result, context)
         return result
-    fn, converters, ret, rtype, is_status = _signature(symbol)
-    f = _ffi
-    if len(args) != len(converters):
-        raise TypeError(f"{symbol} takes {len(converters)} arguments, got {len(args)}")
-    cargs = []
-    for value, conv in zip(args, converters):
-        if conv is None:
-            cargs.append(value)
-        elif conv[0] == "ptr":
+    fn, pointers, halves, nargs, ret, rtype, is_status = _signatures.get(symbol) or _signature(symbol)
+    if len(args) != nargs:
+        raise TypeError(f"{symbol} takes {nargs} arguments, got {len(args)}")
+    if pointers or halves:
+        f = _ffi
+        args = list(args)
+        for i, ctype in pointers:  # ints cast (0 = NULL), None as NULL, cffi pointers as they are
+            value = args[i]
             if isinstance(value, int):
-                cargs.append(f.cast(conv[1], value))
+                args[i] = f.cast(ctype, value)
             elif value is None:
-                cargs.append(f.NULL)
-            else:
-                cargs.append(value)
-        else:
+                args[i] = f.NULL
+        for i, ctype in halves:  # Python numbers as their 16 bits
+            value = args[i]
             if isinstance(value, (int, float)):
-                box = f.new(conv[1].cname + " *")
-                box.x = _TO_BITS[conv[1].cname](value)
-                cargs.append(box[0])
-            else:
-                cargs.append(value)
-    result = fn(*cargs)
+                box = f.new(ctype.cname + " *")
+                box.x = _TO_BITS[ctype.cname](value)
+                args[i] = box[0]
+    result = fn(*args)
+    if ret is None:
+        if check and is_status and result != 0:
+            raise status_error(symbol, result, context)
+        return result
     if ret == "ptr":
-        result = int(f.cast("uintptr_t", result))
-    elif ret == "f16":
-        result = _FROM_BITS[rtype.cname](result.x)
-    elif check and is_status and result != 0:
-        raise status_error(symbol, result, context)
-    return result
+        return int(_ffi.cast("uintptr_t", result))
+    return _FROM_BITS[rtype.cname](result.x)
 
 
 def refuse_in_limited_mpg(symbol: str, context: str = "") -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import _arrays, _lib, _table, _state
-from ._teamref import team_id
+from ._cuda import stream_handle
+from ._teamref import place, team_id
 from ._arrays import ArrayInfo
-from .._generated.constants import Cmp, SignalOp, Team
+from .._generated.constants import Cmp, SignalOp
 from ..errors import NvshmemArgumentError, NvshmemTypeError, int_argument
 from .symmetric import check_symmetric
 
@@ -79,8 +80,6 @@ def _pe(pe: Any, fn: str, arg: str = "pe") -> int:
 
 
 def _stream(stream: Any) -> int:
-    from ._cuda import stream_handle
-
     return stream_handle(stream)
 
 
@@ -89,9 +88,7 @@ def _team(team: Any, fn: str) -> int:
 
 
 def _team_size(team: int) -> int:
-    if team == int(Team.TEAM_WORLD):
-        return _state.STATE.n_pes
-    n = _lib.call("nvshmem_team_n_pes", team)
+    n = place(team, "team_n_pes")[2]
     if n <= 0:
         raise NvshmemArgumentError(f"team {team} is not a valid team on this PE")
     return n
@@ -118,13 +115,23 @@ def _resolve(fn: str, api: str, info: ArrayInfo, arg: str, *, untyped: bool) -> 
 def _invoke(resolved_or_entry: Any, values: dict[str, Any], context: str = "") -> Any:
     """Call the C function of an op-table entry with arguments given by role (or, failing that, name)."""
     entry = resolved_or_entry.entry if isinstance(resolved_or_entry, _table.Resolved) else resolved_or_entry
+    symbol = entry["symbol"]
+    keys = _PARAM_KEYS.get(symbol)
+    if keys is None:
+        keys = _PARAM_KEYS[symbol] = tuple((p["role"], p["name"]) for p in entry["params"])
     args = []
-    for p in entry["params"]:
-        key = p["role"] if p["role"] in values else p["name"]
-        if key not in values:
-            raise KeyError(f"internal: no value for {entry['symbol']} parameter {p['name']} ({p['role']})")
-        args.append(values[key])
-    return _lib.call(entry["symbol"], *args, context=context)
+    for role, name in keys:
+        if role in values:
+            args.append(values[role])
+        elif name in values:
+            args.append(values[name])
+        else:
+            raise KeyError(f"internal: no value for {symbol} parameter {name} ({role})")
+    return _lib.call(symbol, *args, context=context)
+
+
+#: (role, name) of each parameter of a C function of the op table, by symbol (read once)
+_PARAM_KEYS: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def _entry(api: str) -> dict:

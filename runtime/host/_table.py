@@ -178,8 +178,21 @@ def resolve(api: str, dtype_name: str, itemsize: int, *, untyped: bool) -> Resol
 
     Typed forms first (preferred typename, then its aliases); with ``untyped``
     (pure data movement) the sized form of the same width, then the byte-count
-    ``mem`` form.  None when the family has no form for this dtype.
+    ``mem`` form.  None when the family has no form for this dtype.  Decided once per
+    (api, dtype, itemsize, untyped): every operation asks.
     """
+    key = (api, dtype_name, itemsize, untyped)
+    try:
+        return _RESOLVED[key]
+    except KeyError:
+        found = _RESOLVED[key] = _resolve(api, dtype_name, itemsize, untyped)
+        return found
+
+
+_RESOLVED: dict[tuple, Resolved | None] = {}
+
+
+def _resolve(api: str, dtype_name: str, itemsize: int, untyped: bool) -> Resolved | None:
     index = _host_index().get(api, {})
     for typename in typenames_for(dtype_name):
         entry = index.get(typename)

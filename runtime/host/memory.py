@@ -27,8 +27,9 @@ import sys
 import warnings
 from typing import Any, Iterable, Sequence
 
-from . import _arrays, _lib, _table, _state
+from . import _arrays, _cuda, _lib, _table, _state
 from .symmetric import REGISTRY, Allocation, _caller, leak_report
+from .._generated.constants import Team
 from ..errors import NvshmemArgumentError, NvshmemMemoryError, NvshmemOutOfMemoryError, NvshmemTypeError
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
 
 ENV_CHECK_SYMMETRY = "NVSHMEM_DSL_CHECK_SYMMETRY"
 LIBRARIES = ("cupy", "torch", "numba")
+_MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba.cuda"}  #: the module an array library's arrays come from
 _SCRATCH_BYTES = 256  # internal symmetric scratch: value_ranges (in 0..63, out 128..191), team uid (64..71)
 _SCRATCH_UID = 64
 
@@ -188,6 +190,9 @@ def _library(like: str | None, function: str) -> str:
 
 
 def _import(name: str, function: str):
+    module = sys.modules.get(_MODULES[name])
+    if module is not None:  # imported already (every call after the first): no import machinery
+        return module
     try:
         if name == "numba":
             from numba import cuda
@@ -202,8 +207,6 @@ def _current_device() -> int:
     s = _state.STATE
     if s.device_id >= 0:
         return s.device_id
-    from . import _cuda
-
     dev = _cuda.current_device_id()
     return 0 if dev is None else dev
 
@@ -311,6 +314,10 @@ def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
         )
 
 
+_max_reduce_int64: str | None = None  #: the C function of value_ranges, looked up once
+_TEAM_WORLD = int(Team.TEAM_WORLD)
+
+
 def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
     """(smallest, largest) of each of ``values`` (at most 4 int64) over all PEs: one blocking
     max-reduction over TEAM_WORLD (collective). None where it cannot be asked: one PE, or NVSHMEM's
@@ -321,16 +328,15 @@ def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
     if s.limited_mpg:  # NVSHMEM has no collective there; the check would end the process
         _warn_symmetry_check_off(s.pes_per_gpu)
         return None
-    from . import _cuda
-    from .._generated.constants import Team
-
+    global _max_reduce_int64
     k = len(values)
     if not 1 <= k <= 4:
         raise ValueError(f"value_ranges() takes 1 to 4 values, got {k}")
     scratch = _scratch_alloc()
-    symbol = _table.resolve("max_reduce", "int64", 8, untyped=False).symbol
+    if _max_reduce_int64 is None:
+        _max_reduce_int64 = _table.resolve("max_reduce", "int64", 8, untyped=False).symbol
     _cuda.memcpy_htod(scratch.ptr, struct.pack(f"<{2 * k}q", *values, *(-v for v in values)))
-    _lib.call(symbol, int(Team.TEAM_WORLD), scratch.ptr + 128, scratch.ptr, 2 * k)
+    _lib.call(_max_reduce_int64, _TEAM_WORLD, scratch.ptr + 128, scratch.ptr, 2 * k)
     got = struct.unpack(f"<{2 * k}q", _cuda.memcpy_dtoh(scratch.ptr + 128, 16 * k))
     return [(-got[k + i], got[i]) for i in range(k)]
 
@@ -440,8 +446,6 @@ def full(shape: int | Sequence[int], fill_value: Any, dtype: Any = "float32", li
         import numpy
 
         x.copy_to_device(numpy.full(x.shape, fill_value, dtype=x.dtype))
-    from . import _cuda
-
     _cuda.synchronize()
     return x
 

@@ -112,14 +112,21 @@ class _Registry:
 REGISTRY = _Registry()
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package, not host/
+_INSIDE: dict[str, bool] = {}  #: code file name -> whether it is the package's (decided once per file)
+
+
 def _caller() -> str:
     """file:line of the first frame outside nvshmem_dsl."""
     frame = sys._getframe(1)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package, not host/
     while frame is not None:
-        path = frame.f_code.co_filename
-        if not os.path.abspath(path).startswith(here + os.sep):
-            return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
+        code = frame.f_code
+        path = code.co_filename
+        inside = _INSIDE.get(path)
+        if inside is None:
+            inside = _INSIDE[path] = os.path.abspath(path).startswith(_PACKAGE)
+        if not inside:
+            return f"{path}:{frame.f_lineno} in {code.co_name}"
         frame = frame.f_back
     return "?"
 
@@ -130,6 +137,8 @@ def check_symmetric(info: _arrays.ArrayInfo, function: str, argument: str, nbyte
     if nbytes is not None:
         hi = lo + nbytes
     alloc = REGISTRY.containing(lo)
+    if alloc is not None and hi <= alloc.end:
+        return alloc
     where = f"{function}(): argument '{argument}'"
     if alloc is None:
         reason = REGISTRY.freed_reason(lo)

@@ -13,7 +13,7 @@ import struct
 from typing import Any, Sequence
 
 from . import _cuda, _lib, _state, _table, memory, operations
-from ._teamref import TeamRef, team_id
+from ._teamref import TeamRef, forget_place, place, team_id
 from .._generated.constants import STRUCT_VERSIONS, Team
 from ..errors import NvshmemArgumentError
 
@@ -89,14 +89,12 @@ class TeamHandle(TeamRef):
 
 def my_pe(team: Any = Team.TEAM_WORLD) -> int:
     """This PE's number in ``team`` (-1 when not a member)."""
-    _state.require("team_my_pe()")
-    return _lib.call("nvshmem_team_my_pe", team_id(team, "team_my_pe"))
+    return place(team, "team_my_pe")[1]
 
 
 def n_pes(team: Any = Team.TEAM_WORLD) -> int:
     """Number of PEs in ``team``."""
-    _state.require("team_n_pes()")
-    return _lib.call("nvshmem_team_n_pes", team_id(team, "team_n_pes"))
+    return place(team, "team_n_pes")[2]
 
 
 def translate_pe(src_team: Any, pe: int, dest_team: Any = Team.TEAM_WORLD) -> int:
@@ -126,6 +124,7 @@ def _new_config(num_contexts: int | None, uniqueid: int | None):
 def _result(handle: int, how: str) -> TeamHandle | None:
     if handle == int(Team.TEAM_INVALID):
         return None
+    forget_place(handle)  # a handle asked about before it was this team's
     return TeamHandle(handle, how)
 
 
@@ -213,6 +212,7 @@ def destroy(team: Any) -> None:
         handle = team.handle
     else:
         handle = team_id(team, "destroy")
+    forget_place(handle)  # NVSHMEM may hand the handle out again
     _lib.call("nvshmem_team_destroy", handle)
     if isinstance(team, TeamHandle):
         team._destroyed = True

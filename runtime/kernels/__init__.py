@@ -12,11 +12,14 @@
 
 The kernels (one-shot and two-shot all-reduce, all-gather, reduce-scatter) exist in Numba
 (:mod:`.numba`), Triton (:mod:`.triton`) and the CuTe DSL (:mod:`.cute`), each written only with the
-DSL's nvshmem_dsl device functions (put_signal_nbi_block, signal_wait_until, quiet) on symmetric
-memory; :mod:`._plan` holds their one protocol. Calls are collective (every PE makes the same calls
-with the same shapes, in the same order) and stream-ordered; back-to-back calls need no host barrier
-and no reset: each call has its number (epoch) and waits for its peers' signals of that number. The
-first call of a shape checks that every PE makes it (one host collective), later calls do not.
+DSL's nvshmem_dsl device functions (put_signal_nbi_block, signal_op, signal_wait_until, quiet; LL: peer,
+signal_fetch) on symmetric memory; :mod:`._plan` holds their one protocol. Where every PE reaches every
+peer by load/store, the one-shot all-reduce of at most ``_plan.LL_MAX_BYTES`` a PE takes the LL protocol
+instead (stores through ``peer``, each element in one 64-bit word with the call's epoch: no signal, no
+fence). Calls are collective (every PE makes the same calls with the same shapes, in the same order) and
+stream-ordered; back-to-back calls need no host barrier and no reset: each call has its number (epoch)
+and waits for its peers' signals (LL: words) of that number. The first call of a shape checks that every
+PE makes it (one host collective), later calls do not.
 """
 from __future__ import annotations
 
@@ -98,12 +101,14 @@ def _run(kind: str, x: Any, out: Any, xi: _arrays.ArrayInfo, n: int, out_shape: 
     if n == 0:
         return out
     handle = default_stream(xi) if stream is None else stream_handle(stream)
-    plan = _plan.plan(kind, xi.dtype, n, s.n_pes)
     ws = workspace if workspace is not None else default_workspace()
+    plan = _plan.plan(kind, xi.dtype, n, s.n_pes)
+    if _plan.takes_ll(kind, xi.dtype, n, True) and ws.load_store(function, plan):
+        plan = _plan.plan(kind, xi.dtype, n, s.n_pes, True)
     epoch = ws.prepare(plan, function, synchronize)
     like = mod.ARRAYS
-    stage, sig = ws.views(xi.dtype, like)
-    mod.launch(kind, plan, kernel_array(out, oi, like), kernel_array(x, xi, like), stage, sig, epoch,
+    stage, sig = ws.views(xi.dtype, like, plan.ll)
+    mod.launch(plan.kernel, plan, kernel_array(out, oi, like), kernel_array(x, xi, like), stage, sig, epoch,
                s.my_pe, handle)
     return out
 

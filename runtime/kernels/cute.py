@@ -15,7 +15,7 @@ import functools
 import cutlass
 import cutlass.cute as cute
 from cuda.bindings import driver as cuda
-from cutlass import BFloat16, Float32, Int32, Int64, Uint64
+from cutlass import BFloat16, Float32, Int32, Int64, Uint16, Uint32, Uint64
 
 from .. import cute as nv
 from . import _plan
@@ -26,6 +26,8 @@ ARRAYS = "torch"
 #: CuTe's element type of each kernel dtype.
 ELEMENT = {"float32": Float32, "bfloat16": BFloat16}
 SET = nv.SignalOp.SIGNAL_SET
+#: The unsigned type of an element's bits (an LL word's data half).
+BITS = {Float32: Uint32, BFloat16: Uint16}
 
 
 @cute.jit
@@ -93,6 +95,34 @@ def one_shot(out: cute.Tensor, x: cute.Tensor, stage: cute.Tensor, sig: cute.Ten
                 acc += _load(stage, (par * npes + p) * span + i)
         out[i] = acc.to(out.element_type)
     _finish()
+
+
+@cute.kernel
+def one_shot_ll(out: cute.Tensor, x: cute.Tensor, ll: cute.Tensor, sig: cute.Tensor, epoch: Int64,
+                n: Int64, span: Int64, chunk: Int64, me: Int32, npes: Int32):
+    """The LL protocol (``ll``: the LL words, Uint64)."""
+    b, lo, hi = _range(span, chunk)
+    par = epoch & 1
+    tag = Uint64(epoch) << 32
+    shift = 32 - x.element_type.width  # a word's data half << shift: the element's float32 bits
+    d = (par * npes + me) * span
+    for k in range(1, npes):  # my words into every peer's slot of me, through its address
+        to = nv.peer(ll, (me + k) % npes)
+        for i in range(lo + _tid(), hi, THREADS):
+            to[d + i] = tag | Uint64(x[i].bitcast(BITS[x.element_type]))
+    slots = par * npes * span
+    for i in range(lo + _tid(), hi, THREADS):
+        acc = Float32(0.0)
+        for p in range(npes):
+            if p == me:
+                acc += _load(x, i)
+            else:
+                at = slots + p * span + i
+                w = Uint64(nv.signal_fetch(ll, at))
+                while ((w ^ tag) >> 32) != 0:
+                    w = Uint64(nv.signal_fetch(ll, at))
+                acc += (Uint32(w) << shift).bitcast(Float32)
+        out[i] = acc.to(out.element_type)
 
 
 @cute.kernel
@@ -176,7 +206,7 @@ def reduce_scatter(out: cute.Tensor, x: cute.Tensor, stage: cute.Tensor, sig: cu
     _finish()
 
 
-KERNELS = {"one_shot": one_shot, "two_shot": two_shot, "all_gather": all_gather,
+KERNELS = {"one_shot": one_shot, _plan.LL_KERNEL: one_shot_ll, "two_shot": two_shot, "all_gather": all_gather,
            "reduce_scatter": reduce_scatter}
 
 
@@ -196,6 +226,8 @@ def _example_args(kind: str, dtype: str) -> tuple:
     e = ELEMENT[dtype]
     a = [F(e, (cute.sym_int32(),)) for _ in range(3)]
     u = F(Uint64, (cute.sym_int32(),))
+    if kind == _plan.LL_KERNEL:
+        a[2] = F(Uint64, (cute.sym_int32(),))
     return (kind, *a, u, Int64(1), Int64(1), Int64(1), Int64(1), Int32(0), Int32(1), Int32(1),
             cute.runtime.make_fake_stream())
 
@@ -220,13 +252,15 @@ def _tensor(a, dtype: str):
 
 
 def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
-    """Launch ``kind`` on ``stream`` (an int handle, 0: the legacy default stream); arrays are torch
-    or cupy device arrays (1-D, contiguous; bfloat16 from torch, or as its int16 / uint16 bits).
-    Compiles once per (kind, dtype, arch of the current device)."""
+    """Launch ``kind`` (a kind or _plan.LL_KERNEL) on ``stream`` (an int handle, 0: the legacy default
+    stream); arrays are torch or cupy device arrays (1-D, contiguous; bfloat16 from torch, or as its int16
+    / uint16 bits; the LL kernel's stage: the LL words, uint64). Compiles once per (kind, dtype, arch of
+    the current device)."""
     from ..cute._compile import resolve_arch
 
     ts = [_tensor(a, plan.dtype) for a in (out, x, stage)]
-    if any(t.element_type is not ELEMENT[plan.dtype] for t in ts):
+    e = ELEMENT[plan.dtype]
+    if [t.element_type for t in ts] != [e, e, Uint64 if kind == _plan.LL_KERNEL else e]:
         raise TypeError(f"{kind}: arrays of {[t.element_type.__name__ for t in ts]} for a "
                         f"{plan.dtype} plan")
     k = _compiled(kind, plan.dtype, resolve_arch(None))

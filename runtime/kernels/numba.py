@@ -42,6 +42,30 @@ def _bf16_store(v):
 
 
 @cuda.jit(device=True, inline=True)
+def _f32_bits(v):
+    """float32's bits, zero-extended: the data half of an LL word."""
+    return uint64(uint32(libdevice.float_as_int(v)))
+
+
+@cuda.jit(device=True, inline=True)
+def _f32_word(w):
+    """The float32 of an LL word's data half."""
+    return libdevice.int_as_float(int32(w & uint64(0xFFFFFFFF)))
+
+
+@cuda.jit(device=True, inline=True)
+def _bf16_bits(v):
+    """bfloat16's bits (int16), zero-extended: the data half of an LL word."""
+    return uint64(v) & uint64(0xFFFF)
+
+
+@cuda.jit(device=True, inline=True)
+def _bf16_word(w):
+    """The float32 of an LL word's bfloat16 (exact)."""
+    return libdevice.int_as_float(int32((w & uint64(0xFFFF)) << uint64(16)))
+
+
+@cuda.jit(device=True, inline=True)
 def _wait_peers(sig, b, phase, epoch, me, npes):
     """One thread per peer waits for its word of block b and phase; then the block syncs."""
     t = cuda.threadIdx.x
@@ -82,7 +106,9 @@ def kernels(dtype: str) -> dict:
     As their C++ twins: element loops are while loops (``range`` with a run-time step computes a
     trip count, a 64-bit division) and array indices are unsigned (Numba wraps a signed index
     around, a compare and an add for every access); the plan keeps every index non-negative."""
-    load, store = (_bf16_load, _bf16_store) if dtype == "bfloat16" else (_f32_load, _f32_store)
+    bf16 = dtype == "bfloat16"
+    load, store = (_bf16_load, _bf16_store) if bf16 else (_f32_load, _f32_store)
+    bits, word = (_bf16_bits, _bf16_word) if bf16 else (_f32_bits, _f32_word)
 
     @cuda.jit(device=True, inline=True)
     def pe_sum(x, xi, stage, slots, j, span, npes, me):
@@ -110,6 +136,36 @@ def kernels(dtype: str) -> dict:
             out[uint64(i)] = store(pe_sum(x, i, stage, par * npes * span, i, span, npes, me))
             i += cuda.blockDim.x
         _finish()
+
+    @cuda.jit(launch_bounds=(THREADS,))
+    def one_shot_ll(out, x, ll, sig, epoch, n, span, chunk, me, npes):
+        b = int64(cuda.blockIdx.x)
+        lo = b * chunk
+        hi = min(lo + chunk, span)
+        par = epoch & 1
+        tag = uint64(epoch) << uint64(32)
+        d = (par * npes + me) * span
+        for k in range(1, npes):  # my words into every peer's slot of me, through its address
+            to = nv.peer(ll, _peer(me, k, npes))
+            i = lo + cuda.threadIdx.x
+            while i < hi:
+                to[uint64(d + i)] = tag | bits(x[uint64(i)])
+                i += cuda.blockDim.x
+        slots = par * npes * span
+        i = lo + cuda.threadIdx.x
+        while i < hi:
+            acc = float32(0)
+            for p in range(npes):
+                if p == me:
+                    acc += load(x[uint64(i)])
+                else:
+                    at = uint64(slots + p * span + i)
+                    w = nv.signal_fetch(ll, at)
+                    while (w ^ tag) >> uint64(32) != uint64(0):
+                        w = nv.signal_fetch(ll, at)
+                    acc += word(w)
+            out[uint64(i)] = store(acc)
+            i += cuda.blockDim.x
 
     @cuda.jit(launch_bounds=(THREADS,))
     def two_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes):
@@ -189,22 +245,23 @@ def kernels(dtype: str) -> dict:
             i += cuda.blockDim.x
         _finish()
 
-    return {"one_shot": one_shot, "two_shot": two_shot, "all_gather": all_gather,
+    return {"one_shot": one_shot, _plan.LL_KERNEL: one_shot_ll, "two_shot": two_shot, "all_gather": all_gather,
             "reduce_scatter": reduce_scatter}
 
 
-def signature(dtype: str):
-    """The kernels' Numba signature for ``dtype`` (all four take the same)."""
+def signature(dtype: str, kernel: str = "one_shot"):
+    """The Numba signature of ``kernel`` for ``dtype`` (all take the same; the LL one's stage: uint64)."""
     from numba import types
     e = types.float32 if dtype == "float32" else types.int16
     a, u = e[::1], types.uint64[::1]
     i = types.int64
-    return (a, a, a, u, i, i, i, i, i, i)
+    return (a, a, u if kernel == _plan.LL_KERNEL else a, u, i, i, i, i, i, i)
 
 
 def compile_ptx(kind: str, dtype: str, cc=(9, 0)) -> str:
     """PTX of one kernel (CPU: no GPU needed)."""
-    return cuda.compile_ptx(kernels(dtype)[kind].py_func, signature(dtype), cc=cc, launch_bounds=(THREADS,))[0]
+    return cuda.compile_ptx(kernels(dtype)[kind].py_func, signature(dtype, kind), cc=cc,
+                            launch_bounds=(THREADS,))[0]
 
 
 _streams: dict = {}
@@ -218,5 +275,6 @@ def _stream(handle: int):
 
 
 def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
-    """Launch ``kind`` on ``stream`` (an int handle); arrays are Numba device arrays (bfloat16 as int16)."""
+    """Launch ``kind`` (a kernel: a kind or _plan.LL_KERNEL) on ``stream`` (an int handle); arrays are Numba
+    device arrays (bfloat16 as int16; the LL kernel's stage: the LL words, uint64)."""
     kernels(plan.dtype)[kind][plan.grid, THREADS, _stream(stream)](out, x, stage, sig, *plan.args(epoch, me))

@@ -25,6 +25,8 @@ NUM_WARPS = _plan.THREADS // 32
 ARRAYS = "torch"
 #: Elements of one vector step: 16 bytes a thread.
 BLOCK = {dtype: 16 * _plan.THREADS // size for dtype, size in _plan.ITEMSIZE.items()}
+#: LL words of one vector step of the LL kernel: 16 bytes a thread.
+LL_BLOCK = 16 * _plan.THREADS // _plan.LL_WORD_BYTES
 #: Triton's name of each element type.
 TRITON_DTYPE = {"float32": "fp32", "bfloat16": "bf16"}
 #: Scalar arguments whose value changes from call to call, or from PE to PE (no specialisation).
@@ -89,6 +91,14 @@ def _sum(out, also, mine, slots, stride, cnt, me, npes, ALSO: tl.constexpr, BLOC
 
 
 @triton.jit
+def _on_peer(ptr, at):
+    """The uint64 pointer ``ptr`` moved to ``at`` (its address on a peer, nv.peer's) by an offset Triton
+    knows to be a multiple of 16 bytes (a peer's mapping of the symmetric heap lies a multiple of its
+    granularity from ours), so that the LL words' stores are vectors."""
+    return ptr + tl.multiple_of((at.to(tl.int64) - ptr.to(tl.int64)) >> 3, 2)
+
+
+@triton.jit
 def _finish():
     tl.debug_barrier()
     nv.quiet()
@@ -111,6 +121,43 @@ def one_shot(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.cons
     _wait_peers(sig, b, 0, epoch, me, npes)
     _sum(out + lo, out, x + lo, stage + par * npes * span + lo, span, hi - lo, me, npes, False, BLOCK)
     _finish()
+
+
+@triton.jit(do_not_specialize=_VARYING)
+def one_shot_ll(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.constexpr):
+    """The LL protocol (``stage``: the LL words); an element's word holds its float32 bits shifted right
+    by 32 - its width (bfloat16: its own bits; the float32 of a bfloat16 is exact)."""
+    epoch, n, span, chunk, me, npes = _i64(epoch), _i64(n), _i64(span), _i64(chunk), _i64(me), _i64(npes)
+    SHIFT: tl.constexpr = 32 - x.dtype.element_ty.primitive_bitwidth
+    b = _i64(tl.program_id(0))
+    lo = b * chunk
+    hi = tl.minimum(lo + chunk, span)
+    cnt = hi - lo
+    par = epoch & 1
+    tag = epoch.to(tl.uint64) << 32
+    d = (par * npes + me) * span + lo
+    for k in range(1, npes):  # my words into every peer's slot of me, through its address
+        to = _on_peer(stage, nv.peer(stage, (me + k) % npes)) + d
+        for s in range(0, cnt, BLOCK):
+            offs = s + tl.arange(0, BLOCK)
+            m = offs < cnt
+            v = tl.load(x + lo + offs, mask=m).to(tl.float32).to(tl.uint32, bitcast=True) >> SHIFT
+            tl.store(to + offs, tag | v.to(tl.uint64), mask=m)
+    slots = stage + par * npes * span + lo
+    for s in range(0, cnt, BLOCK):
+        offs = s + tl.arange(0, BLOCK)
+        m = offs < cnt
+        acc = tl.zeros([BLOCK], tl.float32)
+        for p in range(0, npes):
+            if p == me:
+                acc += tl.load(x + lo + offs, mask=m).to(tl.float32)
+            else:
+                at = slots + p * span + offs
+                w = tl.load(at, mask=m, other=tag, volatile=True)
+                while tl.max((w ^ tag) >> 32, axis=0) != 0:  # a word of another call
+                    w = tl.load(at, mask=m, other=tag, volatile=True)
+                acc += (w.to(tl.uint32) << SHIFT).to(tl.float32, bitcast=True)
+        tl.store(out + lo + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit(do_not_specialize=_VARYING)
@@ -181,17 +228,18 @@ def reduce_scatter(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: t
     _finish()
 
 
-KERNELS = {"one_shot": one_shot, "two_shot": two_shot, "all_gather": all_gather,
+KERNELS = {"one_shot": one_shot, _plan.LL_KERNEL: one_shot_ll, "two_shot": two_shot, "all_gather": all_gather,
            "reduce_scatter": reduce_scatter}
 
 
 # ----------------------------------------------------------------------------- host
 
 
-def signature(dtype: str) -> dict:
-    """The kernels' Triton signature for ``dtype`` (all four take the same; scalars as int64)."""
+def signature(dtype: str, kernel: str = "one_shot") -> dict:
+    """The Triton signature of ``kernel`` for ``dtype`` (all take the same; scalars as int64; the LL
+    kernel's stage: uint64)."""
     e = "*" + TRITON_DTYPE[dtype]
-    return {"out": e, "x": e, "stage": e, "sig": "*u64", "epoch": "i64", "n": "i64", "span": "i64",
+    return {"out": e, "x": e, "stage": "*u64" if kernel == _plan.LL_KERNEL else e, "sig": "*u64", "epoch": "i64", "n": "i64", "span": "i64",
             "chunk": "i64", "me": "i64", "npes": "i64", "BLOCK": "constexpr"}
 
 
@@ -201,10 +249,10 @@ def compile(kind: str, dtype: str, target=None, aligned: bool = False):
     specialisation; vector loads), else for any arguments."""
     from triton.compiler import ASTSource
 
-    names = list(signature(dtype))
+    names = list(signature(dtype, kind))
     attrs = {(names.index(a),): [["tt.divisibility", 16]]
              for a in ("out", "x", "stage", "sig", "n", "span", "chunk")} if aligned else None
-    src = ASTSource(fn=KERNELS[kind], signature=signature(dtype), constexprs={"BLOCK": BLOCK[dtype]},
+    src = ASTSource(fn=KERNELS[kind], signature=signature(dtype, kind), constexprs={"BLOCK": block(kind, dtype)},
                     attrs=attrs)
     return compile_source(src, {"num_warps": NUM_WARPS}, target)
 
@@ -244,11 +292,17 @@ def compile_source(src, options: dict, target=None, ptx_only: bool = False):
             runtime.add_stages_inspection_hook = hook
 
 
+def block(kind: str, dtype: str) -> int:
+    """The BLOCK of ``kind`` (a kernel) for ``dtype``."""
+    return LL_BLOCK if kind == _plan.LL_KERNEL else BLOCK[dtype]
+
+
 def launch(kind: str, plan: _plan.Plan, out, x, stage, sig, epoch: int, me: int, stream: int) -> None:
-    """Launch ``kind`` on ``stream`` (an int handle, 0: the legacy default stream); arrays are 1-D
-    contiguous torch tensors (stage of x's dtype, sig torch.uint64)."""
+    """Launch ``kind`` (a kind or _plan.LL_KERNEL) on ``stream`` (an int handle, 0: the legacy default
+    stream); arrays are 1-D contiguous torch tensors (stage of x's dtype, the LL kernel's: the LL words,
+    torch.uint64; sig torch.uint64)."""
     import torch
 
     with torch.cuda.stream(torch_stream(stream)):
-        KERNELS[kind][(plan.grid,)](out, x, stage, sig, *plan.args(epoch, me), BLOCK=BLOCK[plan.dtype],
+        KERNELS[kind][(plan.grid,)](out, x, stage, sig, *plan.args(epoch, me), BLOCK=block(kind, plan.dtype),
                                     num_warps=NUM_WARPS)

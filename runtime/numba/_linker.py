@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import os
 import re
 import threading
 import warnings
@@ -213,7 +214,7 @@ class _PtxLinker:
     """``linker`` (numba-cuda's) as :meth:`CUDACodeLibrary._link_all` is to see it for an NVSHMEM
     library: not LTO (NVVM cannot read NVSHMEM's code, so the library gives PTX), and PTX that the
     installed nvJitLink does not read (:func:`~nvshmem_dsl.linker.pipeline.nvjitlink_reads`) added as
-    ptxas's object of it."""
+    ptxas's object of it; CUDA C++ of the link (numba-cuda's NRT) compiled to PTX too, under LTO."""
 
     lto = False
 
@@ -230,6 +231,26 @@ class _PtxLinker:
         options = ["-O3", *(["-lineinfo"] if linker.lineinfo else []),
                    *([f"-maxrregcount={linker.max_registers}"] if linker.max_registers else [])]
         return linker.add_cubin(ptxas_object(ptx, linker.arch, options, f"kernel {self._name}"))
+
+    def add_file_guess_ext(self, path_or_code, ignore_nonlto=False):
+        # CUDA C++ given to the link (numba-cuda's NRT, nrt.cu, with NUMBA_CUDA_ENABLE_NRT=1; a
+        # CUSource or .cu file of link=) becomes PTX, as the kernel does: under LTO nvJitLink keeps
+        # of LTO-IR only what other LTO-IR calls, so the functions our PTX calls in it (NRT_incref)
+        # would be undefined. Without LTO, or when only LTO inputs are wanted, numba-cuda decides.
+        if self._linker.lto and not ignore_nonlto:
+            if isinstance(path_or_code, str) and path_or_code.endswith(".cu"):
+                with open(path_or_code, "rb") as f:
+                    return self._add_cu_as_ptx(f.read(), os.path.basename(path_or_code))
+            if getattr(path_or_code, "kind", None) == "cu":
+                return self._add_cu_as_ptx(path_or_code.data, path_or_code.name)
+        return self._linker.add_file_guess_ext(path_or_code, ignore_nonlto)
+
+    def _add_cu_as_ptx(self, source, name: str):
+        from numba.cuda.cudadrv import nvrtc
+
+        linker = self._linker
+        ptx, _log = nvrtc.compile(source, name, linker.cc, ltoir=False, lineinfo=linker.lineinfo)
+        return self.add_ptx(bytes(ptx.code), name)
 
 
 class NvshmemCodeLibrary(CUDACodeLibrary):
@@ -314,12 +335,15 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
 
     def get_cufunc(self):
         # Attached here rather than at creation so that kernels loaded from
-        # Numba's disk cache (which drops callbacks) get them too.
-        if self.uses_nvshmem:
-            if _module_setup not in self._setup_functions:
-                self._setup_functions.append(_module_setup)
-            if _module_teardown not in self._teardown_functions:
-                self._teardown_functions.append(_module_teardown)
+        # Numba's disk cache (which drops callbacks) get them too; once per library (numba-cuda
+        # asks for the function at every launch)
+        if "_hooks_attached" not in self.__dict__:
+            if self.uses_nvshmem:
+                if _module_setup not in self._setup_functions:
+                    self._setup_functions.append(_module_setup)
+                if _module_teardown not in self._teardown_functions:
+                    self._teardown_functions.append(_module_teardown)
+            self.__dict__["_hooks_attached"] = True
         return super().get_cufunc()
 
 

@@ -26,7 +26,10 @@
 #                all), NV4PY_BUDGET seconds for all (default 480; each file has its own timeout too), TOGETHER jobs at
 #                once (default 3, under MPS); per-file counts and the table printed, logs and JUnit in the tarball
 #   bench        bench/run.py with the step's arguments (make bench's first half; e.g. --quick, --impls,
-#                --only, --nproc 1), under MPS where its PEs share a GPU (latency only, then)
+#                --only, --nproc 1), under MPS where its PEs share a GPU (latency only, then); --impls ...,nv4py
+#                (NVSHMEM4Py's rows) needs .dw/nv4py carried (bash tests/gpu/pack_nv4py.sh), and .dw/nv38 for
+#                both packages to run on NVSHMEM 3.8 (the image's 3.4.5 headers do not compile under NVRTC);
+#                nv4py_cute (its CuTe API) the CuTe DSL too (cute-part1, then .dw/cute2, in the calls before)
 #   comm         bench/comm_run.py (the communication kernels beside their C++ twins and NVSHMEM's collectives),
 #                NPROC PEs (default 2; under MPS where they share a GPU); args go to comm_run.py
 #   experiment   NAME [args]: bench/experiments/NAME (.py or .sh) with the args: a .sh under bash, a .py at NPROC

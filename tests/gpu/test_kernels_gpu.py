@@ -1,7 +1,8 @@
 """The communication kernels (nvshmem_dsl.kernels) on GPUs, any number of PEs, in every DSL that
 imports here: one-shot and two-shot all-reduce, all-gather and reduce-scatter against a torch
 reference, from one element to 64 MiB; 200 calls back to back on one stream with fresh data and
-no host barrier; bad input.
+no host barrier; bad input. The one-shot at sizes around its LL threshold (_plan.LL_MAX_BYTES), and
+back to back in both protocols, interleaved with the other kernels.
 
 Run on every PE at once: `python -m nvshmem_dsl.run -n 2 -m pytest -m gpu tests/gpu/test_kernels_gpu.py`
 (tests/gpu/run_suite.py --dsl kernels; several PEs per GPU need MPS).
@@ -109,6 +110,64 @@ def test_back_to_back(dsl, kind, dtype):
     nvshmem.free(x)
 
 
+def _ll_sizes(dtype):
+    """One-shot sizes (elements): the largest of the LL protocol, the smallest above it."""
+    from nvshmem_dsl.kernels import _plan
+    top = _plan.LL_MAX_BYTES // _plan.ITEMSIZE[dtype]
+    return top, top + 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_shot_around_the_ll_threshold(dsl, dtype):
+    """The LL protocol up to its threshold (where every PE reaches every peer by load/store: one GPU,
+    NVLink), put with signal above it; both against the reference."""
+    import nvshmem_dsl as nvshmem
+    from nvshmem_dsl import kernels
+    from nvshmem_dsl.kernels import _plan
+    me, npes = _pe()
+    load_store = kernels.default_workspace().load_store("test")
+    for n, ll in zip(_ll_sizes(dtype), (True, False)):
+        assert _plan.plan("one_shot", dtype, n, npes, load_store).ll is (ll and load_store)
+        src, want = _expected("one_shot", n, me, npes, 0, DTYPES[dtype])
+        x = nvshmem.array(src.shape, dtype, like="torch")
+        x.copy_(src)
+        out = torch.full_like(want, float("nan"))
+        torch.cuda.synchronize()
+        _call("one_shot", x, out, dsl)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want), f"PE {me}: one_shot {dtype} n={n} (LL: {ll and load_store})"
+        nvshmem.free(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_back_to_back_both_protocols(dsl, dtype):
+    """The one-shot LL (7 and the threshold's elements) and put with signal (one more), the two-shot
+    and the all-gather, interleaved, 60 rounds on one stream with fresh data and no host barrier:
+    an LL call's half is rewritten two calls later whatever ran in between."""
+    import nvshmem_dsl as nvshmem
+    me, npes = _pe()
+    top, above = _ll_sizes(dtype)
+    kinds = [("one_shot", 7), ("one_shot", top), ("two_shot", 1000), ("one_shot", above), ("all_gather", 7)]
+    rounds = 60
+    xs = {(k, n): nvshmem.array(_expected(k, n, me, npes, 0, DTYPES[dtype])[0].shape, dtype, like="torch")
+          for k, n in kinds}
+    cases = [[_expected(k, n, me, npes, r, DTYPES[dtype]) for k, n in kinds] for r in range(rounds)]
+    outs = [[torch.full_like(w, float("nan")) for _, w in row] for row in cases]
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream):
+        for r in range(rounds):
+            for j, (k, n) in enumerate(kinds):
+                xs[k, n].copy_(cases[r][j][0])
+                _call(k, xs[k, n], outs[r][j], dsl)
+    stream.synchronize()
+    for r in range(rounds):
+        for j, (k, n) in enumerate(kinds):
+            assert torch.equal(outs[r][j], cases[r][j][1]), f"PE {me}: round {r}, {k} n={n} is wrong"
+    for x in xs.values():
+        nvshmem.free(x)
+
+
 def test_bad_input(dsl):
     import nvshmem_dsl as nvshmem
     from nvshmem_dsl import kernels
@@ -134,8 +193,9 @@ def test_bad_input(dsl):
     nvshmem.free(x)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS)
-def test_pes_may_mix_dsls(kind):
+def test_pes_may_mix_dsls(kind, dtype):
     """One protocol (_plan): PE p runs the DSL p % 3 of those that import, and the results are the same."""
     import nvshmem_dsl as nvshmem
     me, npes = _pe()
@@ -148,12 +208,12 @@ def test_pes_may_mix_dsls(kind):
             pass
     if len(dsls) < 2 or npes < 2:
         pytest.skip("needs two PEs and two DSLs")
-    src, want = _expected(kind, 4099, me, npes, 0, torch.float32)
-    x = nvshmem.array(src.shape, "float32", like="torch")
+    src, want = _expected(kind, 4099, me, npes, 0, DTYPES[dtype])  # the one-shot: LL where peers load / store
+    x = nvshmem.array(src.shape, dtype, like="torch")
     x.copy_(src)
     out = torch.full_like(want, float("nan"))
     torch.cuda.synchronize()
     _call(kind, x, out, dsls[me % len(dsls)])
     torch.cuda.synchronize()
-    assert torch.equal(out, want), f"PE {me} ({dsls[me % len(dsls)]}): {kind}"
+    assert torch.equal(out, want), f"PE {me} ({dsls[me % len(dsls)]}): {kind} {dtype}"
     nvshmem.free(x)

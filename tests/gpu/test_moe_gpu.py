@@ -1,7 +1,8 @@
 """MoE dispatch and combine (nvshmem_dsl.kernels.moe) on GPUs, any number of PEs, in every DSL that
 imports here: hidden 7168, top-8 routing over 16 experts spread over the PEs, each PE with its own
 number of tokens; random routing with masked slots, an overfull expert (every token's first choice),
-an empty one, and tokens naming an expert twice; dispatch's rows and counts checked against the
+an empty one, and tokens naming an expert twice; rows that 16-byte vectors do not fit (hidden 1003, an
+x not 16-byte aligned); dispatch's rows and counts checked against the
 routing; combine against a torch reference; 100 dispatch/expert/combine rounds back to back on one stream, no host barrier.
 
 Run with the other kernel tests: tests/gpu/run_suite.py --dsl kernels
@@ -35,14 +36,14 @@ def _tokens(pe, call, npes):
     return MAX_TOKENS - (pe + call) % 4  # every PE and call its own count
 
 
-def _case(pe, call, npes, routing):
+def _case(pe, call, npes, routing, hidden=HIDDEN):
     """(x, topk_idx, topk_weights) of one PE and call, the same wherever it is computed. ``routing``:
     "random" (distinct experts a token), "overfull" (expert 0 every token's first choice) or "repeats"
     (some tokens name an expert twice: sent once, its result counted for both slots)."""
     T = _tokens(pe, call, npes)
     g = torch.Generator(device="cuda").manual_seed(1000 * pe + call)
     t = torch.arange(T, device="cuda").view(-1, 1)
-    h = torch.arange(HIDDEN, device="cuda").view(1, -1)
+    h = torch.arange(hidden, device="cuda").view(1, -1)
     x = (((t * 3 + h * 7 + pe * 5 + call) % 15) - 7).to(torch.bfloat16)
     topk = torch.rand(T, EXPERTS, generator=g, device="cuda").argsort(dim=1)[:, :TOPK].contiguous()
     if routing == "overfull":
@@ -60,14 +61,14 @@ def _scale(e):
     return float(e + 1)
 
 
-def _expected_rows(e, src, call, npes, routing):
-    x, topk, _ = _case(src, call, npes, routing)
+def _expected_rows(e, src, call, npes, routing, hidden=HIDDEN):
+    x, topk, _ = _case(src, call, npes, routing, hidden)
     t = (topk == e).any(dim=1).nonzero(as_tuple=True)[0]  # the tokens naming e, in order, once each
     return x[t]
 
 
-def _expected_out(me, call, npes, routing):
-    x, topk, w = _case(me, call, npes, routing)
+def _expected_out(me, call, npes, routing, hidden=HIDDEN):
+    x, topk, w = _case(me, call, npes, routing, hidden)
     scale = torch.where(topk >= 0, topk.to(torch.float32) + 1, torch.zeros_like(w))
     acc = torch.zeros(x.shape, dtype=torch.float32, device="cuda")
     for j in range(TOPK):  # in order, as the kernels sum
@@ -82,16 +83,18 @@ def _experts(buf, recv_x, y, me):
     torch.mul(recv_x, scale.view(L, 1, 1, 1), out=y)
 
 
-@pytest.mark.parametrize("routing", ("random", "overfull", "repeats"))
-def test_dispatch_and_combine(dsl, routing):
+def _dispatch_and_combine(dsl, routing, hidden=HIDDEN, shift=0):
+    """One round checked; ``shift``: x starts that many elements into its symmetric array (shift % 8:
+    rows not 16-byte aligned, moved by elements where a kernel moves aligned rows in vectors)."""
     import nvshmem_dsl as nvshmem
     from nvshmem_dsl.kernels.moe import MoEBuffer
     me, npes = nvshmem.my_pe(), nvshmem.n_pes()
-    buf = MoEBuffer(MAX_TOKENS, HIDDEN, EXPERTS, TOPK)
+    buf = MoEBuffer(MAX_TOKENS, hidden, EXPERTS, TOPK)
     L = buf.layout.local_experts
-    xs = nvshmem.array((MAX_TOKENS, HIDDEN), "bfloat16", like="torch")
+    flat = nvshmem.array((MAX_TOKENS * hidden + shift,), "bfloat16", like="torch")
+    xs = flat[shift:].view(MAX_TOKENS, hidden)
     y = buf.expert_output()
-    x, topk, w = _case(me, 0, npes, routing)
+    x, topk, w = _case(me, 0, npes, routing, hidden)
     xs[:x.shape[0]].copy_(x)
     torch.cuda.synchronize()
     recv_x, counts = buf.dispatch(xs[:x.shape[0]], topk, dsl=dsl)
@@ -99,7 +102,7 @@ def test_dispatch_and_combine(dsl, routing):
     wrong = []  # checked after combine: a PE that stopped here would leave its peers waiting in combine
     for l in range(L):
         for src in range(npes):
-            want = _expected_rows(me * L + l, src, 0, npes, routing)
+            want = _expected_rows(me * L + l, src, 0, npes, routing, hidden)
             if int(counts[l, src]) != want.shape[0]:
                 wrong.append(f"expert {me * L + l} from PE {src}: count {int(counts[l, src])}, want {want.shape[0]}")
             elif not torch.equal(recv_x[l, src, :want.shape[0]], want):
@@ -108,9 +111,21 @@ def test_dispatch_and_combine(dsl, routing):
     out = buf.combine(y, topk, w, dsl=dsl)
     torch.cuda.synchronize()
     assert not wrong, f"PE {me}: dispatch: {wrong[:4]}"
-    assert torch.equal(out, _expected_out(me, 0, npes, routing)), f"PE {me}: combine"
+    assert torch.equal(out, _expected_out(me, 0, npes, routing, hidden)), f"PE {me}: combine"
     buf.free()
-    nvshmem.free(xs)
+    nvshmem.free(flat)
+
+
+@pytest.mark.parametrize("routing", ("random", "overfull", "repeats"))
+def test_dispatch_and_combine(dsl, routing):
+    _dispatch_and_combine(dsl, routing)
+
+
+@pytest.mark.parametrize("hidden,shift", [(1003, 0), (HIDDEN, 3)], ids=["hidden-1003", "x-unaligned"])
+def test_rows_not_in_vectors(dsl, hidden, shift):
+    """Rows of a hidden size not a multiple of 8 (16-byte vectors do not fit: the kernels move and sum
+    them by elements), and an x not 16-byte aligned (the Numba dispatch copies its rows by elements)."""
+    _dispatch_and_combine(dsl, "repeats", hidden, shift)
 
 
 def test_back_to_back(dsl):

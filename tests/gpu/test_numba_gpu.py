@@ -135,6 +135,32 @@ def test_ptr_peer(shape):
     run(shape)
 
 
+def test_get_peer_array_with_nrt(monkeypatch):
+    """With numba-cuda's NRT on (NUMBA_CUDA_ENABLE_NRT=1, how NVIDIA runs NVSHMEM4Py's device memory
+    tests) a kernel using get_peer_array links (numba-cuda's nrt.cu as PTX, beside the kernel's) and
+    its stores reach the peer."""
+    import nvshmem_dsl as nv
+    from numba.cuda.core import config
+    from nvshmem_dsl.core.device.numba import get_peer_array
+
+    monkeypatch.setattr(config, "CUDA_ENABLE_NRT", True)
+
+    @cuda.jit
+    def store_to_peer(a, pe, value):
+        get_peer_array(a, pe)[0] = value
+
+    me, npes, peer = S.me(), S.npes(), S.peer()
+    x = nv.zeros(4, "float32", like="cupy")
+    nv.barrier_all()
+    store_to_peer[1, 1](x, peer, float(me + 1))
+    cuda.synchronize()
+    nv.barrier_all()
+    senders = [pe for pe in range(npes) if S._peer(pe, npes) == me]
+    assert float(x[0]) == (float(senders[0] + 1) if senders else 0.0)
+    nv.barrier_all()
+    nv.free(x)
+
+
 # --- collectives -------------------------------------------------------------------------
 
 @cases("numba", "coll")

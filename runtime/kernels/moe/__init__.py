@@ -7,10 +7,11 @@ CuTe DSL: ``dsl="numba" | "triton" | "cute"``):
     ...                                                 # each local expert l: y[l, src, :recv_count[l, src]]
     out = buf.combine(y, topk_idx, topk_weights)        # (T, 7168): sum over k of weight * result
 
-Tokens go to the PEs of their experts by puts (a warp a token), one signal a (expert, source PE)
-carrying the count; results come back to the token's PE the same way and are summed there. No
-host step between dispatch and combine or between calls; the buffers are reused, two halves of
-the receive buffer alternating (the protocol: :mod:`._layout`). Each call of a PE may send its own
+Tokens go to the PEs of their experts by puts (stores through the peer's address where it is
+reached by load/store, as NVSHMEM's put does), one signal a (expert, source PE) carrying the
+count; results come back to the token's PE the same way and are summed there. No host step
+between dispatch and combine or between calls; the buffers are reused, two halves of the receive
+buffer alternating (the protocol: :mod:`._layout`). Each call of a PE may send its own
 number of tokens (up to ``max_tokens``); every PE calls dispatch and combine alike, in order, on
 one stream per buffer. ``recv_x`` of a dispatch stays valid until the dispatch after the next one.
 """

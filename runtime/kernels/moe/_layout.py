@@ -17,8 +17,9 @@ at most ``T_max`` tokens a PE and call (each PE may send fewer, its own ``T``). 
 Dispatch (``epoch`` = the call's number, 1, 2, ...; ``grid`` blocks of ``THREADS``, each taking
 experts ``e = b, b + grid, ...``): list the (t, j) with ``topk[t][j] == e`` in order (a block scan;
 a token that names ``e`` in several slots counts once, at its first ``j``), put each token row to
-``recv_x[par][e % L][me][s]`` on PE ``e // L`` (a warp a row,
-``put_nbi_warp``) and its ``t * K + j`` to ``recv_src`` (``p``); then ``fence`` and set the word.
+``recv_x[par][e % L][me][s]`` on PE ``e // L`` and its ``t * K + j`` to ``recv_src`` (by stores
+through ``nv.peer``'s address where the PE is reached by load/store, else ``put_nbi`` and ``p``);
+then ``fence`` and set the word.
 Then each block waits for words ``w = b, b + grid, ...`` of its own PE and writes their counts to
 ``recv_count[w]``. Experts compute on ``recv_x[par]`` (rows below their counts), into ``y`` of the
 same shape ([L][npes][T_max][H], symmetric).
