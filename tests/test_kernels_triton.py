@@ -74,13 +74,15 @@ def test_compiles_to_ptx_with_nvshmem_inlined(compiled, kind, dtype):
     # the calls the protocol makes, and no other
     put = nv.DISPATCH["put_signal_nbi_block"][kt.TRITON_DTYPE[dtype]]
     assert set(_compile.nvshmem_externs(llir)) == {
-        put, nv.DISPATCH["signal_op"][None], nv.DISPATCH["signal_wait_until"][None], nv.DISPATCH["quiet"][None]}
+        put, nv.DISPATCH["signal_op"][None], nv.DISPATCH["wait_until"]["uint64"], nv.DISPATCH["quiet"][None]}
     # NVSHMEM's API inlined: no call of an API function, only its out-of-line transport helpers
     assert not _CALL.findall(ptx)
     assert all(calls.is_helper(name) for name in calls.extern_calls(ptx)), calls.extern_calls(ptx)
     assert "nvshmemi_device_state_d" in ptx
     assert "ld.volatile" in ptx  # the signal wait polls its word
     assert "bar.sync" in ptx
+    # the wait's value is not handed over (no shared-memory slot, no second barrier a peer)
+    assert "__nvshmem_dsl_tt_slot" not in ptx
     assert re.search(r"\bld\.global\.", ptx) and re.search(r"\bst\.global\.", ptx)
     # a reduction rounds its float32 sum to bfloat16 (to nearest even); a copy converts nothing
     sums = kind != "all_gather"

@@ -3,7 +3,7 @@
 A port of :mod:`nvshmem_dsl.kernels.numba`: one program is one block of the protocol
 (``program_id(0)``), of ``_plan.THREADS`` threads (``num_warps=16``).  Puts are
 ``put_signal_nbi_block`` (made by the whole program); a wait is one thread-scope
-``signal_wait_until`` per peer, then a program barrier; an empty range still signals
+``wait_until`` per peer, each followed by the call's program barrier; an empty range still signals
 (``signal_op`` alone).  Every kernel ends with a barrier and ``quiet``.  Elements are float32 or
 bfloat16 (Triton's own); sums run in float32 in PE order.  Index arithmetic is int64 (staging of
 8 PEs x 64 MiB passes 2**31 elements); within a vector step offsets are relative to int64 bases.
@@ -52,13 +52,18 @@ def _send(dst, src, cnt, word, epoch, pe):
 
 @triton.jit
 def _wait_peers(sig, b, phase, epoch, me, npes):
-    """Wait (one thread, peer after peer) for every peer's word of block b and phase; then the
-    program syncs."""
+    """Wait (one thread, peer after peer) for every peer's word of block b and phase; the program
+    syncs after each wait (the thread-scope call's barrier), so after the last one.
+
+    ``wait_until`` (uint64), not ``signal_wait_until``: the same wait in NVSHMEM (poll, then
+    ``syncapi_update_mem``) without the word's value, which a Triton program hands from its leader to
+    every thread through shared memory and a second barrier; a ``tl.debug_barrier`` after the loop
+    would be a third (3 barriers a peer -> 1, as the C++ twin's one ``__syncthreads`` at 2 PEs).  With
+    no peer (1 PE) nothing is read that another thread wrote, so no barrier is needed."""
     words = sig + (b * 2 + phase) * npes
     for p in range(0, npes):
         if p != me:
-            nv.signal_wait_until(words + p, nv.CMP_GE, epoch)
-    tl.debug_barrier()
+            nv.wait_until(words + p, nv.CMP_GE, epoch.to(tl.uint64))
 
 
 @triton.jit
