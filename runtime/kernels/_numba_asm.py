@@ -1,7 +1,7 @@
 """What the Numba kernels need and Numba lacks (no vector types or pointers) or compiles to what ptxas
 cannot read (``cuda.ballot_sync`` becomes a call of ``llvm.nvvm.vote.sync``): 16-byte vector loads
-and stores, addresses, volatile loads and a warp's ballot, as the C++ twins' ``uint4`` copies,
-``nvshmem_ptr`` tests, ``volatile`` polls and ``__ballot_sync`` compile.  Indices count the array's elements; a vector's address must be a
+and stores, addresses and a warp's ballot, as the C++ twins' ``uint4`` copies, ``nvshmem_ptr``
+tests and ``__ballot_sync`` compile (volatile polls: ``nv.signal_fetch``).  Indices count the array's elements; a vector's address must be a
 multiple of 16 bytes (the caller checks :func:`address`)."""
 from __future__ import annotations
 
@@ -70,22 +70,6 @@ def store16(typingctx, ary, i, v):
         builder.store(vec, p, align=16)
         return context.get_dummy_value()
     return types.void(ary, i, v), codegen
-
-
-@intrinsic
-def load_volatile_u64(typingctx, ary, i):
-    """Element ``i`` of uint64 array ``ary`` by a volatile load (``ld.volatile``: read again each
-    time, as NVSHMEM's waits poll)."""
-    _check("load_volatile_u64", ary, i)
-    if ary.dtype != types.uint64:
-        raise errors.TypingError(f"load_volatile_u64: argument 'ary' must be a uint64 array, got {ary}")
-
-    def codegen(context, builder, sig, args):
-        p = _element(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        fn = ir.InlineAsm(ir.FunctionType(ir.IntType(64), [p.type]), "ld.volatile.u64 $0, [$1];", "=l,l",
-                          side_effect=True)
-        return builder.call(fn, [p])
-    return types.uint64(ary, i), codegen
 
 
 @intrinsic

@@ -258,6 +258,8 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
     its IR declares NVSHMEM functions, and behaves exactly like its base
     class otherwise."""
 
+    _hooks_attached = False  #: get_cufunc attached the module hooks (a library from the disk cache too)
+
     @property
     def nvshmem_functions(self) -> frozenset:
         """The NVSHMEM functions this library (with the libraries linked into
@@ -337,13 +339,13 @@ class NvshmemCodeLibrary(CUDACodeLibrary):
         # Attached here rather than at creation so that kernels loaded from
         # Numba's disk cache (which drops callbacks) get them too; once per library (numba-cuda
         # asks for the function at every launch)
-        if "_hooks_attached" not in self.__dict__:
+        if not self._hooks_attached:
             if self.uses_nvshmem:
                 if _module_setup not in self._setup_functions:
                     self._setup_functions.append(_module_setup)
                 if _module_teardown not in self._teardown_functions:
                     self._teardown_functions.append(_module_teardown)
-            self.__dict__["_hooks_attached"] = True
+            self._hooks_attached = True
         return super().get_cufunc()
 
 

@@ -24,7 +24,7 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 from numba.cuda import libdevice
 
 from ... import numba as nv
-from .._numba_asm import address, ballot, load16, load_volatile_u64, store16
+from .._numba_asm import address, ballot, load16, store16
 from ..numba import _bf16_load, _bf16_store, _finish, _stream
 from . import _layout
 
@@ -303,7 +303,7 @@ def combine(y, topk, weights, recv_src, comb_x, sig, recv_count, out, epoch, T, 
     # thread 0's wait_until of the last one, already set (NVSHMEM's step after a wait)
     i = tid
     while i < E:
-        while load_volatile_u64(sig, uint64(E + i)) < uint64(epoch):
+        while nv.signal_fetch(sig, uint64(E + i)) < uint64(epoch):  # a volatile load, inlined
             pass
         i += THREADS
     cuda.syncthreads()
