@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 ENV_CHECK_SYMMETRY = "NVSHMEM_DSL_CHECK_SYMMETRY"
-LIBRARIES = ("cupy", "torch", "numba")
-_MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba.cuda"}  #: the module an array library's arrays come from
+#: The array libraries, each with the module its arrays come from (what ``like=`` imports)
+_MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba.cuda"}
+LIBRARIES = tuple(_MODULES)
 _SCRATCH_BYTES = 256  # internal symmetric scratch: value_ranges (in 0..63, out 128..191), team uid (64..71)
 _SCRATCH_UID = 64
 
@@ -194,11 +195,7 @@ def _import(name: str, function: str):
     if module is not None:  # imported already (every call after the first): no import machinery
         return module
     try:
-        if name == "numba":
-            from numba import cuda
-
-            return cuda
-        return importlib.import_module(name)
+        return importlib.import_module(_MODULES[name])
     except ImportError as exc:
         raise NvshmemArgumentError(f"{function}(): like={name!r} but {name} cannot be imported: {exc}") from None
 

@@ -10,8 +10,8 @@ of PE count x DSL x launcher ends the output and goes to <out>/summary.json.
 
 `--together N` runs up to N of one PE count's suites (DSL x launcher) at once, as clients of the same
 MPS daemon where there is one: compiling is most of a suite's time, and the GPU host's cores are
-many (four suites of 2 PEs on one H200: 82 s against ~300 s one after another,
-tests/gpu/records/2026-12-03/h200-suites-session21.txt). Each suite keeps its own logs and JUnit files.
+many (four suites of 2 PEs on one H200, at once: all done in 82 s, where their own times add up to
+240 s, tests/gpu/records/2026-12-03/h200-suites-session21.txt). Each suite keeps its own logs and JUnit files.
 """
 from __future__ import annotations
 
