@@ -280,17 +280,28 @@ def test_import_is_light():
 
 
 def test_init_prepares_cuda_in_the_background():
-    # on a CPU machine cuInit fails (no driver library): the thread goes on to the import, and
-    # init_driver still reports the failure as before
-    code = ("import sys, threading; from nvshmem_dsl.host import _cuda, _init, _table; "
-            "print('cuda.core' in sys.modules, _table._table is None); "
-            "_init._prepare_in_background(); "
-            "[t.join() for t in threading.enumerate() if t.name == _init.PREPARE_THREAD]; "
-            "print('cuda.core' in sys.modules, _table._table is None)\n"
+    # the thread loads the op table and calls cuInit (on a CPU machine it fails: no driver library;
+    # init_driver still reports the failure as before) and imports no module: an import on two threads
+    # at once handed init's `from cuda.core import Device` a half-initialised cuda.core on the GPU machine
+    code = ("import builtins, sys, threading; from nvshmem_dsl.host import _cuda, _init, _table\n"
+            "imported = []; real = builtins.__import__\n"
+            "def spy(name, *a, **k):\n"
+            "    if threading.current_thread().name == _init.PREPARE_THREAD and name not in sys.modules:\n"
+            "        imported.append(name)\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = spy; before = set(sys.modules)\n"
+            "print(_table._table is None)\n"
+            "_init._prepare_in_background()\n"
+            "[t.join() for t in threading.enumerate() if t.name == _init.PREPARE_THREAD]\n"
+            "print(_table._table is None, 'cuda.core' in sys.modules)\n"
+            "print('thread-imports', imported)\n"
             "try:\n    _cuda.init_driver()\nexcept Exception as exc:\n    print(type(exc).__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "True", "True", "False", "NvshmemInitError"]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "True" and lines[1] == "False False", out.stdout
+    assert lines[2] == "thread-imports []", out.stdout
+    assert lines[3] == "NvshmemInitError", out.stdout
 
 
 # --------------------------------------------------------------------------- init / finalize flow, C intercepted

@@ -24,7 +24,6 @@ finalize waits at most ``NVSHMEM_DSL_FINALIZE_TIMEOUT`` seconds for the other PE
 from __future__ import annotations
 
 import atexit
-import importlib
 import os
 import sys
 import threading
@@ -204,7 +203,7 @@ def init(
                 f"init(): NVSHMEM initialisation already failed in this process ({s.failed_init}); "
                 "NVSHMEM cannot be initialised again after a failure: start a new process"
             )
-        _prepare_in_background()  # cuInit, the op table, set_device's import: while the steps before them run
+        _prepare_in_background()  # cuInit and the op table: while the steps before them run
         _lib.lib()  # NvshmemNotFoundError with the places looked at
         try:
             finalize_timeout = _exit.finalize_timeout()
@@ -306,18 +305,25 @@ PREPARE_THREAD = "nvshmem_dsl-prepare"
 
 def _prepare_in_background() -> None:
     """Start, on a thread, what init's later steps need and nothing of init's own order depends on:
-    the driver's ``cuInit`` (C, without the GIL), the op table (``ops.json``, 2.9 MB of JSON: every C
-    call's status check reads it, rank 0's unique id first) and the import of ``cuda.core`` (for
-    :func:`_cuda.set_device`: 0.16-0.33 s of init() on an H200 host). They then run while init's first
-    steps wait in C (the library load, cuInit, the bootstrap's exchange, the context's creation);
-    the steps that need them find them done or wait for them (a second cuInit returns at once; the
-    table's lock; Python's per-module import lock). A failure here happens again, with its error,
-    where it is needed. Never raises."""
-    if _cuda._initialised and "cuda.core" in sys.modules and _table._table is not None:
+    the driver's ``cuInit`` (C, without the GIL) and the op table (``ops.json``, 2.9 MB of JSON: every
+    C call's status check reads it, rank 0's unique id first). They then run while init's first steps
+    wait in C (the library load, the bootstrap's exchange); the steps that need them find them done or
+    wait for them (a second cuInit returns at once; the table's lock). The thread imports nothing: the
+    driver's module and the table's resource readers are imported here, on the caller's thread. Imports
+    on two threads at once can hand one of them a module still being initialised (seen on the GPU
+    machine: init's ``from cuda.core import Device`` while this thread imported ``cuda.core`` failed
+    with "cannot import name 'Device'"). A failure here happens again, with its error, where it is
+    needed. Never raises."""
+    if _cuda._initialised and _table._table is not None:
+        return
+    try:
+        drv = _cuda.driver()
+        _table.source()
+    except Exception:  # noqa: BLE001 - reported by the step that needs it
         return
 
     def prepare() -> None:
-        for step in (lambda: _cuda.driver().cuInit(0), _table.table, lambda: importlib.import_module("cuda.core")):
+        for step in (lambda: drv.cuInit(0), _table.table):
             try:
                 step()
             except Exception:  # noqa: BLE001 - reported by the step that needs it

@@ -46,14 +46,19 @@ _INT_RESULT_FAMILIES = frozenset(
 _STATUS_GROUPS = frozenset({"host", "collectives", "sync", "queries"})
 
 
+@functools.lru_cache(maxsize=None)
+def source():
+    """Where ops.json is (a resource of nvshmem_dsl._generated; finding it imports importlib's readers)."""
+    return resources.files("nvshmem_dsl._generated").joinpath("ops.json")
+
+
 def table() -> dict:
     """The parsed ops.json (cached)."""
     global _table
     if _table is None:
         with _lock:
             if _table is None:
-                text = resources.files("nvshmem_dsl._generated").joinpath("ops.json").read_text()
-                _table = json.loads(text)
+                _table = json.loads(source().read_text())
     return _table
 
 
