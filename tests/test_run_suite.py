@@ -32,8 +32,9 @@ if sys.argv[1:] == ["-d"]:
             f.write("fake daemon started\\n")
 else:
     record["stdin"] = sys.stdin.read()
-    status = 0 if os.path.exists(control) and record["stdin"].strip() == "quit" else 1
-    if status == 0:
+    alive = os.path.exists(control) and not os.environ.get("FAKE_MPS_DEAD")
+    status = 0 if alive and record["stdin"].strip() in ("quit", "get_server_list") else 1
+    if status == 0 and record["stdin"].strip() == "quit":
         os.remove(control)
 with open(os.environ["FAKE_MPS_RECORD"], "a") as f:
     f.write(json.dumps(record) + "\\n")
@@ -55,7 +56,7 @@ def fake(tmp_path, monkeypatch):
     caller_pipe = tmp_path / "caller-pipe"  # no daemon there
     caller_pipe.mkdir()
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(caller_pipe))
-    for var in ("FAKE_MPS_FAIL", "FAKE_MPS_NO_SOCKET", "CUDA_MPS_LOG_DIRECTORY", "CUDA_VISIBLE_DEVICES"):
+    for var in ("FAKE_MPS_FAIL", "FAKE_MPS_NO_SOCKET", "FAKE_MPS_DEAD", "CUDA_MPS_LOG_DIRECTORY", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
 
     def calls():
@@ -154,8 +155,21 @@ def test_callers_daemon_is_used(fake, capsys):
     (caller_pipe / "control").touch()
     with run_suite.MpsDaemon(2) as daemon:
         assert daemon.env == {} and daemon.mode == "caller's MPS"
-    assert fake() == []
+    assert [(c["argv"], c["pipe"], c["stdin"]) for c in fake()] == [([], str(caller_pipe), "get_server_list\n")]
     assert f"listens at {caller_pipe}; not starting another" in capsys.readouterr().out
+
+
+def test_callers_stale_socket_gets_a_daemon_of_ours(fake, monkeypatch, capsys):
+    # a daemon told to quit can leave its socket: PEs would then share the GPU time-sliced, without MPS
+    caller_pipe = Path(os.environ["CUDA_MPS_PIPE_DIRECTORY"])
+    (caller_pipe / "control").touch()
+    monkeypatch.setenv("FAKE_MPS_DEAD", "1")
+    with run_suite.MpsDaemon(2) as daemon:
+        assert daemon.mode == "MPS"
+        assert daemon.env["CUDA_MPS_PIPE_DIRECTORY"] != str(caller_pipe)
+        assert Path(daemon.env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists()
+    assert "no MPS control daemon answers at" in capsys.readouterr().out
+    assert [c["argv"] for c in fake()][:2] == [[], ["-d"]]
 
 
 def test_pes_per_gpu(monkeypatch):

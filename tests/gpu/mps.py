@@ -62,10 +62,13 @@ class MpsDaemon:
         if not self.enabled:
             self.mode = "no MPS"
             print(f"mps: MPS disabled: {self.pes_per_gpu} PEs per GPU without an MPS daemon", flush=True)
-        elif (caller_pipe / "control").exists():
+        elif self._answers(caller_pipe):
             self.mode = "caller's MPS"
             print(f"mps: an MPS control daemon listens at {caller_pipe}; not starting another", flush=True)
         else:
+            if (caller_pipe / "control").exists():
+                print(f"mps: no MPS control daemon answers at {caller_pipe} (a stale socket); starting one",
+                      flush=True)
             try:
                 self._start()
             except BaseException:
@@ -103,6 +106,20 @@ class MpsDaemon:
             time.sleep(0.05)
         print(f"mps: started an MPS control daemon at {pipe} (log {log}), "
               f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={self.env['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE']}", flush=True)
+
+    def _answers(self, pipe: Path) -> bool:
+        """Whether a daemon answers at ``pipe``: its control socket is there and `get_server_list`
+        succeeds (a daemon told to quit can leave the socket behind; PEs started then would share the
+        GPU without MPS, time-sliced: every wait on a peer a scheduler slice, milliseconds)."""
+        if not (pipe / "control").exists():
+            return False
+        env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(pipe))
+        try:
+            done = subprocess.run([self.control], input="get_server_list\n", env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
 
     def _control(self, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=self.env["CUDA_MPS_PIPE_DIRECTORY"],
