@@ -277,3 +277,15 @@ def test_find_device_bitcode_library_without_a_driver_is_the_installations_defau
         pytest.skip("no NVSHMEM device bitcode installed here")
     assert nvshmem.find_device_bitcode_library() == str(files[-1])
     assert nvshmem.find_device_bitcode_library(90) == str(_libs.bitcode_path(90))
+
+
+def test_singleton_ranks_get_the_one_node_launcher_without_ssh(tmp_path):
+    # each rank is an MPI singleton: Open MPI's daemon for it refuses its rsh launcher without ssh or rsh
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    assert runner.singleton_mpi_env({"PATH": str(bare)}) == {"OMPI_MCA_plm": "^rsh"}
+    assert runner.singleton_mpi_env({"PATH": str(bare), "OMPI_MCA_plm": "rsh"}) == {}  # the caller's choice
+    ssh = bare / "ssh"
+    ssh.write_text("#!/bin/sh\n")
+    ssh.chmod(0o755)
+    assert runner.singleton_mpi_env({"PATH": str(bare)}) == {}

@@ -40,6 +40,7 @@ import concurrent.futures
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,6 +76,17 @@ class Run:
     @property
     def file(self) -> str:
         return str(Path(self.folder) / (self.argv[2] if self.is_pytest else self.argv[0]).split("::")[0])
+
+
+def singleton_mpi_env(env: dict) -> dict:
+    """What each rank, an MPI singleton, needs where neither ssh nor rsh is installed (the GPU machine):
+    Open MPI's singleton init starts a local daemon whose rsh launcher refuses to load without them
+    ("plm_rsh_agent: ssh : rsh ... could not be found"); without rsh it takes the one-node launcher.
+    Nothing where the caller chose a launcher (OMPI_MCA_plm) or ssh/rsh is there; MPICH ignores it."""
+    path = env.get("PATH", "")
+    if "OMPI_MCA_plm" in env or shutil.which("ssh", path=path) or shutil.which("rsh", path=path):
+        return {}
+    return {"OMPI_MCA_plm": "^rsh"}
 
 
 def _pytest(suite, name, folder, target, timeout=90, env=()):
@@ -203,6 +215,7 @@ def execute(run: Run, tests: Path, out: Path, deadline: float) -> Result:
     env = dict(os.environ, **dict(run.env), NV4PY_CASE_LOG=str(case_log))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     env.pop("NVSHMEM_BOOTSTRAP", None)
+    env.update(singleton_mpi_env(env))
     start = time.monotonic()
     with open(out / f"{run.name}.log", "w") as log:
         log.write(f"$ (cd {run.folder} && {' '.join(command(run))})  # timeout {limit:.0f} s\n")

@@ -220,11 +220,12 @@ def test_bad_input(dsl):
             all_gather_matmul(a, b, dsl=dsl)  # 16 rows: not a whole tile
     if npes > 1:
         # shards that differ by PE: every PE raises (the first call of a shape is checked), none hangs
-        # K = 48 is no other test's: a shape one PE called before is not checked again there (the check
-        # is made at each PE's first call of a shape), and the other PEs would wait in it for that PE
-        big = nvshmem.zeros((256, 48), "bfloat16", like="torch")  # whole CuTe tiles of rows either way
+        # K = 160 is no other test's and whole CuTe K steps (32): a shape one PE called before is not checked
+        # again there (the check is made at each PE's first call of a shape), and the other PEs would wait
+        # in it for that PE
+        big = nvshmem.zeros((256, 160), "bfloat16", like="torch")  # whole CuTe tiles of rows either way
         with pytest.raises(nvshmem.NvshmemArgumentError, match="different arguments"):
-            all_gather_matmul(big[:128 * (1 + me % 2)], _weights(me, 48, 128), dsl=dsl)
+            all_gather_matmul(big[:128 * (1 + me % 2)], _weights(me, 160, 128), dsl=dsl)
         nvshmem.free(big)
     nvshmem.free(a)
 
