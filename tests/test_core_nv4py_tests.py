@@ -188,7 +188,7 @@ def test_runner_xfail_runs_as_run_tests_sh(tmp_path, monkeypatch):
     assert by["collective_numba"].xfail and by["highlevel_bindings"].xfail and not by["ring"].xfail
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "bad_test.py").write_text("raise SystemExit(3)\n")
-    monkeypatch.setattr(runner, "command", lambda run: [sys.executable, *run.argv])
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None: [sys.executable, *run.argv])
     bad = runner.Run("numba", "bad", ".", ("bad_test.py",), xfail=True)
     res = runner.execute(bad, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 60)
     assert (res.status, res.rc, res.counts()["failed"]) == ("xfail", 3, 1)
@@ -202,7 +202,7 @@ def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "slow_test.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
     slow = runner.Run("core", "slow", ".", ("slow_test.py",), timeout=20, nproc=1)
-    monkeypatch.setattr(runner, "command", lambda run: [sys.executable, *run.argv])
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None: [sys.executable, *run.argv])
     res = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 17)
     assert res.status == "timeout" and res.cases == {"slow_test.py": ("hung", "see slow.log")}
     assert 14 < res.seconds < 40 and "timeout after" in (tmp_path / "out" / "slow.log").read_text()
@@ -279,13 +279,17 @@ def test_find_device_bitcode_library_without_a_driver_is_the_installations_defau
     assert nvshmem.find_device_bitcode_library(90) == str(_libs.bitcode_path(90))
 
 
-def test_singleton_ranks_get_the_one_node_launcher_without_ssh(tmp_path):
-    # each rank is an MPI singleton: Open MPI's daemon for it refuses its rsh launcher without ssh or rsh
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    assert runner.singleton_mpi_env({"PATH": str(bare)}) == {"OMPI_MCA_plm": "^rsh"}
-    assert runner.singleton_mpi_env({"PATH": str(bare), "OMPI_MCA_plm": "rsh"}) == {}  # the caller's choice
-    ssh = bare / "ssh"
-    ssh.write_text("#!/bin/sh\n")
-    ssh.chmod(0o755)
-    assert runner.singleton_mpi_env({"PATH": str(bare)}) == {}
+def test_ranks_under_mpirun_run_through_the_alias(monkeypatch):
+    # Open MPI without ssh/rsh cannot start MPI singletons: the files then run under mpirun, as run_tests.sh
+    npe = {r.name: r for r in runner.RUNS}["npe"]
+    cmd = runner.command(npe, ["/x/mpirun", "--oversubscribe"])
+    assert cmd == ["/x/mpirun", "--oversubscribe", "-n", "2", sys.executable, "-m", "nvshmem_dsl.core.alias",
+                   "test_npe.py", "-i", "mpi"]
+    assert runner.command(npe)[1:6] == ["-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", "2"]
+    import jobs
+    monkeypatch.setattr(jobs, "mpirun", lambda: ["/x/mpirun"])
+    assert runner.find_mpirun("auto") == ["/x/mpirun"] and runner.find_mpirun("nvshmem_dsl") is None
+    monkeypatch.setattr(jobs, "mpirun", lambda: None)
+    assert runner.find_mpirun("auto") is None
+    with pytest.raises(SystemExit, match="no mpirun"):
+        runner.find_mpirun("mpirun")

@@ -1,7 +1,8 @@
 """pytest plugin for NVSHMEM4Py's own tests run through our alias (tests/gpu/nvshmem4py_tests.py).
 
-Loaded with ``-p nv4py_pytest_plugin`` in every rank of a ``python -m nvshmem_dsl.run
---as-nvshmem4py -n 2 -m pytest ...`` job:
+Loaded with ``-p nv4py_pytest_plugin`` in every rank of a ``mpirun -n 2 python -m
+nvshmem_dsl.core.alias -m pytest ...`` or ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2 -m
+pytest ...`` job:
 
 * registers the ``mpi`` mark, and ``--with-mpi`` when pytest-mpi is not installed (NVIDIA's
   run_tests.sh passes it; without the plugin pytest would stop at the unknown option);
@@ -17,7 +18,8 @@ import json
 import os
 
 _LOG_VAR = "NV4PY_CASE_LOG"
-_RANK_VAR = "NVSHMEM_DSL_RANK"
+#: The rank: our launcher's, else the MPI launcher's (mpirun).
+_RANK_VARS = ("NVSHMEM_DSL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
 
 def pytest_addoption(parser):
@@ -34,7 +36,8 @@ def _write(record: dict) -> None:
     path = os.environ.get(_LOG_VAR)
     if not path:
         return
-    with open(f"{path}.rank{os.environ.get(_RANK_VAR, '0')}", "a", encoding="utf-8") as f:
+    rank = next((os.environ[v] for v in _RANK_VARS if v in os.environ), "0")
+    with open(f"{path}.rank{rank}", "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 
 

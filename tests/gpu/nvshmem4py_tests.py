@@ -1,7 +1,7 @@
 """NVSHMEM4Py's own tests (its repository's nvshmem4py/test) run as its run_tests.sh runs them, through our alias.
 
     python3 tests/gpu/nvshmem4py_tests.py [--tests .dw/nv4py-tests] [--out DIR] [--suites core,numba,...]
-        [--budget 480] [--together 3] [--only NAME,...] [--list]
+        [--budget 480] [--together 3] [--only NAME,...] [--launcher auto|mpirun|nvshmem_dsl] [--list]
 
 The tests are NVIDIA's code: they are never in git.  A maintainer places them, byte for byte, in
 ``.dw/nv4py-tests`` (the layout of ``nvshmem4py/test``; ``SOURCES.txt`` there names the commit of
@@ -12,10 +12,12 @@ numba_high_level_1/2, cutedsl, cutedsl_high_level_1/2, nvls), each once (run_tes
 CuTe RMA file and the CuTe collectives twice), with its arguments (``-i mpi`` / ``--init-type mpi
 --with-mpi``; ``--skip-amo`` when NVSHMEM4PY_SKIP_AMO=1, as there) and its environment
 (``NUMBA_CUDA_ENABLE_NRT=1`` for the Numba memory tests), but
-every rank started by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` instead of mpirun (so
-``import nvshmem`` is nvshmem_dsl.core; each rank is an MPI singleton and ``init(mpi_comm=
-MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's ranks).  NVSHMEM_BOOTSTRAP=MPI is
-not set: our launcher bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.
+every rank through our alias (``import nvshmem`` is nvshmem_dsl.core): under mpirun as there, each
+rank ``python -m nvshmem_dsl.core.alias`` (``--launcher auto``, where mpirun is installed), or started
+by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` (``--launcher nvshmem_dsl``: each rank an MPI
+singleton, and ``init(mpi_comm=MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's
+ranks; Open MPI without ssh/rsh cannot start singletons).  NVSHMEM_BOOTSTRAP=MPI is not set: init
+bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.
 
 The CuTe runs need the CuTe DSL (``cutlass``) on the host: without it they are ``no cutlass``, not
 run and not failed (place it first: device step ``cute-part1``, then carry ``.dw/cute2`` too).
@@ -40,7 +42,6 @@ import concurrent.futures
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -76,17 +77,6 @@ class Run:
     @property
     def file(self) -> str:
         return str(Path(self.folder) / (self.argv[2] if self.is_pytest else self.argv[0]).split("::")[0])
-
-
-def singleton_mpi_env(env: dict) -> dict:
-    """What each rank, an MPI singleton, needs where neither ssh nor rsh is installed (the GPU machine):
-    Open MPI's singleton init starts a local daemon whose rsh launcher refuses to load without them
-    ("plm_rsh_agent: ssh : rsh ... could not be found"); without rsh it takes the one-node launcher.
-    Nothing where the caller chose a launcher (OMPI_MCA_plm) or ssh/rsh is there; MPICH ignores it."""
-    path = env.get("PATH", "")
-    if "OMPI_MCA_plm" in env or shutil.which("ssh", path=path) or shutil.which("rsh", path=path):
-        return {}
-    return {"OMPI_MCA_plm": "^rsh"}
 
 
 def _pytest(suite, name, folder, target, timeout=90, env=()):
@@ -145,10 +135,30 @@ class Result:
         return out
 
 
-def command(run: Run) -> list[str]:
+def command(run: Run, mpirun: list[str] | None = None) -> list[str]:
+    """The run's ranks under our launcher (``python -m nvshmem_dsl.run --as-nvshmem4py``), or under
+    ``mpirun`` (its command and flags; each rank ``python -m nvshmem_dsl.core.alias``), as run_tests.sh."""
     flags = [flag for name, flag in run.env_flags if os.environ.get(name) == "1"]
-    return [sys.executable, "-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", str(run.nproc), *run.argv, *flags,
-            *(PYTEST_ARGS if run.is_pytest else ())]
+    if mpirun is None:
+        ranks = [sys.executable, "-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", str(run.nproc)]
+    else:
+        ranks = [*mpirun, "-n", str(run.nproc), sys.executable, "-m", "nvshmem_dsl.core.alias"]
+    return [*ranks, *run.argv, *flags, *(PYTEST_ARGS if run.is_pytest else ())]
+
+
+def find_mpirun(choice: str) -> list[str] | None:
+    """``--launcher``: "mpirun" (its command, flags included), "nvshmem_dsl" (None), or "auto": mpirun
+    where one is installed. Each rank of our launcher is an MPI singleton, which Open MPI builds without
+    ssh/rsh cannot start (its singleton's daemon refuses the rsh launcher: every file that starts MPI
+    failed so on the GPU machine); mpirun starts ranks there, as run_tests.sh does."""
+    if choice == "nvshmem_dsl":
+        return None
+    from jobs import mpirun
+
+    found = mpirun()
+    if found is None and choice == "mpirun":
+        raise SystemExit("--launcher mpirun: no mpirun or mpiexec on PATH")
+    return found
 
 
 _RANK_ORDER = {"passed": 0, "skipped": 1, "error": 2, "failed": 3, "hung": 4}
@@ -196,7 +206,7 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def execute(run: Run, tests: Path, out: Path, deadline: float) -> Result:
+def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[str] | None = None) -> Result:
     result = Result(run)
     if not (tests / run.file).is_file():
         result.status = "missing"
@@ -215,12 +225,14 @@ def execute(run: Run, tests: Path, out: Path, deadline: float) -> Result:
     env = dict(os.environ, **dict(run.env), NV4PY_CASE_LOG=str(case_log))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     env.pop("NVSHMEM_BOOTSTRAP", None)
-    env.update(singleton_mpi_env(env))
+    if launcher is not None:  # mpirun
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # Open MPI refuses root without its consent
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     start = time.monotonic()
     with open(out / f"{run.name}.log", "w") as log:
-        log.write(f"$ (cd {run.folder} && {' '.join(command(run))})  # timeout {limit:.0f} s\n")
+        log.write(f"$ (cd {run.folder} && {' '.join(command(run, launcher))})  # timeout {limit:.0f} s\n")
         log.flush()
-        proc = subprocess.Popen(command(run), cwd=tests / run.folder, env=env, stdout=log,
+        proc = subprocess.Popen(command(run, launcher), cwd=tests / run.folder, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             result.rc = proc.wait(limit)
@@ -300,15 +312,18 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run (default 480)")
     ap.add_argument("--together", type=int, default=1, help="jobs at once (default 1)")
     ap.add_argument("--list", action="store_true", help="print the runs and their commands, run nothing")
+    ap.add_argument("--launcher", choices=("auto", "mpirun", "nvshmem_dsl"), default="auto",
+                    help="what starts the ranks: mpirun, our launcher, or auto: mpirun where installed")
     args = ap.parse_args(argv)
     if args.budget <= 0:
         ap.error("--budget must be positive")
     if args.together < 1:
         ap.error("--together must be at least 1")
     runs = select(args.suites, args.only)
+    launcher = find_mpirun(args.launcher)
     if args.list:
         for r in runs:
-            print(f"{r.suite:<21} {r.name:<24} timeout {r.timeout:>3}  (cd {r.folder} && {' '.join(command(r)[1:])})")
+            print(f"{r.suite:<21} {r.name:<24} timeout {r.timeout:>3}  (cd {r.folder} && {' '.join(command(r, launcher))})")
         return 0
     if not args.tests.is_dir():
         print(f"nvshmem4py_tests: skipped: no {args.tests} (NVSHMEM4Py's nvshmem4py/test, placed by hand, "
@@ -317,7 +332,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
     with concurrent.futures.ThreadPoolExecutor(args.together) as pool:
-        futures = [pool.submit(execute, r, args.tests, args.out, deadline) for r in runs]
+        futures = [pool.submit(execute, r, args.tests, args.out, deadline, launcher) for r in runs]
         results = []
         for f in futures:
             results.append(f.result())
