@@ -46,8 +46,8 @@ def test_one_shot_takes_ll_up_to_its_threshold_where_peers_are_loaded_and_stored
             p = _plan.plan("one_shot", dtype, n, npes, True)
             assert p.ll and p.kernel == _plan.LL_KERNEL, (n, npes)
             assert p.stage_bytes == 0 and p.ll_bytes == 2 * npes * n * _plan.LL_WORD_BYTES
-            # block ranges as the one-shot's, over 8-byte words
-            want = max(1, min(_plan.GRID_MAX, -(-n * _plan.LL_WORD_BYTES // _plan.BLOCK_BYTES)))
+            # block ranges over 8-byte words, LL_BLOCK_BYTES of them a block
+            want = max(1, min(_plan.GRID_MAX, -(-n * _plan.LL_WORD_BYTES // _plan.LL_BLOCK_BYTES)))
             assert p.grid <= want and -(-n // p.chunk) == p.grid
             assert (p.chunk * size) % _plan.ALIGN_BYTES == 0
         assert not _plan.plan("one_shot", dtype, top + 1, npes, True).ll  # above: put with signal
@@ -55,7 +55,7 @@ def test_one_shot_takes_ll_up_to_its_threshold_where_peers_are_loaded_and_stored
         for kind in ("two_shot", "all_gather", "reduce_scatter"):
             p = _plan.plan(kind, dtype, 7, npes, True)
             assert not p.ll and p.kernel == kind and p.ll_bytes == 0
-    assert _plan.plan("one_shot", dtype, top, 2, True).grid == _plan.LL_MAX_BYTES * 8 // size // _plan.BLOCK_BYTES
+    assert _plan.plan("one_shot", dtype, top, 2, True).grid == {"float32": 16, "bfloat16": 32}[dtype]
 
 
 def test_plan_rejects_unknown_kind():

@@ -89,6 +89,11 @@ ALIGN_BYTES = 16
 #: (2 PEs, one H200 under MPS, float32, one block): LL 2.96 / 3.03 / 3.70 us at 64 / 512 / 4096 B, the
 #: put-with-signal one-shot 5.55 / 5.61 / 6.07 us, NVSHMEM's reduce 8.5 / 8.7 / 10.9 us.
 LL_MAX_BYTES = 64 * 1024
+#: Bytes of LL words that one block takes before the grid grows (up to GRID_MAX): a block's LL time
+#: grows with its words (2 PEs, one H200 under MPS, one block: 3.5 / 4.0 / 6.9 / 11.1 us at 1 / 8 / 32 /
+#: 64 KiB of words) while more blocks cost nothing measurable (64 KiB of words a block: 11.1 us with one
+#: block, 11.2 with four; tests/gpu/records/2026-12-03/h200-session22.txt).
+LL_BLOCK_BYTES = 8 * 1024
 #: The LL protocol's word: 8 bytes, the element's bits in the low 32, the epoch's low 32 bits above.
 LL_WORD_BYTES = 8
 #: The epoch bits an LL word carries.
@@ -169,7 +174,10 @@ def plan(kind: str, dtype: str, n: int, npes: int, load_store: bool = False) -> 
     size = ITEMSIZE[dtype]
     span = _ceil(n, npes) if kind == "two_shot" else n
     align = ALIGN_BYTES // size
-    grid = max(1, min(GRID_MAX, _ceil(span * (LL_WORD_BYTES if ll else size), BLOCK_BYTES)))
+    if ll:
+        grid = max(1, min(GRID_MAX, _ceil(span * LL_WORD_BYTES, LL_BLOCK_BYTES)))
+    else:
+        grid = max(1, min(GRID_MAX, _ceil(span * size, BLOCK_BYTES)))
     chunk = _ceil(_ceil(span, grid), align) * align
     grid = _ceil(span, chunk)
     return Plan(kind, dtype, n, npes, span, chunk, grid, ll)
