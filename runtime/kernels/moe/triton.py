@@ -7,18 +7,19 @@ one program is one block of the protocol (``program_id(0)``), of ``_layout.THREA
 
 Rows move as NVSHMEM moves them: where the row's PE is reached by load/store (``nv.peer`` not
 null: NVLink, or the same GPU), as put_nbi's P2P path does, by stores through the peer's address,
-here ``ROWS`` rows at once by the whole program (16-byte vectors, ``ROW_BLOCK`` elements of each row
-a step: the C++ twin's warps, a row each, copy 16 rows at once alike), then a program barrier before
-thread 0's ``fence``; else by ``put_nbi_block``, a row a call (Triton makes block-scope calls with
-every thread).
+``ROWS`` rows at once, a warp a row as the C++ twin's (16-byte vectors, ``ROW_BLOCK`` elements of each
+row a step: four vectors a lane in flight), then a program barrier before thread 0's ``fence``; else
+by ``put_nbi_block``, a row a call (Triton makes block-scope calls with every thread).
 
 Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) routed to expert
 ``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order);
 a match whose token names the expert in an earlier slot is no match (``K - 1`` masked vector
 loads a vector).  P2P: the matches' running count (``tl.cumsum``) is each one's slot ``s`` (the
 Numba block scan's order, ``t * K + j`` ascending), its ``t * K + j`` stored to ``recv_src[s]`` on
-the peer at once (what ``p`` does there), and match ``i``'s token is that of the entry whose count
-is ``i + 1`` (a ``ROWS x SCAN`` sum), ``ROWS`` rows a copy.  Otherwise the vector's
+the peer at once (what ``p`` does there), and match ``i`` is the entry whose count is ``i + 1``,
+found by the warp that copies its row (the counts, a warp's 32 entries a row, in every warp's
+registers: a sum in each lane, then across the warp's lanes; no block-wide reduction a row),
+``ROWS`` rows a copy.  Otherwise the vector's
 matches are counted (``tl.sum``) and taken one after the other, each the smallest entry past the
 previous one (``tl.min``), its row put and its ``t * K + j`` sent by ``p`` (thread 0, not waited
 for).  Then ``fence`` and the word set to ``epoch << 32 | count``.
@@ -66,6 +67,8 @@ WAIT = tl.constexpr(THREADS)
 ROWS = tl.constexpr(16)
 #: Elements of a row a P2P copy step moves (ROWS x ROW_BLOCK: four 16-byte vectors a thread).
 ROW_BLOCK = tl.constexpr(1024)
+#: Elements of a row one warp's lanes cover at once (32 lanes x one 16-byte vector of bfloat16).
+WARP_H = tl.constexpr(256)
 #: Scalar arguments whose value changes from call to call or from PE to PE (no specialisation).
 _VARYING = ("epoch", "T", "me")
 
@@ -122,11 +125,25 @@ def _matches(topk, offs, j, TK, K, e):
 def _copy_rows(dst, src, rows, H, ROW_BLOCK: tl.constexpr):
     """dst[i][h] = src[i][h] for the rows i where ``rows``, h < H: ``dst`` and ``src`` the vectors of
     the rows' first elements (a put's P2P path: NVSHMEM's put_nbi to a load/store reachable PE is such
-    a copy through the peer's address)."""
+    a copy through the peer's address).  A warp a row, as the C++ twin's copy_row: the step is a
+    [ROW_BLOCK // WARP_H, ROWS, WARP_H] tile (Triton puts a warp's 32 lanes along the last axis, 8
+    elements a lane, the warps along the rows), so each lane holds ROW_BLOCK // WARP_H vectors of its
+    warp's row, their loads in flight together."""
+    hh0 = tl.arange(0, ROW_BLOCK // WARP_H)[:, None, None] * WARP_H + tl.arange(0, WARP_H)[None, None, :]
     for h in range(0, H, ROW_BLOCK):
-        hh = h + tl.arange(0, ROW_BLOCK)
-        m = rows[:, None] & (hh < H)[None, :]
-        tl.store(dst[:, None] + hh[None, :], tl.load(src[:, None] + hh[None, :], mask=m), mask=m)
+        hh = h + hh0
+        m = rows[None, :, None] & (hh < H)
+        tl.store(dst[None, :, None] + hh, tl.load(src[None, :, None] + hh, mask=m), mask=m)
+
+
+@triton.jit
+def _entry_of(key, offs, want):
+    """offs[entry] of the entry whose key is want[i], for each i (0 where none): key and offs [SCAN //
+    32, 32], a warp's 32 entries a row.  The [SCAN // 32, ROWS, 32] tile has a warp a target i (the
+    lanes along the entries of a row, the rows in registers): each lane sums its column, then the
+    warp its lanes; no block-wide reduction (one match a target: the sum is the match's entry)."""
+    sel = key[:, None, :] == want[None, :, None]
+    return tl.sum(tl.sum(tl.where(sel, offs[:, None, :], 0), axis=0), axis=1)
 
 
 @triton.jit
@@ -156,16 +173,18 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
             to_src = nv.peer(recv_src, dst)
             for base in range(0, TK, SCAN):  # topk == e, in token order
                 offs = base + tl.arange(0, SCAN)
-                tok = offs // K  # one division an entry (a row's token is its entry's)
+                tok = offs // K  # one division an entry, for its slot j
                 hit = _matches(topk, offs, offs - tok * K, TK, K, e)
                 rank = tl.cumsum(hit.to(tl.int64), axis=0)  # matches up to each entry
                 tl.store(to_src + row0 + count + rank - 1, offs.to(tl.int32), mask=hit)
                 n = tl.sum(hit.to(tl.int64), axis=0)
+                # a match's running count (0: no match), a warp's 32 entries a row
+                key = tl.reshape(tl.where(hit, rank, 0), [SCAN // 32, 32])
+                offs_w = base + tl.reshape(tl.arange(0, SCAN), [SCAN // 32, 32])
                 for i0 in range(0, n, ROWS):
                     i = i0 + tl.arange(0, ROWS)
-                    # match i's token: that of the entry whose running count is i + 1
-                    t = tl.sum(tl.where(hit[None, :] & (rank[None, :] == i[:, None] + 1), tok[None, :], 0), axis=1)
-                    _copy_rows(to_x + (row0 + count + i) * H, x + t * H, i < n, H, ROW_BLOCK)
+                    idx = _entry_of(key, offs_w, i + 1)  # match i: the entry whose running count is i + 1
+                    _copy_rows(to_x + (row0 + count + i) * H, x + (idx // K) * H, i < n, H, ROW_BLOCK)
                 count += n
             tl.debug_barrier()  # every thread's stores before thread 0's fence
         else:
