@@ -52,7 +52,7 @@ NUM_WARPS = THREADS // 32
 #: The arrays the launches take: flat 1-D contiguous torch tensors.
 ARRAYS = "torch"
 #: Entries of ``topk`` the dispatch reads a vector step (one int64 a thread: the P2P path's
-#: ROWS x SCAN search for its rows' entries stays in registers).
+#: running counts, SCAN // 32 x 32, fit every warp's registers for its row's search).
 SCAN = THREADS
 #: Elements of one vector step of the combine's sum (two 16-byte vectors of bfloat16 a thread: a row
 #: of H <= 8192 in one step, so each slot's first row and weight are found once a token).
