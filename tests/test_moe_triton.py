@@ -125,13 +125,19 @@ def test_combine_sums_as_the_numba_kernel(compiled):
 
 
 def test_combine_waits_a_word_a_thread(compiled):
-    """The E combine words are polled by the program's threads at once (Triton's volatile vector
-    load, a word a thread, as the C++ twin's threads each wait one), then one NVSHMEM wait_until of
-    a word already set (its transport step); not thread 0 waiting word after word."""
+    """The E combine words are polled by the program's threads at once, each thread its own word in a
+    loop of volatile loads (a PTX loop in the thread, as the C++ twin's ``while (words[i] < epoch)``),
+    then a barrier and one NVSHMEM wait_until of a word already set (its transport step); no poll
+    loop of the whole program (a block-wide sum a poll, as before), not thread 0 waiting word after
+    word."""
     ck = compiled("combine")
-    assert re.search(r"ld\.volatile\.global\.b64", ck.asm["ptx"])  # NVSHMEM's own polls are generic loads
+    ptx = ck.asm["ptx"]
+    spin = re.search(r"(\$W\d+): ld\.volatile\.global\.u64 v, \[%rd\d+\]; setp\.lt\.u64 p, v, %rd\d+; "
+                     r"@p bra (\$W\d+);", ptx)
+    assert spin and spin.group(1) == spin.group(2), "no volatile poll loop in a thread"
+    assert "bar.sync" in ptx[spin.end():ptx.index("nvshmemi_device_state_d", spin.end())]
     ttir = ck.asm["ttir"]
-    assert re.search(r"tt\.load [^\n]*volatile = true", ttir) or "isVolatile = true" in ttir
+    assert "scf.while" not in ttir  # no program-wide poll loop
     assert ttir.count("nvshmem_uint64_wait_until") == 1 and "wait_until_all" not in ttir
     assert mt.WAIT == _layout.THREADS
 

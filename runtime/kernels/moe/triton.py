@@ -26,8 +26,9 @@ for).  Then ``fence`` and the word set to ``epoch << 32 | count``.
 
 Combine: the rows of each word go back (``recv_src`` read ``ROWS`` at a time on the P2P path),
 then ``fence`` and the combine word; the ``E`` combine words are polled by the program's threads at
-once, a word a thread, as the C++ twin's threads wait (then thread 0's ``wait_until`` of one, already
-set, for NVSHMEM's step after a wait); then ``out[t]`` is summed over j in order in float32,
+once, a word a thread, each thread polling its own in a loop of volatile loads (inline PTX: a Triton
+loop is the whole program's), as the C++ twin's threads wait (then a barrier and thread 0's
+``wait_until`` of one, already set, for NVSHMEM's step after a wait); then ``out[t]`` is summed over j in order in float32,
 product and sum each rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as
 the Numba kernel's ``acc += w * v`` compiles), a slot of no expert left out by a select after its
 row's load (as the C++ twin's), and rounded to bfloat16 to nearest even: the Numba combine's bits.
@@ -93,19 +94,25 @@ def _on_peer(ptr, at):
 
 
 @triton.jit
+def _spin_ge(word, value):
+    """Each thread's poll of its own word until it is >= value (uint64; volatile loads, as NVSHMEM's
+    wait polls): a PTX loop a thread, as the C++ twin's ``while (words[i] < epoch) {}``."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b64 v; $$W${:uid}: ld.volatile.global.u64 v, [$1]; setp.lt.u64 p, v, $2; "
+        "@p bra $$W${:uid}; mov.b64 $0, v; }",
+        "=l,l,l", [word.to(tl.int64), value], dtype=tl.uint64, is_pure=False, pack=1)
+
+
+@triton.jit
 def _wait_all(words, n, value, WAIT: tl.constexpr):
-    """Wait until words[0:n] >= value (uint64), as the C++ twin's threads wait a word each: the
-    program's threads poll WAIT words at once (volatile loads, as NVSHMEM's wait polls), then thread 0's
-    ``wait_until`` of the last word, already set, makes NVSHMEM's transport step after a wait
-    (``syncapi_update_mem``), and the program syncs.  Thread 0 alone waiting word after word read
-    them one at a time: n dependent loads, where a thread each reads them at once."""
+    """Wait until words[0:n] >= value (uint64), as the C++ twin's threads wait: a word a thread, each
+    polling its own (``_spin_ge``), then a program barrier, and thread 0's ``wait_until`` of the last
+    word, already set, makes NVSHMEM's transport step after a wait (``syncapi_update_mem``)."""
     for w0 in range(0, n, WAIT):
         w = w0 + tl.arange(0, WAIT)
         inside = w < n
-        pending = n - w0
-        while pending > 0:
-            got = tl.load(words + w, mask=inside, other=value, volatile=True)
-            pending = tl.sum((got < value).to(tl.int64), axis=0)
+        _spin_ge(words + tl.where(inside, w, 0), tl.where(inside, value, 0).to(tl.uint64))
+    tl.debug_barrier()
     nv.wait_until(words + n - 1, nv.CMP_GE, value)
 
 
