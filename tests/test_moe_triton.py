@@ -125,13 +125,19 @@ def test_combine_sums_as_the_numba_kernel(compiled):
 
 
 def test_combine_waits_a_word_a_thread(compiled):
-    """The E combine words are polled by the program's threads at once (Triton's volatile vector
-    load, a word a thread, as the C++ twin's threads each wait one), then one NVSHMEM wait_until of
-    a word already set (its transport step); not thread 0 waiting word after word."""
+    """The E combine words are polled by the program's threads at once, each thread its own word in a
+    loop of volatile loads (a PTX loop in the thread, as the C++ twin's ``while (words[i] < epoch)``),
+    then a barrier and one NVSHMEM wait_until of a word already set (its transport step); no poll
+    loop of the whole program (a block-wide sum a poll, as before), not thread 0 waiting word after
+    word."""
     ck = compiled("combine")
-    assert re.search(r"ld\.volatile\.global\.b64", ck.asm["ptx"])  # NVSHMEM's own polls are generic loads
+    ptx = ck.asm["ptx"]
+    spin = re.search(r"(\$W\d+): ld\.volatile\.global\.u64 v, \[%rd\d+\]; setp\.lt\.u64 p, v, %rd\d+; "
+                     r"@p bra (\$W\d+);", ptx)
+    assert spin and spin.group(1) == spin.group(2), "no volatile poll loop in a thread"
+    assert "bar.sync" in ptx[spin.end():ptx.index("nvshmemi_device_state_d", spin.end())]
     ttir = ck.asm["ttir"]
-    assert re.search(r"tt\.load [^\n]*volatile = true", ttir) or "isVolatile = true" in ttir
+    assert "scf.while" not in ttir  # no program-wide poll loop
     assert ttir.count("nvshmem_uint64_wait_until") == 1 and "wait_until_all" not in ttir
     assert mt.WAIT == _layout.THREADS
 
@@ -211,3 +217,111 @@ def test_launches_pass_what_the_numba_launches_pass(monkeypatch, torch_standin):
                                    {"SCAN": mt.SCAN, "num_warps": mt.NUM_WARPS}]
     assert got[0][4] == "default"
     assert got[1][4].handle == 0xABC and got[2][4] is got[1][4]  # one ExternalStream per handle
+
+
+def _emulate_p2p_dispatch(topk, e):
+    """The Triton dispatch's P2P path for expert e in numpy, expression by expression: per vector of
+    SCAN entries, the matches (_matches), their running counts (tl.cumsum), recv_src by the counts,
+    then per ROWS rows the entries _entry_of finds (key and offs reshaped to [SCAN // 32, 32] in
+    element order, as tl.reshape keeps it).  Returns (recv_src, the rows' entries) in slot order."""
+    import numpy as np
+
+    T, K = topk.shape
+    flat, TK, scan, rows = topk.reshape(-1), T * K, mt.SCAN, int(mt.ROWS)
+    src, copied, count = {}, [], 0
+    for base in range(0, TK, scan):
+        offs = base + np.arange(scan)
+        inside = offs < TK
+        at = np.where(inside, offs, 0)
+        hit = inside & (flat[at] == e)
+        j = offs - (offs // K) * K
+        for jj in range(1, K):
+            ahead = np.where(hit & (j >= jj), flat[np.clip(offs - jj, 0, TK - 1)], -1)
+            hit &= ahead != e
+        rank = np.cumsum(hit)
+        for o, r in zip(offs[hit], rank[hit]):
+            src[count + r - 1] = int(o)
+        n = int(hit.sum())
+        key = np.where(hit, rank, 0).reshape(scan // 32, 32)
+        offs_w = base + np.arange(scan).reshape(scan // 32, 32)
+        for i0 in range(0, n, rows):
+            i = i0 + np.arange(rows)
+            sel = key[:, None, :] == (i + 1)[None, :, None]
+            idx = np.where(sel, offs_w[:, None, :], 0).sum(axis=0).sum(axis=1)
+            copied += [int(v) for v, live in zip(idx, i < n) if live]
+        count += n
+    assert sorted(src) == list(range(count))
+    return [src[s] for s in range(count)], copied
+
+
+@pytest.mark.parametrize("T,K,E", [(128, 8, 64), (37, 3, 4), (300, 8, 2), (64, 1, 2)])
+def test_p2p_dispatch_finds_each_slots_entry(T, K, E):
+    """The rows the P2P dispatch copies, slot by slot, are the protocol's (t * K + j of expert e in
+    token order, a repeated expert at its first slot), as is recv_src."""
+    import numpy as np
+
+    rng = np.random.default_rng(T * 100 + K)
+    topk = rng.integers(-1, E, size=(T, K))
+    if K > 1:
+        topk[::3, 1] = topk[::3, 0]  # repeated experts
+    topk[:, 0] = np.where(np.arange(T) % 2 == 0, 0, topk[:, 0])  # an overfull expert (> SCAN // K rows)
+    for e in range(E):
+        want = [t * K + j for t in range(T) for j in range(K) if topk[t, j] == e and e not in topk[t, :j]]
+        src, copied = _emulate_p2p_dispatch(topk, e)
+        assert src == want and copied == want, e
+        if e == 0:  # the overfull expert: several ROWS-row steps (and SCAN vectors, where T * K > SCAN)
+            assert len(want) > int(mt.ROWS) and (want[-1] >= mt.SCAN) == (T * K > mt.SCAN)
+
+
+@pytest.mark.parametrize("H", [8, 1000, 1024, 7168, 8200])
+def test_copy_tile_covers_each_element_once(H):
+    """_copy_rows' [ROW_BLOCK // WARP_H, ROWS, WARP_H] steps cover each element of a row once."""
+    import numpy as np
+
+    row_block, warp_h = int(mt.ROW_BLOCK), int(mt.WARP_H)
+    hh0 = (np.arange(row_block // warp_h)[:, None] * warp_h + np.arange(warp_h)[None, :]).ravel()
+    seen = np.zeros(H, int)
+    for h in range(0, H, row_block):
+        hh = h + hh0
+        np.add.at(seen, hh[hh < H], 1)
+    assert (seen == 1).all()
+    assert warp_h == 32 * 8  # a warp's 32 lanes, one 16-byte vector of bfloat16 each
+
+
+_LAYOUT = re.compile(r"^(#\w+) = #ttg\.blocked<\{sizePerThread = \[([\d, ]+)\], threadsPerWarp = \[([\d, ]+)\], "
+                     r"warpsPerCTA = \[([\d, ]+)\]", re.M)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_p2p_rows_a_warp_a_row(compiled, kind):
+    """The P2P copy's tile puts each of the ROWS rows on one warp (its 32 lanes along the row, 8
+    bfloat16 a lane: 16-byte vectors), the C++ twin's copy_row, not a row spread over 4 warps."""
+    ttgir = compiled(kind, aligned=True).asm["ttgir"]
+    layouts = {m.group(1): tuple(tuple(int(v) for v in m.group(g).split(",")) for g in (2, 3, 4))
+               for m in _LAYOUT.finditer(ttgir)}
+    shape = f"{int(mt.ROW_BLOCK) // int(mt.WARP_H)}x{int(mt.ROWS)}x{int(mt.WARP_H)}"
+    loads = re.findall(rf"= tt\.load %\S+, %\S+ : tensor<{shape}x!tt\.ptr<bf16>, (#\w+)>", ttgir)
+    assert loads, f"no {shape} row copy"
+    for name in loads:
+        per_thread, lanes, warps = layouts[name]
+        assert per_thread == (1, 1, 8) and lanes == (1, 1, 32), layouts[name]
+        assert warps == (1, _layout.THREADS // 32, 1), layouts[name]
+
+
+def test_dispatch_finds_its_rows_without_block_reductions(compiled):
+    """Each copy step's rows are found in the warp that copies them (a sum in each lane, then a warp
+    reduction): no shared memory or barrier in the loop over the ROWS-row steps, and the dispatch's
+    barriers and butterfly shuffles down from the ROWS x SCAN block-wide sum's (37 and 152 in PTX,
+    before; 21 and 24 after)."""
+    ck = compiled("dispatch", aligned=True)
+    ptx = ck.asm["ptx"]
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) <= 24
+    assert len(re.findall(r"\bshfl\.sync\.bfly\b", ptx)) <= 32
+    # the TTGIR loop over the steps (step ROWS), up to its end: reductions but no layout conversion
+    # through shared memory (ttg.local_alloc) and no barrier
+    ttgir = ck.asm["ttgir"]
+    start = re.search(rf"scf\.for %i0 = %\S+ to %n step %c{int(mt.ROWS)}_i64", ttgir)
+    assert start, "no loop over the matches ROWS at a time"
+    body = ttgir[start.end():ttgir.index("tt.store", ttgir.index(f"x{int(mt.WARP_H)}x!tt.ptr<bf16>", start.end()))]
+    assert body.count('"tt.reduce"') == 2  # in each lane, then across the warp
+    assert "local_alloc" not in body and "ttg.barrier" not in body

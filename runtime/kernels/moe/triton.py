@@ -7,26 +7,28 @@ one program is one block of the protocol (``program_id(0)``), of ``_layout.THREA
 
 Rows move as NVSHMEM moves them: where the row's PE is reached by load/store (``nv.peer`` not
 null: NVLink, or the same GPU), as put_nbi's P2P path does, by stores through the peer's address,
-here ``ROWS`` rows at once by the whole program (16-byte vectors, ``ROW_BLOCK`` elements of each row
-a step: the C++ twin's warps, a row each, copy 16 rows at once alike), then a program barrier before
-thread 0's ``fence``; else by ``put_nbi_block``, a row a call (Triton makes block-scope calls with
-every thread).
+``ROWS`` rows at once, a warp a row as the C++ twin's (16-byte vectors, ``ROW_BLOCK`` elements of each
+row a step: four vectors a lane in flight), then a program barrier before thread 0's ``fence``; else
+by ``put_nbi_block``, a row a call (Triton makes block-scope calls with every thread).
 
 Dispatch: Triton has no shared arrays or ballots, so the list of the (t, j) routed to expert
 ``e`` is not stored: the program reads ``topk`` in vectors of ``SCAN`` entries (in token order);
 a match whose token names the expert in an earlier slot is no match (``K - 1`` masked vector
 loads a vector).  P2P: the matches' running count (``tl.cumsum``) is each one's slot ``s`` (the
 Numba block scan's order, ``t * K + j`` ascending), its ``t * K + j`` stored to ``recv_src[s]`` on
-the peer at once (what ``p`` does there), and match ``i``'s token is that of the entry whose count
-is ``i + 1`` (a ``ROWS x SCAN`` sum), ``ROWS`` rows a copy.  Otherwise the vector's
+the peer at once (what ``p`` does there), and match ``i`` is the entry whose count is ``i + 1``,
+found by the warp that copies its row (the counts, a warp's 32 entries a row, in every warp's
+registers: a sum in each lane, then across the warp's lanes; no block-wide reduction a row),
+``ROWS`` rows a copy.  Otherwise the vector's
 matches are counted (``tl.sum``) and taken one after the other, each the smallest entry past the
 previous one (``tl.min``), its row put and its ``t * K + j`` sent by ``p`` (thread 0, not waited
 for).  Then ``fence`` and the word set to ``epoch << 32 | count``.
 
 Combine: the rows of each word go back (``recv_src`` read ``ROWS`` at a time on the P2P path),
 then ``fence`` and the combine word; the ``E`` combine words are polled by the program's threads at
-once, a word a thread, as the C++ twin's threads wait (then thread 0's ``wait_until`` of one, already
-set, for NVSHMEM's step after a wait); then ``out[t]`` is summed over j in order in float32,
+once, a word a thread, each thread polling its own in a loop of volatile loads (inline PTX: a Triton
+loop is the whole program's), as the C++ twin's threads wait (then a barrier and thread 0's
+``wait_until`` of one, already set, for NVSHMEM's step after a wait); then ``out[t]`` is summed over j in order in float32,
 product and sum each rounded (``mul.rn``, ``add.rn`` in inline PTX: never contracted to an fma, as
 the Numba kernel's ``acc += w * v`` compiles), a slot of no expert left out by a select after its
 row's load (as the C++ twin's), and rounded to bfloat16 to nearest even: the Numba combine's bits.
@@ -51,7 +53,7 @@ NUM_WARPS = THREADS // 32
 #: The arrays the launches take: flat 1-D contiguous torch tensors.
 ARRAYS = "torch"
 #: Entries of ``topk`` the dispatch reads a vector step (one int64 a thread: the P2P path's
-#: ROWS x SCAN search for its rows' entries stays in registers).
+#: running counts, SCAN // 32 x 32, fit every warp's registers for its row's search).
 SCAN = THREADS
 #: Elements of one vector step of the combine's sum (two 16-byte vectors of bfloat16 a thread: a row
 #: of H <= 8192 in one step, so each slot's first row and weight are found once a token).
@@ -66,6 +68,8 @@ WAIT = tl.constexpr(THREADS)
 ROWS = tl.constexpr(16)
 #: Elements of a row a P2P copy step moves (ROWS x ROW_BLOCK: four 16-byte vectors a thread).
 ROW_BLOCK = tl.constexpr(1024)
+#: Elements of a row one warp's lanes cover at once (32 lanes x one 16-byte vector of bfloat16).
+WARP_H = tl.constexpr(256)
 #: Scalar arguments whose value changes from call to call or from PE to PE (no specialisation).
 _VARYING = ("epoch", "T", "me")
 
@@ -90,19 +94,25 @@ def _on_peer(ptr, at):
 
 
 @triton.jit
+def _spin_ge(word, value):
+    """Each thread's poll of its own word until it is >= value (uint64; volatile loads, as NVSHMEM's
+    wait polls): a PTX loop a thread, as the C++ twin's ``while (words[i] < epoch) {}``."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b64 v; $$W${:uid}: ld.volatile.global.u64 v, [$1]; setp.lt.u64 p, v, $2; "
+        "@p bra $$W${:uid}; mov.b64 $0, v; }",
+        "=l,l,l", [word.to(tl.int64), value], dtype=tl.uint64, is_pure=False, pack=1)
+
+
+@triton.jit
 def _wait_all(words, n, value, WAIT: tl.constexpr):
-    """Wait until words[0:n] >= value (uint64), as the C++ twin's threads wait a word each: the
-    program's threads poll WAIT words at once (volatile loads, as NVSHMEM's wait polls), then thread 0's
-    ``wait_until`` of the last word, already set, makes NVSHMEM's transport step after a wait
-    (``syncapi_update_mem``), and the program syncs.  Thread 0 alone waiting word after word read
-    them one at a time: n dependent loads, where a thread each reads them at once."""
+    """Wait until words[0:n] >= value (uint64), as the C++ twin's threads wait: a word a thread, each
+    polling its own (``_spin_ge``), then a program barrier, and thread 0's ``wait_until`` of the last
+    word, already set, makes NVSHMEM's transport step after a wait (``syncapi_update_mem``)."""
     for w0 in range(0, n, WAIT):
         w = w0 + tl.arange(0, WAIT)
         inside = w < n
-        pending = n - w0
-        while pending > 0:
-            got = tl.load(words + w, mask=inside, other=value, volatile=True)
-            pending = tl.sum((got < value).to(tl.int64), axis=0)
+        _spin_ge(words + tl.where(inside, w, 0), tl.where(inside, value, 0).to(tl.uint64))
+    tl.debug_barrier()
     nv.wait_until(words + n - 1, nv.CMP_GE, value)
 
 
@@ -122,11 +132,25 @@ def _matches(topk, offs, j, TK, K, e):
 def _copy_rows(dst, src, rows, H, ROW_BLOCK: tl.constexpr):
     """dst[i][h] = src[i][h] for the rows i where ``rows``, h < H: ``dst`` and ``src`` the vectors of
     the rows' first elements (a put's P2P path: NVSHMEM's put_nbi to a load/store reachable PE is such
-    a copy through the peer's address)."""
+    a copy through the peer's address).  A warp a row, as the C++ twin's copy_row: the step is a
+    [ROW_BLOCK // WARP_H, ROWS, WARP_H] tile (Triton puts a warp's 32 lanes along the last axis, 8
+    elements a lane, the warps along the rows), so each lane holds ROW_BLOCK // WARP_H vectors of its
+    warp's row, their loads in flight together."""
+    hh0 = tl.arange(0, ROW_BLOCK // WARP_H)[:, None, None] * WARP_H + tl.arange(0, WARP_H)[None, None, :]
     for h in range(0, H, ROW_BLOCK):
-        hh = h + tl.arange(0, ROW_BLOCK)
-        m = rows[:, None] & (hh < H)[None, :]
-        tl.store(dst[:, None] + hh[None, :], tl.load(src[:, None] + hh[None, :], mask=m), mask=m)
+        hh = h + hh0
+        m = rows[None, :, None] & (hh < H)
+        tl.store(dst[None, :, None] + hh, tl.load(src[None, :, None] + hh, mask=m), mask=m)
+
+
+@triton.jit
+def _entry_of(key, offs, want):
+    """offs[entry] of the entry whose key is want[i], for each i (0 where none): key and offs [SCAN //
+    32, 32], a warp's 32 entries a row.  The [SCAN // 32, ROWS, 32] tile has a warp a target i (the
+    lanes along the entries of a row, the rows in registers): each lane sums its column, then the
+    warp its lanes; no block-wide reduction (one match a target: the sum is the match's entry)."""
+    sel = key[:, None, :] == want[None, :, None]
+    return tl.sum(tl.sum(tl.where(sel, offs[:, None, :], 0), axis=0), axis=1)
 
 
 @triton.jit
@@ -156,16 +180,18 @@ def dispatch(x, topk, recv_x, recv_src, sig, recv_count, epoch, T, K, H, L, me, 
             to_src = nv.peer(recv_src, dst)
             for base in range(0, TK, SCAN):  # topk == e, in token order
                 offs = base + tl.arange(0, SCAN)
-                tok = offs // K  # one division an entry (a row's token is its entry's)
+                tok = offs // K  # one division an entry, for its slot j
                 hit = _matches(topk, offs, offs - tok * K, TK, K, e)
                 rank = tl.cumsum(hit.to(tl.int64), axis=0)  # matches up to each entry
                 tl.store(to_src + row0 + count + rank - 1, offs.to(tl.int32), mask=hit)
                 n = tl.sum(hit.to(tl.int64), axis=0)
+                # a match's running count (0: no match), a warp's 32 entries a row
+                key = tl.reshape(tl.where(hit, rank, 0), [SCAN // 32, 32])
+                offs_w = base + tl.reshape(tl.arange(0, SCAN), [SCAN // 32, 32])
                 for i0 in range(0, n, ROWS):
                     i = i0 + tl.arange(0, ROWS)
-                    # match i's token: that of the entry whose running count is i + 1
-                    t = tl.sum(tl.where(hit[None, :] & (rank[None, :] == i[:, None] + 1), tok[None, :], 0), axis=1)
-                    _copy_rows(to_x + (row0 + count + i) * H, x + t * H, i < n, H, ROW_BLOCK)
+                    idx = _entry_of(key, offs_w, i + 1)  # match i: the entry whose running count is i + 1
+                    _copy_rows(to_x + (row0 + count + i) * H, x + (idx // K) * H, i < n, H, ROW_BLOCK)
                 count += n
             tl.debug_barrier()  # every thread's stores before thread 0's fence
         else:
