@@ -118,6 +118,38 @@ def test_ll_kernel_compiles(compiled, dtype, aligned):
     assert not _I32_ARITH.findall(ttir), _I32_ARITH.findall(ttir)
 
 
+_LL_POLL_LOOP = re.compile(r"^LL_POLL:\n(.*?)^LL_DONE:", re.M | re.S)
+
+
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+@pytest.mark.parametrize("aligned", (False, True))
+def test_ll_poll_is_each_threads_own(compiled, dtype, aligned):
+    """The LL poll, as the C++ twin's signal_fetch loop: each thread reloads its own word (a scalar
+    volatile load in a loop of its own) until the word's epoch half is the call's; no barrier, no
+    block-wide reduction (tl.max: shared memory, two bar.sync a poll), no shared memory at all."""
+    ck = compiled(_plan.LL_KERNEL, dtype, aligned)
+    ptx = ck.asm["ptx"]
+    assert "bar.sync" not in ptx and "barrier" not in ptx
+    assert "redux" not in ptx and "shfl" not in ptx and ".shared" not in ptx.split(".entry", 1)[1]
+    assert ck.metadata.shared == 0
+    loops = _LL_POLL_LOOP.findall(ptx)
+    # one loop a word of the thread: 16 bytes a thread a step, 8-byte words (npes is not known)
+    assert len(loops) == 16 // _plan.LL_WORD_BYTES, len(loops)
+    for body in loops:
+        assert re.search(r"xor\.b64 (%ll_t), (%ll_w), %\w+;\n\s*shr\.b64 \1, \1, 32;", body), body
+        assert re.search(r"ld\.volatile\.global\.b64 %ll_w, \[%rd\d+\];", body), body
+        assert re.search(r"^\s*bra LL_POLL;", body, re.M), body
+
+
+def test_ll_kernel_to_a_cubin(compiled):
+    """ptxas takes the poll (its labels repeat, one copy a word, each inside its braces)."""
+    if link.ptxas() is None:
+        pytest.skip("needs ptxas")
+    ptx = compiled(_plan.LL_KERNEL, "float32", True).asm["ptx"]
+    cubin = link.ptxas_object(ptx.encode(), "sm_90a", what="one_shot_ll")
+    assert cubin[:4] == b"\x7fELF"
+
+
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")

@@ -103,6 +103,37 @@ def _on_peer(ptr, at):
     return ptr + tl.multiple_of((at.to(tl.int64) - ptr.to(tl.int64)) >> 3, 2)
 
 
+#: The LL poll of one word, in each thread alone: $1 the word loaded, $2 its address, $3 the call's tag;
+#: while the word's epoch half is not the tag's, it is loaded again (volatile); $0 the word.  The labels
+#: and registers are local to the braces (one copy a word of the thread); $0 is written last (it may
+#: share a register with an input).
+_LL_POLL = tl.constexpr("""{
+\t.reg .pred %ll_p;
+\t.reg .b64 %ll_w, %ll_t;
+\tmov.b64 %ll_w, $1;
+LL_POLL:
+\txor.b64 %ll_t, %ll_w, $3;
+\tshr.b64 %ll_t, %ll_t, 32;
+\tsetp.eq.s64 %ll_p, %ll_t, 0;
+\t@%ll_p bra LL_DONE;
+\tld.volatile.global.b64 %ll_w, [$2];
+\tbra LL_POLL;
+LL_DONE:
+\tmov.b64 $0, %ll_w;
+\t}""")
+
+
+@triton.jit
+def _ll_poll(w, at, tag):
+    """The words ``w`` loaded from ``at`` (masked-off ones: ``tag``), each polled by its own thread until
+    its epoch half is ``tag``'s, as the C++ twin's ``nvshmem_signal_fetch`` loop: no barrier, no
+    block-wide reduction (``tl.max`` of the mismatches, what a Triton loop's condition would need, is a
+    shared-memory reduction with two barriers a poll, and keeps every thread until the last word
+    arrives)."""
+    return tl.inline_asm_elementwise(_LL_POLL, "=l,l,l,l", [w, at.to(tl.uint64, bitcast=True), tag],
+                                     dtype=tl.uint64, is_pure=False, pack=1)
+
+
 @triton.jit
 def _finish():
     tl.debug_barrier()
@@ -158,9 +189,7 @@ def one_shot_ll(out, x, stage, sig, epoch, n, span, chunk, me, npes, BLOCK: tl.c
                 acc += tl.load(x + lo + offs, mask=m).to(tl.float32)
             else:
                 at = slots + p * span + offs
-                w = tl.load(at, mask=m, other=tag, volatile=True)
-                while tl.max((w ^ tag) >> 32, axis=0) != 0:  # a word of another call
-                    w = tl.load(at, mask=m, other=tag, volatile=True)
+                w = _ll_poll(tl.load(at, mask=m, other=tag, volatile=True), at, tag)
                 acc += (w.to(tl.uint32) << SHIFT).to(tl.float32, bitcast=True)
         tl.store(out + lo + offs, acc.to(out.dtype.element_ty), mask=m)
 
