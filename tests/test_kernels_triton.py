@@ -25,7 +25,7 @@ from nvshmem_dsl.linker import calls, link, plan  # noqa: E402
 from nvshmem_dsl.triton import _compile  # noqa: E402
 
 CASES = [(kind, dtype) for kind in _plan.KINDS for dtype in _plan.DTYPES]
-PARAMS = ["out", "x", "stage", "sig", "epoch", "n", "span", "chunk", "me", "npes", "BLOCK"]
+PARAMS = ["out", "x", "stage", "sig", "epoch", "n", "span", "chunk", "me", "npes", "BLOCK", "NPES"]
 _CALL = re.compile(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(nvshmem\w+)")
 _VECTOR = re.compile(r"\b(ld|st)\.global\.v[24]\.b(?:32|64)\b")
 # TTIR arithmetic on 32-bit integers (the kernels compute indices in int64 only)
@@ -62,6 +62,40 @@ def test_kernels_take_the_protocols_arguments():
     assert kt.NUM_WARPS * 32 == _plan.THREADS
     for dtype, size in _plan.ITEMSIZE.items():
         assert kt.BLOCK[dtype] * size == 16 * _plan.THREADS  # 16 bytes a thread a step
+
+
+@pytest.mark.parametrize("kind", [*_plan.KINDS, _plan.LL_KERNEL])
+def test_block_is_one_element_a_thread_where_a_range_fits(kind):
+    """BLOCK: one element (LL: word) a thread where a block's range fits in THREADS of them, as the C++
+    twin's loop takes them; else the 16-byte vector step."""
+    vector = {d: kt.LL_BLOCK if kind == _plan.LL_KERNEL else kt.BLOCK[d] for d in _plan.DTYPES}
+    assert kt.SMALL_BLOCK == _plan.THREADS
+    for dtype in _plan.DTYPES:
+        assert kt.block(kind, dtype) == vector[dtype]
+        for chunk in (1, 8, _plan.THREADS):
+            assert kt.block(kind, dtype, chunk) == _plan.THREADS
+        assert kt.block(kind, dtype, _plan.THREADS + 1) == vector[dtype] > _plan.THREADS
+        assert kt.constexprs(kind, dtype, 3, 64) == {"BLOCK": _plan.THREADS, "NPES": 3}
+
+
+@pytest.mark.parametrize("kind", [*_plan.KINDS, _plan.LL_KERNEL])
+def test_sums_and_copies_unrolled_over_the_pes(tmp_path, monkeypatch, kind):
+    """The loops over the PEs of the sums and copies run at compile time (NPES): one load of each PE's
+    element in the TTIR (a loop of a run-time count: one in its body, and LLVM's unrolled copy with its
+    address set-up hoisted before its guard, run by every thread); the steps one element a thread at
+    a small range (tensors of THREADS elements, none of the vector step's)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook",
+                        kt._ptx_only_hook(triton.knobs.runtime.add_stages_inspection_hook))
+    # loads a PE: the sum's (one_shot, reduce_scatter), the sum's and the copy's (two_shot), the copy's
+    # (all_gather; its own range from x besides), the LL sum's two (x or the polled word) and the LL store's
+    per_pe = {"one_shot": 1, "reduce_scatter": 1, "two_shot": 2, "all_gather": 1, _plan.LL_KERNEL: 2}[kind]
+    fixed = {"all_gather": 1, _plan.LL_KERNEL: 1}.get(kind, 0)
+    for npes in (2, 3):
+        ttir = kt.compile(kind, "float32", npes=npes, chunk=64).asm["ttir"]
+        assert len(re.findall(r"\btt\.load\b", ttir)) == per_pe * npes + fixed, (npes, ttir.count("tt.load"))
+        assert f"tensor<{_plan.THREADS}x" in ttir and f"tensor<{kt.BLOCK['float32']}x" not in ttir
 
 
 @pytest.mark.parametrize("kind,dtype", CASES)
@@ -118,6 +152,37 @@ def test_ll_kernel_compiles(compiled, dtype, aligned):
     assert not _I32_ARITH.findall(ttir), _I32_ARITH.findall(ttir)
 
 
+_LL_POLL_LOOP = re.compile(r"^LL_POLL:\n(.*?)^LL_DONE:", re.M | re.S)
+
+
+@pytest.mark.parametrize("dtype", _plan.DTYPES)
+@pytest.mark.parametrize("aligned", (False, True))
+def test_ll_poll_is_each_threads_own(compiled, dtype, aligned):
+    """The LL poll, as the C++ twin's signal_fetch loop: each thread reloads its own word (a scalar
+    volatile load in a loop of its own) until the word's epoch half is the call's; no barrier, no
+    block-wide reduction (tl.max: shared memory, two bar.sync a poll), no shared memory at all."""
+    ck = compiled(_plan.LL_KERNEL, dtype, aligned)
+    ptx = ck.asm["ptx"]
+    assert "bar.sync" not in ptx and "barrier" not in ptx
+    assert "redux" not in ptx and "shfl" not in ptx and ".shared" not in ptx.split(".entry", 1)[1]
+    assert ck.metadata.shared == 0
+    loops = _LL_POLL_LOOP.findall(ptx)
+    assert loops  # one a word of the thread and PE (LLVM may version the unrolled sum on me)
+    for body in loops:
+        assert re.search(r"xor\.b64 (%ll_t), (%ll_w), %\w+;\n\s*shr\.b64 \1, \1, 32;", body), body
+        assert re.search(r"ld\.volatile\.global\.b64 %ll_w, \[%rd\d+\];", body), body
+        assert re.search(r"^\s*bra LL_POLL;", body, re.M), body
+
+
+def test_ll_kernel_to_a_cubin(compiled):
+    """ptxas takes the poll (its labels repeat, one copy a word, each inside its braces)."""
+    if link.ptxas() is None:
+        pytest.skip("needs ptxas")
+    ptx = compiled(_plan.LL_KERNEL, "float32", True).asm["ptx"]
+    cubin = link.ptxas_object(ptx.encode(), "sm_90a", what="one_shot_ll")
+    assert cubin[:4] == b"\x7fELF"
+
+
 def test_a_kernel_to_a_cubin(tmp_path, monkeypatch):
     if link.ptxas() is None or link.nvjitlink_ptx_isa() is None:
         pytest.skip("needs ptxas and nvJitLink")
@@ -143,14 +208,18 @@ def test_launch_passes_the_plan_on_the_stream(monkeypatch, torch_standin):
     kt.launch("two_shot", plan, "out", "x", "stage", "sig", 7, 2, 0)
     kt.launch("two_shot", plan, "out", "x", "stage", "sig", 8, 2, 0xABC)
     kt.launch("two_shot", plan, "out", "x", "stage", "sig", 9, 2, 0xABC)
-    opts = {"BLOCK": kt.BLOCK["bfloat16"], "num_warps": kt.NUM_WARPS}
+    opts = {"BLOCK": kt.BLOCK["bfloat16"], "NPES": 4, "num_warps": kt.NUM_WARPS}
     assert [c[:3] for c in calls] == [((plan.grid,), ("out", "x", "stage", "sig", *plan.args(e, 2)), opts)
                                       for e in (7, 8, 9)]
     assert calls[0][3] == "default"
     assert calls[1][3].handle == 0xABC and calls[2][3] is calls[1][3]  # one ExternalStream per handle
     monkeypatch.setitem(kt.KERNELS, _plan.LL_KERNEL, Kernel())  # the LL kernel: 16 bytes of words a thread
     plan = _plan.plan("one_shot", "bfloat16", 1000, 4, True)
+    assert plan.chunk > _plan.THREADS
     kt.launch(_plan.LL_KERNEL, plan, "out", "x", "words", "sig", 10, 2, 0)
     assert calls[-1][:3] == ((plan.grid,), ("out", "x", "words", "sig", *plan.args(10, 2)),
-                             {"BLOCK": kt.LL_BLOCK, "num_warps": kt.NUM_WARPS})
+                             {"BLOCK": kt.LL_BLOCK, "NPES": 4, "num_warps": kt.NUM_WARPS})
     assert kt.LL_BLOCK * _plan.LL_WORD_BYTES == 16 * _plan.THREADS
+    plan = _plan.plan("one_shot", "float32", 2, 2, True)  # 8 bytes: a range of 4 words, one a thread
+    kt.launch(_plan.LL_KERNEL, plan, "out", "x", "words", "sig", 11, 1, 0)
+    assert calls[-1][2] == {"BLOCK": _plan.THREADS, "NPES": 2, "num_warps": kt.NUM_WARPS}

@@ -1,7 +1,7 @@
 """Experiment (CPU only): count the instructions one thread executes through a kernel's SASS.
 
     cuobjdump -sass k.cubin > k.sass
-    python bench/experiments/sass_walk.py k.sass FUNCTION 'ADDR[:N|:TNTN],...' [-v]
+    python bench/experiments/sass_walk.py k.sass FUNCTION 'ADDR[:N|:TNTN],...' [-v] [--section START:STOP]
 
 FUNCTION: a part of the kernel's name.  Starting at the kernel's first instruction, the walk follows the
 listing: an unconditional BRA is taken, a conditional one (``@P0 BRA``) falls through unless its address
@@ -11,6 +11,8 @@ counted once (predicated-off ones too); a CALL counts as one (its callee is not 
 walked once unless its branch back is listed.  Prints the count and the BAR.SYNC, MEMBAR, FENCE and CALL
 among them (-v: every instruction).  The branch outcomes are decided by hand from the code's meaning
 (bench/results/comm-rs-sass-cpu-2026-12-03.txt lists those of the reduce-scatter kernels).
+``--section START:STOP``: walk only the instructions at addresses START..STOP (hex), from START, ending
+after STOP (one section of a kernel, e.g. from one BAR.SYNC to the next; a branch out of it is an error).
 """
 import re
 import sys
@@ -54,7 +56,17 @@ def walk(code: list, decisions: str, verbose: bool = False, limit: int = 20000):
     return n, stats, left
 
 
+def section(code: list, start: int, stop: int) -> list:
+    """The instructions of ``code`` at start..stop, then an EXIT (not counted by :func:`walk`'s caller)."""
+    return [(a, i) for a, i in code if start <= a <= stop] + [(stop + 0x10, "EXIT")]
+
+
 if __name__ == "__main__":
     listing, name, decisions = sys.argv[1:4]
-    n, stats, left = walk(function(open(listing).read(), name), decisions, "-v" in sys.argv)
-    print(n, stats, f"unused decisions: {left}" if left else "")
+    code = function(open(listing).read(), name)
+    part = "--section" in sys.argv
+    if part:
+        start, _, stop = sys.argv[sys.argv.index("--section") + 1].partition(":")
+        code = section(code, int(start, 16), int(stop, 16))
+    n, stats, left = walk(code, decisions, "-v" in sys.argv)
+    print(n - part, stats, f"unused decisions: {left}" if left else "")
