@@ -4,8 +4,10 @@ starts it beside the C++ twins of bench/cpp/comm.cu).
 
 Timing, as bench/cpp/comm.cu does it: a spin kernel holds the stream while ``--iters`` calls are
 enqueued behind it, then events around the calls give the GPU time per call, without the host's
-launch cost (printed apart as host_us). Each (impl, kind, dtype, bytes) is checked against a torch
-reference once before it is timed. One JSON line per result.
+launch cost (printed apart as host_us); one untimed call between the spin and the first event waits
+out the PEs' start skew (each PE's spin ends at its own time; the call waits for its peers). Each
+(impl, kind, dtype, bytes) is checked against a torch reference once before it is timed. One JSON
+line per result.
 """
 from __future__ import annotations
 
@@ -180,8 +182,9 @@ def add_timing_args(ap, *, iters=100, warmup=10, spin_us=2000.0) -> None:
 def time_calls(call, stream, args, cycles_per_us) -> dict:
     """GPU time per call of ``call`` (which enqueues on ``stream``): ``args.warmup`` calls (their
     host time: host_us), then ``args.reps`` times ``args.iters`` calls behind a spin long enough
-    for all of them to be enqueued, the same on every PE, events around the calls (collective:
-    barriers between reps). The median and least us per call and how they were taken."""
+    for all of them to be enqueued, the same on every PE, and one untimed call (it waits out the PEs'
+    start skew), events around the calls (collective: barriers between reps). The median and least
+    us per call and how they were taken."""
     import torch
     import nvshmem_dsl as nvshmem
     t0 = time.perf_counter()
@@ -196,6 +199,7 @@ def time_calls(call, stream, args, cycles_per_us) -> dict:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(stream):
             torch.cuda._sleep(int(spin_us * cycles_per_us))
+            call()  # untimed: it waits out the PEs' start skew (their spins end apart)
             a.record(stream)
             for _ in range(args.iters):
                 call()

@@ -24,7 +24,8 @@
 //   {"impl":"cpp","bench":"comm","kind","ll","dtype","n","bytes","npes","pe","grid","us","us_min","iters","reps",
 //    "ok","host_us","spin_us"}: after 10 warm-up calls, `reps` runs (default 5) of `iters` (default 100)
 //    back-to-back calls, each run behind a one-thread kernel that spins `spin-us` microseconds (default
-//    2000) so that the events time the GPU, not the host's launches; us = the median over runs of the
+//    2000) so that the events time the GPU, not the host's launches, and behind one more call, untimed,
+//    that waits out the PEs' start skew (its peers' spins end apart); us = the median over runs of the
 //    time per call, us_min the best run, bytes the element bytes of the largest buffer (all-reduce: n,
 //    all-gather / reduce-scatter: npes * n elements), host_us the host's time to enqueue one call.
 // The epoch counter starts at 1 and grows by one every call of the run (one signal array for the whole
@@ -587,6 +588,7 @@ int main(int argc, char** argv) {
             nvshmem_barrier_all();
             double h0 = now_s();
             spin_ns<<<1, 1, 0, stream>>>((long long)(spin_us * 1000));
+            call(p, b, sig, me, npes, stream);  // untimed: it waits out the PEs' start skew
             CUDA_CHECK(cudaEventRecord(ev_a, stream));
             for (int64_t it = 0; it < iters; it++) call(p, b, sig, me, npes, stream);
             CUDA_CHECK(cudaEventRecord(ev_b, stream));
