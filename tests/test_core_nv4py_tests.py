@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -293,3 +294,38 @@ def test_ranks_under_mpirun_run_through_the_alias(monkeypatch):
     assert runner.find_mpirun("auto") is None
     with pytest.raises(SystemExit, match="no mpirun"):
         runner.find_mpirun("mpirun")
+
+
+def test_ranks_site_shares_the_gpus_and_answers_num_devices(tmp_path):
+    # NVSHMEM4Py's tests give each rank Device(node-local rank) and read cuda.core.system.num_devices
+    site = ROOT / "tests" / "gpu" / "nv4py_site"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("print('CHAINED')\n")
+    code = ("import cuda.core, sitecustomize as s\n"
+            "from cuda.core import system\n"
+            "print(cuda.core.Device.__name__, cuda.core.Device.__module__)\n"
+            "print(s.shared_device_id(1, 1), s.shared_device_id(3, 2), s.shared_device_id(0, 0))\n"
+            "print(callable(getattr(system, '__getattr__', None)))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(other)]), NV4PY_SHARE_GPU="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:4] == ["CHAINED", "Device sitecustomize", "0 1 0", "True"], out.stdout
+    env.pop("NV4PY_SHARE_GPU")
+    out = subprocess.run([sys.executable, "-c", "import cuda.core; print(cuda.core.Device.__module__)"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["CHAINED", "cuda.core._device"], out.stdout + out.stderr
+
+
+def test_runner_shares_the_gpus_where_the_ranks_outnumber_them(tmp_path, monkeypatch):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "env_test.py").write_text(
+        "import os, sys\nprint('SHARE', os.environ.get('NV4PY_SHARE_GPU'))\n"
+        "print('SITE', os.environ['PYTHONPATH'].split(os.pathsep)[0].endswith('nv4py_site'))\n")
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None: [sys.executable, *run.argv])
+    run = runner.Run("core", "envcheck", ".", ("env_test.py",))
+    for gpus, share in ((1, "1"), (2, "None")):
+        res = runner.execute(run, tmp_path / "t", tmp_path / f"out{gpus}", deadline=runner.time.monotonic() + 60,
+                             gpus=gpus)
+        log = (tmp_path / f"out{gpus}" / "envcheck.log").read_text()
+        assert res.status == "passed" and f"SHARE {share}" in log and "SITE True" in log, log

@@ -17,7 +17,10 @@ rank ``python -m nvshmem_dsl.core.alias`` (``--launcher auto``, where mpirun is 
 by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` (``--launcher nvshmem_dsl``: each rank an MPI
 singleton, and ``init(mpi_comm=MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's
 ranks; Open MPI without ssh/rsh cannot start singletons).  NVSHMEM_BOOTSTRAP=MPI is not set: init
-bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.
+bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.  The ranks load
+``nv4py_site/sitecustomize.py``: ``cuda.core.system.num_devices`` where the cuda.core installed has
+only ``get_num_devices()``, and, where the ranks outnumber the GPUs (one GPU under MPS),
+``Device(i)`` as ``Device(i % GPUs)`` (the tests give a rank the GPU of its node-local rank).
 
 The CuTe runs need the CuTe DSL (``cutlass``) on the host: without it they are ``no cutlass``, not
 run and not failed (place it first: device step ``cute-part1``, then carry ``.dw/cute2`` too).
@@ -52,6 +55,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+#: sitecustomize for the ranks: what NVSHMEM4Py's tests assume of cuda.core and of a GPU a rank
+SITE = HERE / "nv4py_site"
 DEFAULT_TESTS = ROOT / ".dw" / "nv4py-tests"
 PYTEST_ARGS = ("-p", "nv4py_pytest_plugin", "-p", "no:cacheprovider", "-q", "-rfEs", "--tb=short",
                "--init-type", "mpi", "--with-mpi")
@@ -206,7 +211,8 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[str] | None = None) -> Result:
+def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[str] | None = None,
+            gpus: int | None = None) -> Result:
     result = Result(run)
     if not (tests / run.file).is_file():
         result.status = "missing"
@@ -223,7 +229,9 @@ def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[st
     for old in case_log.parent.glob(f"{run.name}.rank*"):
         old.unlink()
     env = dict(os.environ, **dict(run.env), NV4PY_CASE_LOG=str(case_log))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), str(HERE), env.get("PYTHONPATH", "")) if p)
+    if gpus is not None and gpus < run.nproc:
+        env["NV4PY_SHARE_GPU"] = "1"  # their utils give a rank the GPU of its node-local rank: share them
     env.pop("NVSHMEM_BOOTSTRAP", None)
     if launcher is not None:  # mpirun
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # Open MPI refuses root without its consent
@@ -332,7 +340,10 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
     with concurrent.futures.ThreadPoolExecutor(args.together) as pool:
-        futures = [pool.submit(execute, r, args.tests, args.out, deadline, launcher) for r in runs]
+        from jobs import gpu_count
+
+        gpus = gpu_count()
+        futures = [pool.submit(execute, r, args.tests, args.out, deadline, launcher, gpus) for r in runs]
         results = []
         for f in futures:
             results.append(f.result())
