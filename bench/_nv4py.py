@@ -102,6 +102,24 @@ def compile_cubin(fn, sig: str, cc: tuple[int, int], **jit_options: Any) -> byte
 # ------------------------------------------------------------------ host side
 
 
+def init_by_uid(core, device_count: int):
+    """NVSHMEM4Py's ``core.init`` by unique id: this PE's rank, size and GPU (of ``device_count``), and
+    PE 0's id, from nvshmem_dsl's bootstrap (its launcher's store, torchrun or MPI: no NVSHMEM call);
+    the GPU made current first. Returns its cuda.core Device."""
+    import numpy as np
+    from cuda.core import Device
+
+    from nvshmem_dsl.host import _bootstrap
+
+    boot = _bootstrap.bootstrap(lambda: core.get_unique_id()._data.view(np.uint8).tobytes())
+    uid = core.get_unique_id(empty=True)
+    uid._data.view(np.uint8)[:] = np.frombuffer(boot.uid, np.uint8)
+    device = Device(boot.device(device_count))
+    device.set_current()
+    core.init(device=device, uid=uid, rank=boot.rank, nranks=boot.nranks, initializer_method="uid")
+    return device
+
+
 class Host(C.Host):
     """_common.Host's methods through NVSHMEM4Py's nvshmem.core (cupy arrays)."""
 
@@ -119,24 +137,17 @@ class Host(C.Host):
         self.device = None
 
     def init(self, layers) -> None:
-        """Import ``layers``, then NVSHMEM by unique id: this PE's rank, size and GPU, and PE 0's id,
-        from nvshmem_dsl's bootstrap (its launcher's store, torchrun or MPI: no NVSHMEM call)."""
-        import numpy as np
-        from cuda.core import Device
+        """Import ``layers``, then :func:`init_by_uid` (its time: ``init_s``)."""
+        import cuda.core  # noqa: F401 - init_by_uid's imports, before the clock
+        import numpy  # noqa: F401
 
-        from nvshmem_dsl.host import _bootstrap, _exit
+        from nvshmem_dsl.host import _bootstrap, _exit  # noqa: F401
 
         for mod in layers:
             __import__(mod)
-        core = self.core
         t0 = time.perf_counter()
-        boot = _bootstrap.bootstrap(lambda: core.get_unique_id()._data.view(np.uint8).tobytes())
-        uid = core.get_unique_id(empty=True)
-        uid._data.view(np.uint8)[:] = np.frombuffer(boot.uid, np.uint8)
-        self.device = Device(boot.device(self.cupy.cuda.runtime.getDeviceCount()))
-        self.device.set_current()
+        self.device = init_by_uid(self.core, self.cupy.cuda.runtime.getDeviceCount())
         self.cupy.cuda.Device(self.device.device_id).use()
-        core.init(device=self.device, uid=uid, rank=boot.rank, nranks=boot.nranks, initializer_method="uid")
         self.init_s = time.perf_counter() - t0
         _exit.tell_launcher("initialized")
 

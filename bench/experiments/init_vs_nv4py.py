@@ -46,22 +46,16 @@ def pe_nv4py() -> dict:
     import _nv4py
 
     _nv4py.use_our_nvshmem()
-    import numpy as np
+    import cuda.core  # noqa: F401 - what its init needs, as a program imports it
+    import numpy  # noqa: F401
     import nvshmem.core as core
-    from cuda.core import Device
-
-    from nvshmem_dsl.host import _bootstrap
-
-    t1 = time.perf_counter()
-    boot = _bootstrap.bootstrap(lambda: core.get_unique_id()._data.view(np.uint8).tobytes())
-    uid = core.get_unique_id(empty=True)
-    uid._data.view(np.uint8)[:] = np.frombuffer(boot.uid, np.uint8)
     from cuda.bindings import driver
 
+    from nvshmem_dsl.host import _bootstrap  # noqa: F401
+
+    t1 = time.perf_counter()
     driver.cuInit(0)
-    dev = Device(boot.device(int(driver.cuDeviceGetCount()[1])))
-    dev.set_current()
-    core.init(device=dev, uid=uid, rank=boot.rank, nranks=boot.nranks, initializer_method="uid")
+    dev = _nv4py.init_by_uid(core, int(driver.cuDeviceGetCount()[1]))
     t2 = time.perf_counter()
     dev.sync()
     me = int(core.my_pe())

@@ -31,6 +31,10 @@ def gpu_count() -> int:
         return 0
 
 
+#: What Open MPI needs to start ranks as root (as in containers); MPICH ignores it.
+MPIRUN_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
 def mpirun() -> list[str] | None:
     """``mpirun`` (or ``mpiexec``), with ``--oversubscribe`` for Open MPI; None when there is none."""
     exe = shutil.which("mpirun") or shutil.which("mpiexec")

@@ -234,8 +234,9 @@ def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[st
         env["NV4PY_SHARE_GPU"] = "1"  # their utils give a rank the GPU of its node-local rank: share them
     env.pop("NVSHMEM_BOOTSTRAP", None)
     if launcher is not None:  # mpirun
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # Open MPI refuses root without its consent
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        from jobs import MPIRUN_ROOT_ENV
+
+        env = {**MPIRUN_ROOT_ENV, **env}
     start = time.monotonic()
     with open(out / f"{run.name}.log", "w") as log:
         log.write(f"$ (cd {run.folder} && {' '.join(command(run, launcher))})  # timeout {limit:.0f} s\n")

@@ -91,7 +91,9 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
         mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
         if mpirun is None:
             return {"status": "skipped (no mpirun)", "tests": {}}
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        from jobs import MPIRUN_ROOT_ENV
+
+        env.update(MPIRUN_ROOT_ENV)
         exports = [a for v in ("PYTHONPATH", "NVSHMEM_DISABLE_NVLS", "LD_LIBRARY_PATH", *MPS_VARS,
                                                  *SUITE_ENV.get(dsl, {})) if v in env
                    for a in ("-x", v)]

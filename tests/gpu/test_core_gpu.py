@@ -27,7 +27,7 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import gpu_count, launched_as_pe, mpirun  # noqa: E402
+from jobs import MPIRUN_ROOT_ENV, gpu_count, launched_as_pe, mpirun  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -51,9 +51,7 @@ def twogpu_count():
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVSHMEM_DSL_") or k == "NVSHMEM_DSL_INIT_TIMEOUT"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")  # Open MPI refuses root without its consent
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return env
+    return {**MPIRUN_ROOT_ENV, **env}
 
 
 def _mpirun() -> list[str]:

@@ -34,7 +34,7 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import ROOT, job_env, mpirun, mps_for_jobs  # noqa: E402
+from jobs import MPIRUN_ROOT_ENV, ROOT, job_env, mpirun, mps_for_jobs  # noqa: E402
 from mps import MpsDaemon  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -87,8 +87,7 @@ def _env(mps: MpsDaemon, launcher: str) -> dict[str, str]:
     env = job_env(mps)
     env["NVSHMEM_DSL_FINALIZE_TIMEOUT"] = str(FINALIZE_TIMEOUT_S)
     env.setdefault("NVSHMEM_DSL_INIT_TIMEOUT", "60")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env = {**MPIRUN_ROOT_ENV, **env}
     if launcher == "torchrun":
         env["NVSHMEM_DSL_SECRET"] = secrets.token_hex(16)
     return env
