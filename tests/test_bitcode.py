@@ -220,6 +220,19 @@ def test_a_build_beside_the_compiles_yields_the_cpus(monkeypatch):
     assert store_build.BACKGROUND_NICENESS > 0
 
 
+def test_a_process_bound_to_one_cpu_builds_beside(monkeypatch, tmp_path):
+    """An mpirun rank (bound to one core) builds the store in a process of its own, as with more
+    CPUs: its first kernels link closures instead of waiting for the whole build (GPU record
+    2026-12-03 session 23: ranks bound to one core waited past 90 s)."""
+    monkeypatch.delenv("NVSHMEM_DSL_BUILD_JOBS", raising=False)
+    monkeypatch.setattr(store_build, "_can_spawn", lambda bc: True)
+    monkeypatch.setattr(store_build, "_mem_available", lambda: None)
+    monkeypatch.setattr(store_build, "_cpus", lambda: 1)
+    assert store_build._side_builds(tmp_path / "x.bc")
+    monkeypatch.setenv("NVSHMEM_DSL_BUILD_JOBS", "1")
+    assert not store_build._side_builds(tmp_path / "x.bc")
+
+
 def _functions(mod):
     return sorted(f.name for f in mod.functions if not f.is_declaration)
 

@@ -524,6 +524,7 @@ def test_numba_device_api_compiles_with_nvshmem4py_calls():
         nvshmem_numba.reducescatter_block(0, dst, out, "max")
         nvshmem_numba.fcollect(0, out, src)
         nvshmem_numba.broadcast(0, dst, src)
+        nvshmem_numba.broadcast_block(0, out, src, root=1)  # by keyword, as NVSHMEM4Py's tests pass it
         nvshmem_numba.alltoall_warp(0, out, src)
         nvshmem_numba.sync(0)
         nvshmem_numba.get_peer_array(dst, pe)[0] = 2.0
@@ -533,7 +534,8 @@ def test_numba_device_api_compiles_with_nvshmem4py_calls():
     ptx, _ = cuda.compile_ptx(kernel, (f32, f32, nbtypes.uint64[::1], f32), cc=(9, 0))
     assert "nvshmemi_device_state_d" in ptx
     for callee in ("nvshmem_float_sum_reduce", "nvshmemx_float_max_reducescatter_block", "nvshmem_float_fcollect",
-                   "nvshmem_float_broadcast", "nvshmemx_float_alltoall_warp", "nvshmem_team_sync"):
+                   "nvshmem_float_broadcast", "nvshmemx_float_broadcast_block", "nvshmemx_float_alltoall_warp",
+                   "nvshmem_team_sync"):
         assert callee in ptx, callee
 
     def bad(dst, src):
@@ -541,6 +543,30 @@ def test_numba_device_api_compiles_with_nvshmem4py_calls():
 
     with pytest.raises(TypingError, match="unknown operator 'avg'"):
         cuda.compile_ptx(bad, (f32, f32), cc=(9, 0))
+
+
+def test_numba_broadcast_root_by_keyword_position_or_default():
+    # NVSHMEM4Py's tests write broadcast(team, dest, src, root=0); the root reaches NVSHMEM's 5th argument
+    pytest.importorskip("numba.cuda")
+    from numba import cuda
+    from numba.cuda import types as nbtypes
+
+    import nvshmem_dsl.core.device.numba as nvshmem_numba
+
+    def by_keyword(dst, src):
+        nvshmem_numba.broadcast(0, dst, src, root=5)
+
+    def by_position(dst, src):
+        nvshmem_numba.broadcast(0, dst, src, 3)
+
+    def by_default(dst, src):
+        nvshmem_numba.broadcast(0, dst, src)
+
+    f32 = nbtypes.float32[::1]
+    for kernel, root in ((by_keyword, 5), (by_position, 3), (by_default, 0)):
+        ptx, _ = cuda.compile_ptx(kernel, (f32, f32), cc=(9, 0))
+        call = ptx[:ptx.index("call.uni (retval0), nvshmem_float_broadcast,")]
+        assert call.rsplit("st.param.b32 \t[param4], ", 1)[1].startswith(f"{root};"), kernel.__name__
 
 
 def test_cute_collectives_map_to_the_typed_functions(monkeypatch):

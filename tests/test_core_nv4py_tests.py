@@ -189,7 +189,7 @@ def test_runner_xfail_runs_as_run_tests_sh(tmp_path, monkeypatch):
     assert by["collective_numba"].xfail and by["highlevel_bindings"].xfail and not by["ring"].xfail
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "bad_test.py").write_text("raise SystemExit(3)\n")
-    monkeypatch.setattr(runner, "command", lambda run, mpirun=None: [sys.executable, *run.argv])
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
     bad = runner.Run("numba", "bad", ".", ("bad_test.py",), xfail=True)
     res = runner.execute(bad, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 60)
     assert (res.status, res.rc, res.counts()["failed"]) == ("xfail", 3, 1)
@@ -203,7 +203,7 @@ def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "slow_test.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
     slow = runner.Run("core", "slow", ".", ("slow_test.py",), timeout=20, nproc=1)
-    monkeypatch.setattr(runner, "command", lambda run, mpirun=None: [sys.executable, *run.argv])
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
     res = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 17)
     assert res.status == "timeout" and res.cases == {"slow_test.py": ("hung", "see slow.log")}
     assert 14 < res.seconds < 40 and "timeout after" in (tmp_path / "out" / "slow.log").read_text()
@@ -296,6 +296,32 @@ def test_ranks_under_mpirun_run_through_the_alias(monkeypatch):
         runner.find_mpirun("mpirun")
 
 
+def test_open_mpi_ranks_are_not_bound_to_cores(monkeypatch):
+    # Open MPI binds each rank to a core from core 0 in every job: jobs side by side shared 2 cores
+    import types
+
+    import jobs
+    monkeypatch.setattr(jobs.shutil, "which", lambda name: f"/x/{name}" if name == "mpirun" else None)
+    for version, flags in (("mpirun (Open MPI) 4.1.6", ["--oversubscribe", "--bind-to", "none"]),
+                           ("HYDRA build details: MPICH", [])):
+        monkeypatch.setattr(jobs.subprocess, "run", lambda *a, v=version, **k: types.SimpleNamespace(stdout=v))
+        assert jobs.mpirun() == ["/x/mpirun", *flags]
+
+
+def test_nvshmem4py_itself_runs_its_tests_plainly_under_mpirun(tmp_path, monkeypatch, capsys):
+    # --package nvshmem4py: where NVSHMEM4Py passes is what the alias is held to
+    npe = {r.name: r for r in runner.RUNS}["npe"]
+    assert runner.command(npe, ["/x/mpirun"], "nvshmem4py") == ["/x/mpirun", "-n", "2", sys.executable,
+                                                                "test_npe.py", "-i", "mpi"]
+    with pytest.raises(ValueError, match="mpirun"):
+        runner.command(npe, None, "nvshmem4py")
+    import jobs
+    monkeypatch.setattr(jobs, "mpirun", lambda: None)
+    with pytest.raises(SystemExit):
+        runner.main(["--package", "nvshmem4py", "--tests", str(tmp_path), "--list"])
+    assert "--package nvshmem4py" in capsys.readouterr().err
+
+
 def test_ranks_site_shares_the_gpus_and_answers_num_devices(tmp_path):
     # NVSHMEM4Py's tests give each rank Device(node-local rank) and read cuda.core.system.num_devices
     site = ROOT / "tests" / "gpu" / "nv4py_site"
@@ -322,10 +348,29 @@ def test_runner_shares_the_gpus_where_the_ranks_outnumber_them(tmp_path, monkeyp
     (tmp_path / "t" / "env_test.py").write_text(
         "import os, sys\nprint('SHARE', os.environ.get('NV4PY_SHARE_GPU'))\n"
         "print('SITE', os.environ['PYTHONPATH'].split(os.pathsep)[0].endswith('nv4py_site'))\n")
-    monkeypatch.setattr(runner, "command", lambda run, mpirun=None: [sys.executable, *run.argv])
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
     run = runner.Run("core", "envcheck", ".", ("env_test.py",))
-    for gpus, share in ((1, "1"), (2, "None")):
+    (tmp_path / "t" / "env_test.py").write_text(
+        (tmp_path / "t" / "env_test.py").read_text() + "print('OURS', os.environ.get('NV4PY_USE_OUR_NVSHMEM'))\n")
+    for gpus, share, package, ours in ((1, "1", "alias", "None"), (2, "None", "nvshmem4py", "1")):
         res = runner.execute(run, tmp_path / "t", tmp_path / f"out{gpus}", deadline=runner.time.monotonic() + 60,
-                             gpus=gpus)
+                             gpus=gpus, package=package)
         log = (tmp_path / f"out{gpus}" / "envcheck.log").read_text()
         assert res.status == "passed" and f"SHARE {share}" in log and "SITE True" in log, log
+        assert f"OURS {ours}" in log, log
+
+
+def test_ranks_site_hands_nvshmem4py_our_nvshmem():
+    # NV4PY_USE_OUR_NVSHMEM=1: cuda.pathfinder answers nvshmem_dsl's NVSHMEM headers (bench/_nv4py.py)
+    from nvshmem_dsl._libs import installation
+
+    inst = installation()
+    if inst.include_dir is None or not (inst.include_dir / "nvshmem.h").is_file():
+        pytest.skip(f"NVSHMEM at {inst.root} has no headers")
+    site = ROOT / "tests" / "gpu" / "nv4py_site"
+    code = ("import cuda.pathfinder as p\n"
+            "print(p.find_nvidia_header_directory('nvshmem'))\n")
+    env = dict(os.environ, PYTHONPATH=str(site), NV4PY_USE_OUR_NVSHMEM="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(inst.include_dir)], out.stdout + out.stderr

@@ -173,9 +173,12 @@ def _build_jobs(bc_path: Path, side: bool = False) -> int:
 def _side_builds(bc_path: Path) -> bool:
     """Whether a missing store is built by a process of its own while the
     kernels that need it now link closures extracted meanwhile: with
-    ``NVSHMEM_DSL_BUILD_JOBS`` > 1, or, by default, for files worth it with two
-    CPUs and the memory for two processes (``NVSHMEM_DSL_BUILD_JOBS=1``:
-    never; everything in the calling process)."""
+    ``NVSHMEM_DSL_BUILD_JOBS`` > 1, or, by default, for files worth it with
+    the memory for two processes (``NVSHMEM_DSL_BUILD_JOBS=1``: never;
+    everything in the calling process).  A process bound to one CPU (a rank
+    of ``mpirun``, which binds each to a core) builds beside too: the builder
+    runs niced, so the kernel's closure goes first, where building here would
+    hold the first kernel for the whole build."""
     try:
         import fcntl  # noqa: F401  (the builder holds the store's lock)
     except ImportError:  # pragma: no cover - not POSIX
@@ -183,7 +186,7 @@ def _side_builds(bc_path: Path) -> bool:
     env = _env_jobs()
     if env is not None:
         return env > 1 and bool(sys.executable) and os.path.isfile(__file__)
-    if not _can_spawn(bc_path) or _cpus() < 2:
+    if not _can_spawn(bc_path):
         return False
     avail = _mem_available()
     return avail is None or avail >= 2 * _per_process_bytes(bc_path)

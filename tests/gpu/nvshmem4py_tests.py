@@ -2,6 +2,7 @@
 
     python3 tests/gpu/nvshmem4py_tests.py [--tests .dw/nv4py-tests] [--out DIR] [--suites core,numba,...]
         [--budget 480] [--together 3] [--only NAME,...] [--launcher auto|mpirun|nvshmem_dsl] [--list]
+        [--package alias|nvshmem4py]
 
 The tests are NVIDIA's code: they are never in git.  A maintainer places them, byte for byte, in
 ``.dw/nv4py-tests`` (the layout of ``nvshmem4py/test``; ``SOURCES.txt`` there names the commit of
@@ -17,7 +18,9 @@ rank ``python -m nvshmem_dsl.core.alias`` (``--launcher auto``, where mpirun is 
 by ``python -m nvshmem_dsl.run --as-nvshmem4py -n 2`` (``--launcher nvshmem_dsl``: each rank an MPI
 singleton, and ``init(mpi_comm=MPI.COMM_WORLD, initializer_method="mpi")`` takes the launcher's
 ranks; Open MPI without ssh/rsh cannot start singletons).  NVSHMEM_BOOTSTRAP=MPI is not set: init
-bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.  The ranks load
+bootstraps NVSHMEM by unique id.  wheel_sanity_test.py runs as one process.  ``--package nvshmem4py``
+runs NVSHMEM4Py itself instead (installed, e.g. by the prelude from ``.dw/nv4py``; each rank a plain
+``python`` under mpirun, on nvshmem_dsl's NVSHMEM): where it passes is what the alias is held to.  The ranks load
 ``nv4py_site/sitecustomize.py``: ``cuda.core.system.num_devices`` where the cuda.core installed has
 only ``get_num_devices()``, and, where the ranks outnumber the GPUs (one GPU under MPS),
 ``Device(i)`` as ``Device(i % GPUs)`` (the tests give a rank the GPU of its node-local rank).
@@ -140,11 +143,16 @@ class Result:
         return out
 
 
-def command(run: Run, mpirun: list[str] | None = None) -> list[str]:
+def command(run: Run, mpirun: list[str] | None = None, package: str = "alias") -> list[str]:
     """The run's ranks under our launcher (``python -m nvshmem_dsl.run --as-nvshmem4py``), or under
-    ``mpirun`` (its command and flags; each rank ``python -m nvshmem_dsl.core.alias``), as run_tests.sh."""
+    ``mpirun`` (its command and flags; each rank ``python -m nvshmem_dsl.core.alias``), as run_tests.sh.
+    ``package="nvshmem4py"``: NVSHMEM4Py itself, each rank a plain ``python`` under mpirun."""
     flags = [flag for name, flag in run.env_flags if os.environ.get(name) == "1"]
-    if mpirun is None:
+    if package == "nvshmem4py":
+        if mpirun is None:
+            raise ValueError("NVSHMEM4Py's own ranks start under mpirun (our launcher runs them through the alias)")
+        ranks = [*mpirun, "-n", str(run.nproc), sys.executable]
+    elif mpirun is None:
         ranks = [sys.executable, "-m", "nvshmem_dsl.run", "--as-nvshmem4py", "-n", str(run.nproc)]
     else:
         ranks = [*mpirun, "-n", str(run.nproc), sys.executable, "-m", "nvshmem_dsl.core.alias"]
@@ -212,7 +220,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[str] | None = None,
-            gpus: int | None = None) -> Result:
+            gpus: int | None = None, package: str = "alias") -> Result:
     result = Result(run)
     if not (tests / run.file).is_file():
         result.status = "missing"
@@ -233,15 +241,17 @@ def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[st
     if gpus is not None and gpus < run.nproc:
         env["NV4PY_SHARE_GPU"] = "1"  # their utils give a rank the GPU of its node-local rank: share them
     env.pop("NVSHMEM_BOOTSTRAP", None)
+    if package == "nvshmem4py":
+        env["NV4PY_USE_OUR_NVSHMEM"] = "1"  # the site hands it nvshmem_dsl's NVSHMEM (bench/_nv4py.py)
     if launcher is not None:  # mpirun
         from jobs import MPIRUN_ROOT_ENV
 
         env = {**MPIRUN_ROOT_ENV, **env}
     start = time.monotonic()
     with open(out / f"{run.name}.log", "w") as log:
-        log.write(f"$ (cd {run.folder} && {' '.join(command(run, launcher))})  # timeout {limit:.0f} s\n")
+        log.write(f"$ (cd {run.folder} && {' '.join(command(run, launcher, package))})  # timeout {limit:.0f} s\n")
         log.flush()
-        proc = subprocess.Popen(command(run, launcher), cwd=tests / run.folder, env=env, stdout=log,
+        proc = subprocess.Popen(command(run, launcher, package), cwd=tests / run.folder, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             result.rc = proc.wait(limit)
@@ -323,6 +333,9 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the runs and their commands, run nothing")
     ap.add_argument("--launcher", choices=("auto", "mpirun", "nvshmem_dsl"), default="auto",
                     help="what starts the ranks: mpirun, our launcher, or auto: mpirun where installed")
+    ap.add_argument("--package", choices=("alias", "nvshmem4py"), default="alias",
+                    help="what `import nvshmem` gives the ranks: nvshmem_dsl.core through the alias (default), or "
+                         "NVSHMEM4Py itself (installed; on nvshmem_dsl's NVSHMEM), for the cases it passes here")
     args = ap.parse_args(argv)
     if args.budget <= 0:
         ap.error("--budget must be positive")
@@ -330,9 +343,11 @@ def main(argv=None) -> int:
         ap.error("--together must be at least 1")
     runs = select(args.suites, args.only)
     launcher = find_mpirun(args.launcher)
+    if args.package == "nvshmem4py" and launcher is None:
+        ap.error("--package nvshmem4py: its ranks start under mpirun (none found, or --launcher nvshmem_dsl)")
     if args.list:
         for r in runs:
-            print(f"{r.suite:<21} {r.name:<24} timeout {r.timeout:>3}  (cd {r.folder} && {' '.join(command(r, launcher))})")
+            print(f"{r.suite:<21} {r.name:<24} timeout {r.timeout:>3}  (cd {r.folder} && {' '.join(command(r, launcher, args.package))})")
         return 0
     if not args.tests.is_dir():
         print(f"nvshmem4py_tests: skipped: no {args.tests} (NVSHMEM4Py's nvshmem4py/test, placed by hand, "
@@ -344,7 +359,7 @@ def main(argv=None) -> int:
         from jobs import gpu_count
 
         gpus = gpu_count()
-        futures = [pool.submit(execute, r, args.tests, args.out, deadline, launcher, gpus) for r in runs]
+        futures = [pool.submit(execute, r, args.tests, args.out, deadline, launcher, gpus, args.package) for r in runs]
         results = []
         for f in futures:
             results.append(f.result())

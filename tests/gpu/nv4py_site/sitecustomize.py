@@ -6,6 +6,9 @@ starts (this folder on their PYTHONPATH) and to no other process:
 * ``NV4PY_SHARE_GPU=1`` (the runner sets it where the ranks outnumber the GPUs, which MPS then
   shares): the tests' ``utils`` give each rank ``Device(node-local rank)``; here ``Device(i)`` is
   ``Device(i % GPUs)``, so that 2 ranks run on one GPU as this project's own tests do.
+* ``NV4PY_USE_OUR_NVSHMEM=1`` (the runner's ``--package nvshmem4py``: NVSHMEM4Py itself runs its
+  tests): NVSHMEM4Py gets nvshmem_dsl's NVSHMEM, host library and headers, as the benchmarks give
+  it (bench/_nv4py.py ``use_our_nvshmem``), so that both packages run the tests on one NVSHMEM.
 
 A sitecustomize found after this one on the path still runs.
 """
@@ -54,6 +57,17 @@ def _patch_cuda_core():
         core.Device = Device
 
 
+def _use_our_nvshmem():
+    if os.environ.get("NV4PY_USE_OUR_NVSHMEM") != "1":
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "bench"))
+    try:
+        import _nv4py
+    finally:
+        del sys.path[0]
+    _nv4py.use_our_nvshmem()
+
+
 def _chain():
     """Run the next sitecustomize on the path, if any (this module took its name)."""
     path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
@@ -65,4 +79,5 @@ def _chain():
 
 
 _patch_cuda_core()
+_use_our_nvshmem()
 _chain()

@@ -98,6 +98,15 @@ def _delegate(name: str, scope: str):
 
         return sig, codegen
 
+    if name == "broadcast":  # root by keyword, as NVSHMEM4Py's tests pass it
+        star_typer = typer
+
+        def typer(typingctx, team, dst_array, src_array, root=0):
+            # root omitted: numba passes the default, 0, and lowers it as a constant of the signature's type
+            argtys = (team, dst_array, src_array, root if isinstance(root, types.Type) else types.int32)
+            sig, codegen = star_typer(typingctx, *argtys)
+            return signature(sig.return_type, *argtys), codegen  # the arguments one by one
+
     typer.__name__ = typer.__qualname__ = public
     fn = _intrinsic(target="cuda", prefer_literal=True)(typer)  # the operator string as a literal
     fn.__doc__ = (f"NVSHMEM4Py's ``{public}`` over nvshmem_dsl's typed ``{name}`` functions "
