@@ -858,3 +858,12 @@ def test_a_split_of_a_team_invalid_here_is_nvshmem4pys_error(monkeypatch):
         assert core_teams._parent_size(5, "team_split_strided") == 3
         with pytest.raises(NvshmemError, match=r"team_split_2d\(\): team 7 is not a valid team on this PE"):
             core_teams._parent_size(7, "team_split_2d")
+
+
+def test_utils_is_an_attribute_without_an_import():
+    # NVSHMEM4Py's collective_test.py writes nvshmem.core.utils.get_size(...) having imported nvshmem.core only
+    code = ("import nvshmem_dsl.core as c\n"
+            "print(c.utils.__name__, c.utils.get_size((2, 3), 'float32'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["nvshmem_dsl.core.utils", "24"], out.stdout

@@ -91,6 +91,26 @@ def test_internal_tracking_is_a_live_view_of_the_allocations(up, caplog):
     assert len(_mr_references) == 0 and ptr not in refs
 
 
+def test_internal_tracking_keeps_a_freed_allocations_record(up):
+    """memory_test.py test_buffer_scope_release_gc_free: free_array, del, gc, then write the record's
+    "freed" (NVSHMEM4Py keeps it; ours raised KeyError on the H200, 2026-12-03 session 23)."""
+    from nvshmem_dsl.core._internal_tracking import _mr_references
+
+    buf = nvshmem.buffer(8)
+    ptr = int(buf.handle)
+    nvshmem.free(buf)
+    del buf
+    refs = _mr_references[0]._mem_references
+    assert ptr in refs and refs[ptr]["freed"] is True and ptr in list(refs)
+    refs[ptr]["freed"] = True
+    again = nvshmem.buffer(16)  # an address handed out again: its record is the new allocation's
+    if int(again.handle) == ptr:
+        assert refs[ptr]["size"] == 16 and refs[ptr]["freed"] is False
+    nvshmem.free(again)
+    nvshmem.finalize()
+    assert ptr not in refs and len(refs) == 0
+
+
 def test_internal_tracking_imports_through_the_alias():
     code = ("import nvshmem_dsl.core.alias as a; a.enable(); "
             "from nvshmem.core._internal_tracking import _mr_references; "

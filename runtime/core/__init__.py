@@ -129,4 +129,8 @@ def __getattr__(name: str) -> Any:
         from ._resource import NvshmemResource
 
         return NvshmemResource
+    if name == "utils":  # NVSHMEM4Py's submodules import it: its programs write nvshmem.core.utils.X unimported
+        import importlib
+
+        return importlib.import_module(f"{__name__}.utils")  # (`from . import utils` would ask here again)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,11 +53,17 @@ ENTRIES: dict[int, Entry] = {}
 #: id(CuTe tensor) -> (tensor, Entry, the array it was made from): CuTe tensors carry no
 #: reference back to their memory
 TENSORS: dict[int, tuple[Any, Entry, Any]] = {}
+#: address -> the last Entry freed there (until the address is handed out again, or finalize):
+#: NVSHMEM4Py's ``_mem_references`` keeps a freed allocation's record, and its tests write to it
+#: after ``free_array`` (memory_test.py test_buffer_scope_release_gc_free). Bounded by the heap's
+#: addresses, which allocations reuse.
+FREED: dict[int, Entry] = {}
 
 
 def add(entry: Entry) -> Entry:
     with _lock:
         ENTRIES[entry.ptr] = entry
+        FREED.pop(entry.ptr, None)
     return entry
 
 
@@ -65,6 +71,7 @@ def drop(entry: Entry) -> None:
     with _lock:
         if ENTRIES.get(entry.ptr) is entry:
             del ENTRIES[entry.ptr]
+            FREED[entry.ptr] = entry
         for key, hit in list(TENSORS.items()):
             if hit[1] is entry:
                 del TENSORS[key]
@@ -75,6 +82,7 @@ def clear() -> list[Entry]:
         entries = list(ENTRIES.values())
         ENTRIES.clear()
         TENSORS.clear()
+        FREED.clear()
     return entries
 
 
@@ -271,12 +279,13 @@ class MemReferences(Mapping):
     """address -> :class:`EntryRecord` for everything live that nvshmem_dsl.core handed out."""
 
     def _live(self) -> dict[int, Entry]:
+        """Live entries and, as NVSHMEM4Py keeps them, those freed since (:data:`FREED`)."""
         with _lock:
-            entries = dict(ENTRIES)
+            entries = {**FREED, **ENTRIES}
         return {ptr: e for ptr, e in entries.items() if e.generation == _state.STATE.generation}
 
     def __getitem__(self, ptr: Any) -> EntryRecord:
-        entry = lookup(int(ptr))
+        entry = self._live().get(int(ptr)) if isinstance(ptr, int) or hasattr(ptr, "__index__") else None
         if entry is None:
             raise KeyError(ptr)
         return EntryRecord(entry)
