@@ -103,10 +103,11 @@ def test_internal_tracking_keeps_a_freed_allocations_record(up):
     refs = _mr_references[0]._mem_references
     assert ptr in refs and refs[ptr]["freed"] is True and ptr in list(refs)
     refs[ptr]["freed"] = True
-    again = nvshmem.buffer(16)  # an address handed out again: its record is the new allocation's
-    if int(again.handle) == ptr:
-        assert refs[ptr]["size"] == 16 and refs[ptr]["freed"] is False
-    nvshmem.free(again)
+    from nvshmem_dsl.core import _tracking
+
+    again = _tracking.add(_tracking.Entry(ptr, 16, None, BufferTypes.NORMAL))  # NVSHMEM hands the address out again
+    assert refs[ptr]["size"] == 16 and refs[ptr]["freed"] is False and list(refs).count(ptr) == 1
+    _tracking.drop(again)
     nvshmem.finalize()
     assert ptr not in refs and len(refs) == 0
 

@@ -86,9 +86,10 @@ def clear() -> list[Entry]:
     return entries
 
 
-def lookup(ptr: int) -> Entry | None:
+def lookup(ptr: int, freed: bool = False) -> Entry | None:
+    """The live entry at ``ptr``; ``freed``: or else the last one freed there (:data:`FREED`)."""
     with _lock:
-        entry = ENTRIES.get(int(ptr))
+        entry = ENTRIES.get(int(ptr)) or (FREED.get(int(ptr)) if freed else None)
     if entry is not None and entry.generation != _state.STATE.generation:
         return None  # from a finalized runtime
     return entry
@@ -285,7 +286,7 @@ class MemReferences(Mapping):
         return {ptr: e for ptr, e in entries.items() if e.generation == _state.STATE.generation}
 
     def __getitem__(self, ptr: Any) -> EntryRecord:
-        entry = self._live().get(int(ptr)) if isinstance(ptr, int) or hasattr(ptr, "__index__") else None
+        entry = lookup(int(ptr), freed=True)
         if entry is None:
             raise KeyError(ptr)
         return EntryRecord(entry)
