@@ -489,22 +489,24 @@ def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
     fake_driver.responses.update(nvshmem_n_pes=2)
     nv.init(rank=0, nranks=2, uid=bytes(128))
     written = {}
-    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data: written.update(data=data))
-    # the other PE asked for 512 bytes: max 1024, min 512
-    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n: struct.pack("<qq", 1024, -512))
+    monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
+    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: written.update(data=data, stream=stream))
+    # the other PE asked for 512 bytes: max 1024, min 512 (read back after the runtime stream's work)
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: struct.pack("<qq", 1024, -512 if stream else 0))
     with pytest.raises(nv.NvshmemArgumentError, match="different sizes"):
         nv.buffer(1024)
-    assert struct.unpack("<qq", written["data"]) == (1024, -1024)
-    assert "nvshmem_int64_max_reduce" in [c[0] for c in fake_driver.calls]
+    assert struct.unpack("<qq", written["data"]) == (1024, -1024) and written["stream"] == 0x5EAB
+    reduce = [c for c in fake_driver.calls if "max_reduce" in c[0]]
+    assert [(c[0], c[1][-1]) for c in reduce] == [("nvshmemx_int64_max_reduce_on_stream", 0x5EAB)]
     assert "nvshmem_malloc" not in [c[0] for c in fake_driver.calls]
-    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n: struct.pack("<qq", 1024, -1024))
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: struct.pack("<qq", 1024, -1024))
     fake_driver.responses["nvshmem_malloc"] = 0x7D0000100000
     b = nv.buffer(1024)
     b.free()
     count = len(fake_driver.calls)
     monkeypatch.setenv(memory.ENV_CHECK_SYMMETRY, "0")
     b = nv.buffer(1024)
-    assert "nvshmem_int64_max_reduce" not in [c[0] for c in fake_driver.calls[count:]]
+    assert not [c for c in fake_driver.calls[count:] if "max_reduce" in c[0]]
     b.free()
     nv.finalize()
 

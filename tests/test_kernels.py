@@ -210,15 +210,18 @@ def test_the_ll_epoch_half_wraps_to_fresh_words(fake, monkeypatch):
 
 def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
     from nvshmem_dsl.host import _cuda
-    written = {}
-    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data: written.update({ptr: data}))
+    written, read = {}, []
+    monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
+    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream: written.update({(ptr, stream): data}))
     monkeypatch.setattr(memory, "_scratch_alloc", lambda: symmetric.Allocation(SYM, 256, "internal"))
     import struct
     # what the max-reduction leaves: max(a) = 5, max(-a) = -2 -> a in [2, 5]; b the same everywhere
-    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n: struct.pack("<4q", 5, 9, -2, -9))
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: read.append((ptr, n, stream)) or struct.pack(
+        "<4q", 5, 9, -2, -9))
     assert memory.value_ranges([3, 9]) == [(2, 5), (9, 9)]
-    assert struct.unpack("<4q", written[SYM]) == (3, 9, -3, -9)
-    assert any("max_reduce" in c for c in fake)
+    assert struct.unpack("<4q", written[SYM, 0x5EAB]) == (3, 9, -3, -9)
+    assert read == [(SYM + 128, 32, 0x5EAB)]  # after the reduction on the same stream
+    assert [c for c in fake if "max_reduce" in c] == ["nvshmemx_int64_max_reduce_on_stream"]
 
 
 # --------------------------------------------------------------------------- kernels and the C++ plans

@@ -74,8 +74,9 @@ def main() -> None:
         print(f"{name:62s} {best(fn, n) * 1e9:8.0f} {unit}")
 
     _lib._interceptor = intercept
-    _cuda.memcpy_htod = lambda dst, data: None
-    _cuda.memcpy_dtoh = lambda src, nbytes: bytes(nbytes)
+    _cuda.memcpy_htod = lambda dst, data, stream=None: None
+    _cuda.memcpy_dtoh = lambda src, nbytes, stream=None: bytes(nbytes)
+    _cuda.runtime_stream = lambda: 0x5EAB
     stream = types.SimpleNamespace(ptr=0x1234)  # a cupy-like stream
     world, node = nv.Team.TEAM_WORLD, nv.Team.TEAM_NODE
     with _state.fake(n_pes=2, my_pe=0) as state:

@@ -19,6 +19,7 @@ __all__ = [
     "device_context",
     "memcpy_htod",
     "memcpy_dtoh",
+    "runtime_stream",
     "synchronize",
     "stream_handle",
     "can_access_peer",
@@ -150,14 +151,49 @@ def device_context(device_id: int) -> Iterator[None]:
         drv.cuDevicePrimaryCtxRelease(dev)
 
 
-def memcpy_htod(dst: int, data: bytes | bytearray | memoryview) -> None:
-    _check(driver().cuMemcpyHtoD(dst, bytes(data), len(data)), "cuMemcpyHtoD")
+def memcpy_htod(dst: int, data: bytes | bytearray | memoryview, stream: int | None = None) -> None:
+    """Copy ``data`` to device address ``dst``; with ``stream`` (a handle): queued on it (the data
+    is staged by the driver before this returns, so ``data`` may change after)."""
+    if stream is None:
+        _check(driver().cuMemcpyHtoD(dst, bytes(data), len(data)), "cuMemcpyHtoD")
+        return
+    drv = driver()
+    _check(drv.cuMemcpyHtoDAsync(dst, bytes(data), len(data), drv.CUstream(stream)), "cuMemcpyHtoDAsync")
 
 
-def memcpy_dtoh(src: int, nbytes: int) -> bytes:
+def memcpy_dtoh(src: int, nbytes: int, stream: int | None = None) -> bytes:
+    """``nbytes`` from device address ``src``; with ``stream`` (a handle): after the stream's work
+    so far (a copy to pageable memory returns once done: one call, no separate wait)."""
     buf = bytearray(nbytes)
-    _check(driver().cuMemcpyDtoH(buf, src, nbytes), "cuMemcpyDtoH")
+    drv = driver()
+    if stream is None:
+        _check(drv.cuMemcpyDtoH(buf, src, nbytes), "cuMemcpyDtoH")
+    else:
+        _check(drv.cuMemcpyDtoHAsync(buf, src, nbytes, drv.CUstream(stream)), "cuMemcpyDtoHAsync")
     return bytes(buf)
+
+
+_runtime_stream: int | None = None
+
+
+def runtime_stream() -> int:
+    """The runtime's own stream (a handle; non-blocking: it does not wait for the legacy default
+    stream), made on first use in the current context; :func:`release_runtime_stream` at finalize."""
+    global _runtime_stream
+    if _runtime_stream is None:
+        drv = driver()
+        flags = int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        _runtime_stream = int(_check(drv.cuStreamCreate(flags), "cuStreamCreate"))
+    return _runtime_stream
+
+
+def release_runtime_stream() -> None:
+    """Destroy :func:`runtime_stream`'s stream if it was made (finalize)."""
+    global _runtime_stream
+    if _runtime_stream is not None:
+        handle, _runtime_stream = _runtime_stream, None
+        drv = driver()
+        _check(drv.cuStreamDestroy(drv.CUstream(handle)), "cuStreamDestroy")
 
 
 def synchronize() -> None:

@@ -331,10 +331,13 @@ def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
         raise ValueError(f"value_ranges() takes 1 to 4 values, got {k}")
     scratch = _scratch_alloc()
     if _max_reduce_int64 is None:
-        _max_reduce_int64 = _table.resolve("max_reduce", "int64", 8, untyped=False).symbol
-    _cuda.memcpy_htod(scratch.ptr, struct.pack(f"<{2 * k}q", *values, *(-v for v in values)))
-    _lib.call(_max_reduce_int64, _TEAM_WORLD, scratch.ptr + 128, scratch.ptr, 2 * k)
-    got = struct.unpack(f"<{2 * k}q", _cuda.memcpy_dtoh(scratch.ptr + 128, 16 * k))
+        _max_reduce_int64 = _table.resolve("max_reduce_on_stream", "int64", 8, untyped=False).symbol
+    # three calls queued on the runtime's stream, one wait (the copy back): the blocking
+    # nvshmem_int64_max_reduce between two blocking copies waited three times
+    stream = _cuda.runtime_stream()
+    _cuda.memcpy_htod(scratch.ptr, struct.pack(f"<{2 * k}q", *values, *(-v for v in values)), stream)
+    _lib.call(_max_reduce_int64, _TEAM_WORLD, scratch.ptr + 128, scratch.ptr, 2 * k, stream)
+    got = struct.unpack(f"<{2 * k}q", _cuda.memcpy_dtoh(scratch.ptr + 128, 16 * k, stream))
     return [(-got[k + i], got[i]) for i in range(k)]
 
 
@@ -528,5 +531,7 @@ def _on_finalize(free_internal: bool) -> str | None:
                 finally:
                     REGISTRY.remove(alloc, "nvshmem_dsl was finalized")
     _scratch = None
+    if free_internal:
+        _cuda.release_runtime_stream()
     REGISTRY.clear("nvshmem_dsl was finalized (nvshmem_dsl.finalize())")
     return report
