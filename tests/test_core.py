@@ -569,6 +569,38 @@ def test_numba_broadcast_root_by_keyword_position_or_default():
         assert call.rsplit("st.param.b32 \t[param4], ", 1)[1].startswith(f"{root};"), kernel.__name__
 
 
+def test_numba_data_collectives_take_nvshmem4py_s_parameter_names():
+    pytest.importorskip("numba.cuda")
+    from numba import cuda
+    from numba.core.errors import TypingError
+    from numba.cuda import types as nbtypes
+
+    import nvshmem_dsl.core.device.numba as nvshmem_numba
+
+    def by_keywords(dst, src):
+        nvshmem_numba.reduce(0, dst, src, op="max")
+        nvshmem_numba.reducescatter_warp(team=0, dst_array=dst, src_array=src, op="min")
+        nvshmem_numba.fcollect_block(0, dst_array=dst, src_array=src)
+        nvshmem_numba.alltoall(0, src_array=src, dst_array=dst)
+
+    f32 = nbtypes.float32[::1]
+    ptx, _ = cuda.compile_ptx(by_keywords, (f32, f32), cc=(9, 0))
+    for callee in ("nvshmem_float_max_reduce", "nvshmemx_float_min_reducescatter_warp", "nvshmemx_float_fcollect_block",
+                   "nvshmem_float_alltoall"):
+        assert f"call.uni (retval0), {callee}," in ptx, callee
+
+    def no_op(dst, src):
+        nvshmem_numba.reduce(0, dst, src)
+
+    def not_an_array(dst, src):
+        nvshmem_numba.fcollect(0, dst, 1.0)
+
+    with pytest.raises(TypingError, match=r"reduce: takes \(team, dst_array, src_array, op\); argument 'op' is missing"):
+        cuda.compile_ptx(no_op, (f32, f32), cc=(9, 0))
+    with pytest.raises(TypingError, match="argument src_array must be an array"):
+        cuda.compile_ptx(not_an_array, (f32, f32), cc=(9, 0))
+
+
 def test_cute_collectives_map_to_the_typed_functions(monkeypatch):
     pytest.importorskip("cutlass.cute")
     from nvshmem_dsl.core.device.cute import collective

@@ -1,8 +1,9 @@
 """Collectives from Numba kernels (``nvshmem.core.device.numba.collective``).
 
 ``barrier*``, ``barrier_all*`` and ``sync_all*`` are nvshmem_dsl's functions; ``sync*`` are its
-``team_sync*``.  The data collectives take NVSHMEM4Py's arguments and element counts and call
-nvshmem_dsl's typed ones (they are intrinsics over them, so they compile without a GPU too):
+``team_sync*``.  The data collectives take NVSHMEM4Py's arguments (by position or by its names)
+and element counts and call nvshmem_dsl's typed ones (they are intrinsics over them, so they
+compile without a GPU too):
 
 * ``reduce(team, dst_array, src_array, op)``, ``op`` a string literal ("sum", "prod", "min",
   "max", "and", "or", "xor"): ``dst_array.size`` elements;
@@ -41,71 +42,67 @@ def _op(name: str, op) -> str:
     return value
 
 
-def _argtys(args):
-    return args[0].types if len(args) == 1 and isinstance(args[0], types.StarArgTuple) else args
-
-
 def _nitems(context, builder, aryty, value):
     return context.make_array(aryty)(context, builder, value).nitems
 
 
 def _delegate(name: str, scope: str):
-    """The intrinsic ``name`` (NVSHMEM4Py's arguments) over nvshmem_dsl's typed collectives."""
+    """The intrinsic ``name`` (NVSHMEM4Py's arguments, by position or keyword) over nvshmem_dsl's
+    typed collectives."""
     suffix = f"_{scope}" if scope else ""
     public = f"{name}{suffix}"
 
-    def typer(typingctx, *args):
-        argtys = tuple(_argtys(args))
+    def build(typingctx, argtys):
+        """(signature, codegen) for ``argtys``: (team, dst_array, src_array[, op | root])."""
+        params = ("team", "dst_array", "src_array", *{"broadcast": ("root=0",), "reduce": ("op",),
+                                                      "reducescatter": ("op",)}.get(name, ()))
+        for what, ty in zip(params, argtys):
+            if not isinstance(ty, types.Type):  # omitted: the typer's default, None
+                _fail(public, f"takes ({', '.join(params)}); argument '{what}' is missing")
+        for i, what in ((1, "dst_array"), (2, "src_array")):
+            if not isinstance(argtys[i], types.Array):
+                _fail(public, f"argument {what} must be an array, got {argtys[i]}")
         if name in ("reduce", "reducescatter"):
-            if len(argtys) != 4:
-                _fail(public, f"takes (team, dst_array, src_array, op); got {len(argtys)} arguments")
             native = getattr(_nv, f"{_op(public, argtys[3])}_{name}{suffix}")
             native_tys = (*argtys[:3], types.int64)
         elif name in ("fcollect", "alltoall"):
-            if len(argtys) != 3:
-                _fail(public, f"takes (team, dst_array, src_array); got {len(argtys)} arguments")
             native = getattr(_nv, f"{name}{suffix}")
             native_tys = (*argtys, types.int64)
         else:  # broadcast
-            if len(argtys) not in (3, 4):
-                _fail(public, f"takes (team, dst_array, src_array, root=0); got {len(argtys)} arguments")
             native = getattr(_nv, f"broadcast{suffix}")
-            native_tys = (*argtys[:3], argtys[3] if len(argtys) == 4 else types.int32)
-        for i in (1, 2):
-            if not isinstance(argtys[i], types.Array):
-                _fail(public, f"argument {('dst_array', 'src_array')[i - 1]} must be an array, got {argtys[i]}")
+            native_tys = argtys
         native_sig, native_codegen = native._defn(typingctx, *native_tys)
         n_pes_sig, n_pes_codegen = _nv.team_n_pes._defn(typingctx, argtys[0]) if name == "alltoall" else (None, None)
-        sig = signature(native_sig.return_type, types.StarArgTuple.from_types(argtys))
 
-        def codegen(context, builder, sig_, llargs):
-            values = list(cgutils.unpack_tuple(builder, llargs[0]) if len(llargs) == 1 else llargs)
-            team, dst, src = values[:3]
+        def codegen(context, builder, sig, llargs):
+            team, dst, src = llargs[:3]
             if name in ("reduce", "reducescatter"):
                 count = _nitems(context, builder, argtys[1], dst)
-                native_args = [team, dst, src, count]
             elif name == "fcollect":
-                native_args = [team, dst, src, _nitems(context, builder, argtys[2], src)]
+                count = _nitems(context, builder, argtys[2], src)
             elif name == "alltoall":
                 team_size = n_pes_codegen(context, builder, n_pes_sig, [cgutils.pack_struct(builder, [team])])
                 team_size = context.cast(builder, team_size, n_pes_sig.return_type, types.int64)
-                native_args = [team, dst, src, builder.sdiv(_nitems(context, builder, argtys[2], src), team_size)]
+                count = builder.sdiv(_nitems(context, builder, argtys[2], src), team_size)
             else:
-                root = values[3] if len(values) == 4 else context.get_constant(types.int32, 0)
-                native_args = [team, dst, src, root]
+                count = llargs[3]  # the root
             # nvshmem_dsl's intrinsics take their arguments as one star-args tuple
-            return native_codegen(context, builder, native_sig, [cgutils.pack_struct(builder, native_args)])
+            return native_codegen(context, builder, native_sig, [cgutils.pack_struct(builder, [team, dst, src, count])])
 
-        return sig, codegen
+        return signature(native_sig.return_type, *argtys), codegen
 
-    if name == "broadcast":  # root by keyword, as NVSHMEM4Py's tests pass it
-        star_typer = typer
-
-        def typer(typingctx, team, dst_array, src_array, root=0):
+    # NVSHMEM4Py's parameter names: its programs and tests pass some by keyword (broadcast's root)
+    # (None defaults: an omitted argument is named in a typing error, not a TypeError from numba)
+    if name in ("reduce", "reducescatter"):
+        def typer(typingctx, team=None, dst_array=None, src_array=None, op=None):
+            return build(typingctx, (team, dst_array, src_array, op))
+    elif name in ("fcollect", "alltoall"):
+        def typer(typingctx, team=None, dst_array=None, src_array=None):
+            return build(typingctx, (team, dst_array, src_array))
+    else:
+        def typer(typingctx, team=None, dst_array=None, src_array=None, root=0):
             # root omitted: numba passes the default, 0, and lowers it as a constant of the signature's type
-            argtys = (team, dst_array, src_array, root if isinstance(root, types.Type) else types.int32)
-            sig, codegen = star_typer(typingctx, *argtys)
-            return signature(sig.return_type, *argtys), codegen  # the arguments one by one
+            return build(typingctx, (team, dst_array, src_array, root if isinstance(root, types.Type) else types.int32))
 
     typer.__name__ = typer.__qualname__ = public
     fn = _intrinsic(target="cuda", prefer_literal=True)(typer)  # the operator string as a literal
