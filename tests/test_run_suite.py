@@ -7,6 +7,7 @@ import signal
 import stat
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
@@ -305,14 +306,16 @@ def test_main_reports_mps_failure(fake, monkeypatch, tmp_path, capsys):
     assert "exited with status 3: fake: cannot start; MPS log directory:" in capsys.readouterr().err
 
 
-def test_mpirun_exports_mps_vars(monkeypatch, tmp_path):
-    monkeypatch.setattr(run_suite.shutil, "which", lambda name: "/usr/bin/" + name)
+def test_mpirun_exports_mps_vars_and_leaves_ranks_unbound(monkeypatch, tmp_path):
+    import jobs
+    monkeypatch.setattr(jobs.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(jobs.subprocess, "run", lambda cmd, **kw: types.SimpleNamespace(stdout="mpirun (Open MPI) 4.1.6"))
     calls = []
     monkeypatch.setattr(run_suite, "_call", lambda cmd, env, timeout: calls.append((cmd, env)) or ("ok", ""))
     env = {"CUDA_MPS_PIPE_DIRECTORY": "/p", "CUDA_MPS_LOG_DIRECTORY": "/l", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
     run_suite._run("mpirun", "numba", ["t.py"], 8, 10, tmp_path, env)
     cmd, child_env = calls[0]
-    assert cmd[:3] == ["/usr/bin/mpirun", "-n", "8"]
+    assert cmd[:6] == ["/usr/bin/mpirun", "--oversubscribe", "--bind-to", "none", "-n", "8"]
     for var, value in env.items():
         assert child_env[var] == value and cmd[cmd.index(var) - 1] == "-x"
     assert child_env["NVSHMEM_DISABLE_NVLS"] == "1"

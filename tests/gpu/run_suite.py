@@ -19,7 +19,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -88,16 +87,17 @@ def _run(launcher: str, dsl: str, files: list[str], nproc: int, timeout: float, 
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "pytest", *pytest_args[2:], f"--junitxml={xml}"]
     elif launcher == "mpirun":
-        mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
+        from jobs import MPIRUN_ROOT_ENV, mpirun as mpirun_command
+
+        mpirun = mpirun_command()  # ranks unbound (Open MPI): suites side by side would share cores 0, 1
         if mpirun is None:
             return {"status": "skipped (no mpirun)", "tests": {}}
-        from jobs import MPIRUN_ROOT_ENV
 
         env.update(MPIRUN_ROOT_ENV)
         exports = [a for v in ("PYTHONPATH", "NVSHMEM_DISABLE_NVLS", "LD_LIBRARY_PATH", *MPS_VARS,
                                                  *SUITE_ENV.get(dsl, {})) if v in env
                    for a in ("-x", v)]
-        cmd = [mpirun, "-n", str(nproc), *exports, sys.executable, "-m", "pytest", *pytest_args[2:],
+        cmd = [*mpirun, "-n", str(nproc), *exports, sys.executable, "-m", "pytest", *pytest_args[2:],
                f"--junitxml={xml}"]
     else:
         raise SystemExit(f"run_suite.py: unknown launcher {launcher!r} (choose from {', '.join(LAUNCHERS)})")
