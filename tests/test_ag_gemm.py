@@ -336,24 +336,49 @@ def _have_cute_bitcode():
 
 
 @pytest.mark.skipif(not _have_cute_bitcode(), reason="no CuTe DSL or NVSHMEM device bitcode")
-def test_cute_gemm_compiles_to_ptx_with_the_per_chunk_wait(monkeypatch):
-    """The CuTe GEMM: 128 threads, cp.async tiles into shared memory, bf16 mma.sync into float32,
-    one signal_wait_until (thread 0, then bar.sync) before a remote chunk's mainloop; its cubin links."""
+@pytest.mark.parametrize("kind", ("ag_gemm", "ag_gemm_wait_until"))
+def test_cute_gemm_compiles_to_ptx_with_the_per_chunk_wait(monkeypatch, tmp_path, kind):
+    """The CuTe GEMM: THREADS threads (two wgmma warpgroups, a TMA producer warp), TMA tiles into
+    shared memory through an mbarrier pipeline, bf16 wgmma into float32, one per-chunk wait (a
+    signal_fetch poll and fence.acq_rel.sys, or signal_wait_until) then fence.proxy.async before a
+    remote tile's loads. The poll's kernel calls nothing (a call makes ptxas serialise every wgmma:
+    C7509) and is CuTe's own cubin; signal_wait_until's calls NVSHMEM's helper and links."""
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import nvshmem_dsl.cute as nv
     from nvshmem_dsl.kernels.ag_gemm import cute as kc
-    from nvshmem_dsl.linker import calls, link
+    from nvshmem_dsl.linker import link
     from test_cute_api import PTX_OPTIONS, _check_ptx
-    ptx = kc.compile_ptx("ag_gemm", "sm_90a", options=PTX_OPTIONS)
+    ptx = kc.compile_ptx(kind, "sm_90a", options=PTX_OPTIONS)
     assert re.search(r"^\.target sm_90a\b", ptx, re.M)
     assert re.search(rf"^\.reqntid {kc.THREADS}, 1, 1\b", ptx, re.M)
     _check_ptx(ptx)  # NVSHMEM inlined: no call of an API function
-    assert re.search(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32", ptx)
-    assert re.search(r"cp\.async\.cg\.shared\.global(?:\.L2::\w+)?\s+\[[^\]]+\],\s*\[[^\]]+\],\s*16\b", ptx)
-    assert len(re.findall(r"ld\.volatile\.global\.b64", ptx)) == 1  # the one wait, in the tile loop
-    assert "bar.sync" in ptx and ("cvt.rn.bf16x2.f32" in ptx or "cvt.rn.bf16.f32" in ptx)
-    k = kc._compiled("ag_gemm", "sm_90a")
-    assert k.linked_cubin[:4] == b"\x7fELF"
-    assert link.cubin_info(k.linked_cubin)[0]["nvshmemi_device_state_d"] == 1
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16", ptx)
+    assert "wgmma.fence.sync.aligned" in ptx and "wgmma.commit_group.sync.aligned" in ptx
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)  # one k-tile of wgmma in flight
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes", ptx)
+    assert "prefetch.tensormap" in ptx
+    assert "mbarrier.arrive.expect_tx.shared.b64" in ptx  # a stage's bytes expected:
+    assert re.search(rf"mov\.b32\s+%r\d+, {kc.STAGE_BYTES};", ptx) and kc.STAGE_BYTES == (128 + 128) * 64 * 2
+    assert "mbarrier.try_wait.parity.shared.b64" in ptx and "mbarrier.arrive.shared.b64" in ptx
+    assert "mma.sync" not in ptx and "cp.async.cg" not in ptx
+    # the one wait (in the producer's tile loop), then the proxy fence, then the tile's TMA loads
+    assert len(re.findall(r"ld\.volatile\.global\.b64", ptx)) == 1
+    assert len(re.findall(r"fence\.proxy\.async\.global;", ptx)) == 1
+    assert ptx.index("ld.volatile.global.b64") < ptx.index("fence.proxy.async.global") < \
+        ptx.index("cp.async.bulk.tensor")
+    assert "cvt.rn.bf16x2.f32" in ptx and "st.global.b32" in ptx  # the epilogue: bf16 pairs to out
+    callees = re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?([\w$.]+)", ptx)
+    if kind == "ag_gemm":
+        assert not callees and "fence.acq_rel.sys;" in ptx
+        k = nv.compile(kc._LAUNCHERS[kind], *kc._example_args(kind), arch="sm_90a",
+                       options=f"--keep-cubin --dump-dir {tmp_path}")
+        assert k.linked_cubin is None and not k.outlined  # nothing of NVSHMEM's to link
+        assert k.__cubin__[:4] == b"\x7fELF"
+    else:
+        assert callees == ["_Z36nvshmemi_transfer_syncapi_update_memv"]
+        k = kc._compiled(kind, "sm_90a")
+        assert k.linked_cubin[:4] == b"\x7fELF"
+        assert link.cubin_info(k.linked_cubin)[0]["nvshmemi_device_state_d"] == 1
 
 
 @pytest.mark.skipif(not _have_cute_bitcode(), reason="no CuTe DSL or NVSHMEM device bitcode")
@@ -380,14 +405,18 @@ def test_cute_send_compiles_to_ptx(monkeypatch):
 def test_cute_takes_whole_tiles_only():
     pytest.importorskip("cutlass")
     from nvshmem_dsl.kernels.ag_gemm import cute as kc
+    assert (kc.BM, kc.BN, kc.BK) == (128, 128, 64)
     assert kc.check_shape(256, 128, 64, 8, True) is None
+    assert kc.check_shape(128, 256, 200, 2, True) is None  # K off the k-tiles: TMA fills zeros past it
+    assert kc.check_shape(128, 128, 8, 2, True) is None
     assert "m (a's rows) a multiple of 128, got 100" in kc.check_shape(100, 128, 64, 2, True)
     assert "N (b's columns) a multiple of 128" in kc.check_shape(128, 100, 64, 2, True)
-    assert "K a multiple of 32" in kc.check_shape(128, 128, 48, 2, True)
+    assert "K a multiple of 8, got 52" in kc.check_shape(128, 128, 52, 2, True)
     assert "row-major" in kc.check_shape(128, 128, 64, 2, False)
     assert "2**31" in kc.check_shape(16384, 128, 16384, 8, True)
     p = _plan.plan("bfloat16", 256, 64, 2, "ctas")
     assert kc.grid(p, 256, 132) == 2 * 2 * 2  # one program a tile
+    assert kc.grid(p, 256, 12) == 12 - p.put_ctas and kc.grid(p, 256, 8) == 1
 
 
 # --------------------------------------------------------------------------- the benchmark's table

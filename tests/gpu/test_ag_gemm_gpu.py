@@ -3,7 +3,8 @@ CuTe, both communications (a put kernel's CTAs, the copy engine): against torch'
 gathered A, from one row per PE (odd m, N and K not multiples of the tiles; Triton) to an
 8192 x 8192 gathered A; b row- and column-major (Triton); 100 calls back to back on one stream with
 fresh data and no host barrier (also alternating the communication); bad input. The CuTe kernel
-takes whole tiles only: other shapes are skipped for it (and refused: test_bad_input).
+takes whole tiles of m and N (128) and K a multiple of 8 only: other shapes are skipped for it (and
+refused: test_bad_input).
 
 Integer-valued data (|a|, |b| <= 4, K <= 8192) make every float32 sum exact whatever its order, so
 those results must equal the reference bit for bit; random normal data are compared with bfloat16
@@ -26,9 +27,9 @@ session = S.session_fixture()
 
 COMMS = ("ctas", "copy_engine")
 #: (m rows a PE, K, N): one row; odd m, N and K off the tiles (128 x 256, K steps of 64); a few
-#: tiles; a larger square one.
+#: tiles; K below one K step and K off the steps (CuTe: TMA fills zeros past K); a larger square one.
 SHAPES = ((1, 16, 8), (7, 72, 40), (129, 1000, 300), (128, 256, 128), (256, 512, 512), (384, 1024, 384),
-          (1000, 1024, 1024))
+          (128, 40, 256), (256, 200, 128), (1000, 1024, 1024))
 
 
 @pytest.fixture(params=("triton", "cute"))
@@ -220,7 +221,7 @@ def test_bad_input(dsl):
             all_gather_matmul(a, b, dsl=dsl)  # 16 rows: not a whole tile
     if npes > 1:
         # shards that differ by PE: every PE raises (the first call of a shape is checked), none hangs
-        # K = 160 is no other test's and whole CuTe K steps (32): a shape one PE called before is not checked
+        # K = 160 is no other test's and one CuTe takes (a multiple of 8): a shape one PE called before is not checked
         # again there (the check is made at each PE's first call of a shape), and the other PEs would wait
         # in it for that PE
         big = nvshmem.zeros((256, 160), "bfloat16", like="torch")  # whole CuTe tiles of rows either way
@@ -232,14 +233,13 @@ def test_bad_input(dsl):
 
 def test_gemm_waiting_by_signal_wait_until(dsl, monkeypatch):
     """The GEMM as it runs where a peer is not reachable by load/store (NVSHMEM's signal_wait_until
-    instead of the signal_fetch poll), forced on every PE; comm="ctas"."""
+    instead of the signal_fetch poll; CuTe: its kernel "ag_gemm_wait_until"), forced on every PE;
+    comm="ctas"."""
     import nvshmem_dsl as nvshmem
-    if dsl != "triton":
-        pytest.skip("Triton's choice (the CuTe GEMM always calls signal_wait_until)")
     from nvshmem_dsl.kernels import ag_gemm
     monkeypatch.setattr(ag_gemm, "_all_mapped", lambda *args: False)
     me, npes = _pe()
-    m, K, N = 129, 1000, 300
+    m, K, N = (129, 1000, 300) if dsl == "triton" else (256, 1000, 256)  # CuTe: whole tiles of m and N
     a = _symmetric(_shard(me, 0, m, K))
     b = _weights(me, K, N)
     torch.cuda.synchronize()

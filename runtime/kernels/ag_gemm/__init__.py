@@ -14,8 +14,8 @@ for the signals of the parts of shard s it reads, and tiles start with the local
 travel on a second stream, beside the GEMM: put by a small kernel of ``comm_ctas`` programs
 (``comm="ctas"``) or by the host API's stream-ordered ``put_signal`` (``comm="copy_engine"``: the
 copy engine, no SM spent). The protocol is :mod:`._plan`'s; the kernels are Triton's (:mod:`.triton`:
-a pipelined wgmma GEMM) or the CuTe DSL's (:mod:`.cute`, ``dsl="cute"``: a simple one-stage
-mainloop, whole tiles only). Calls are collective and stream-ordered, like those of
+a pipelined wgmma GEMM) or the CuTe DSL's (:mod:`.cute`, ``dsl="cute"``: a warp-specialised TMA
+and wgmma GEMM, whole tiles of m and N only). Calls are collective and stream-ordered, like those of
 :mod:`nvshmem_dsl.kernels` (a :class:`~nvshmem_dsl.kernels.Workspace` numbers them: no barrier and
 no reset between calls; the first call of a shape is checked on every PE).
 """
@@ -34,7 +34,7 @@ from . import _plan
 
 __all__ = ["all_gather_matmul", "default_workspace", "DSLS", "COMMS"]
 
-#: The DSLs the fused kernel is written in (CuTe: a simple mainloop, :mod:`.cute`).
+#: The DSLs the fused kernel is written in (CuTe: whole tiles of m and N, :mod:`.cute`).
 DSLS = ("triton", "cute")
 COMMS = _plan.COMMS
 _FN = "all_gather_matmul"
