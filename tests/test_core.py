@@ -390,6 +390,36 @@ def test_collectives(up):
         nvshmem.collective_on_buffer("reduce", world, dest, src, dtype="float32x", op="sum", stream=s)
 
 
+def test_collective_on_buffer_counts_as_nvshmem4py_reading_past_a_short_source(up):
+    # NVSHMEM4Py's collective_test.py: dest n_pes times src, reduce's count from dest: NVSHMEM4Py
+    # reads past src; so do we where the bytes stay in the symmetric heap, warning; writes never
+    s, h = up.stream, up.stream.handle
+    world = nvshmem.Teams.TEAM_WORLD
+    src, dest = nvshmem.buffer(32), nvshmem.buffer(64)  # 2 PEs
+    with pytest.warns(RuntimeWarning, match=r"reduce of 16 elements .* reads 64 bytes of 'src', which holds 32"):
+        nvshmem.collective_on_buffer("reduce", world, dest, src, dtype="float", op="max", stream=s)
+    assert _last(up, "reduce_on_stream") == ("nvshmemx_float_max_reduce_on_stream", (0, dest.handle, src.handle, 16, h))
+    with pytest.warns(RuntimeWarning, match=r"reducescatter of 8 elements .* reads 128 bytes of 'src'"):
+        nvshmem.collective_on_buffer("reducescatter", world, dest, src, dtype="int64", op="sum", stream=s)
+    assert _last(up, "reducescatter_on_stream") == ("nvshmemx_int64_sum_reducescatter_on_stream",
+                                                    (0, dest.handle, src.handle, 8, h))
+    with pytest.warns(RuntimeWarning, match="broadcast of 16 elements"):
+        nvshmem.collective_on_buffer("broadcast", world, dest, src, dtype="int32", root=1, stream=s)
+    assert _last(up, "broadcast_on_stream")[1] == (0, dest.handle, src.handle, 16, 1, h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # within both buffers: no warning
+        nvshmem.collective_on_buffer("fcollect", world, dest, src, dtype="float", stream=s)
+        nvshmem.collective_on_buffer("alltoall", world, dest, src, dtype="float", stream=s)
+    assert _last(up, "alltoall_on_stream")[1] == (0, dest.handle, src.handle, 4, h)
+    with pytest.raises(NvshmemInvalid, match="fcollect of 16 elements writes 128 bytes of 'dest', which holds 64"):
+        nvshmem.collective_on_buffer("fcollect", world, dest, dest, dtype="float", stream=s)
+    last = nvshmem.buffer(16)  # the heap's last allocation: 64 bytes from it are past every allocation
+    big = nvshmem.buffer(64)
+    nvshmem.free(big)
+    with pytest.raises(NvshmemInvalid, match="past the end of the symmetric heap's allocations"):
+        nvshmem.collective_on_buffer("reduce", world, dest, last, dtype="float", op="sum", stream=s)
+
+
 def test_teams(up):
     Teams = nvshmem.Teams
     team = nvshmem.team_split_strided(Teams.TEAM_WORLD, start=0, stride=1, size=2, config=nvshmem.TeamConfig(),

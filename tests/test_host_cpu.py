@@ -1216,6 +1216,35 @@ def test_team_config_struct():
 # --------------------------------------------------------------------------- module init
 
 
+def test_a_dsl_unloading_a_library_finalizes_every_reference(fake):
+    # NVSHMEM4Py's CuTe tests: library_init on cute.compile's library, CuTe unloads it on garbage
+    # collection, the test's library_finalize at teardown; NVSHMEM must have dropped it before the unload
+    h = 0x5A5A
+    nv.culibrary_init(h)  # the DSL's hook
+    nv.culibrary_init(h)  # the program's
+    module_init._dsl_library_finalize(h)  # the DSL unloads it
+    assert fake.symbols().count("nvshmemx_culibrary_finalize") == 1 and module_init.refcount(h) == 0
+    module_init._dsl_library_finalize(h)  # unknown now: nothing
+    module_init._dsl_library_finalize(0x1234)
+    assert fake.symbols().count("nvshmemx_culibrary_finalize") == 1
+    import nvshmem_dsl.core as core
+    core.library_finalize(core.NvshmemKernelObject.from_handle(h))  # NVSHMEM4Py's teardown: a no-op
+    assert fake.symbols().count("nvshmemx_culibrary_finalize") == 1
+    nv.cumodule_init(h)
+    module_init._dsl_module_finalize(h)
+    assert fake.last() == ("nvshmemx_cumodule_finalize", (h,)) and module_init.refcount(h, "cumodule") == 0
+
+
+def test_cute_unload_callback_passes_on_libraries_it_did_not_initialise(monkeypatch):
+    from nvshmem_dsl.cute import _compile
+    seen = []
+    monkeypatch.setattr(_compile, "_finalize_hook", seen.append)
+    monkeypatch.setattr(_compile, "_initialized", {0x10})
+    _compile._on_library_unload(0x10)
+    _compile._on_library_unload(0x20)  # library_init'ed by the program (core), not by the init hook
+    assert seen == [0x10, 0x20] and _compile._initialized == set()
+
+
 def test_module_init_refcount(fake, monkeypatch):
     h = 0x5555
     assert nv.culibrary_init(h) == 1

@@ -9,9 +9,13 @@ mapping), so every collective takes them.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..host import _arrays, _state
+from ..host import _collectives
+from ..host._op_args import _team_size
+from ..host import symmetric as _symmetric
 from .. import errors as _errors
 from ..host import operations as _ops
 from . import _tracking
@@ -170,6 +174,11 @@ def collective_on_buffer(coll: str, team: Any, dest: Any, src: Any, dtype: str |
         return CAIView(int(buf.handle), (int(buf.size) // itemsize,), typestr, owner=buf, dtype=name)
 
     d, s = view(dest), view(src)
+    if coll == "alltoall":
+        count = max(1, int(src.size) // (_team_size(t) * itemsize))
+    else:
+        count = max(1, int(dest.size if coll in ("reduce", "reducescatter", "broadcast") else src.size) // itemsize)
+    past = _read_past_source(coll, t, int(src.handle), int(src.size), int(dest.size), count, itemsize)
     timing = None
     if enable_timing:
         from cuda.core import Device, EventOptions
@@ -178,21 +187,50 @@ def collective_on_buffer(coll: str, team: Any, dest: Any, src: Any, dtype: str |
         timing = (device.create_event(EventOptions(enable_timing=True)),
                   device.create_event(EventOptions(enable_timing=True)))
         stream.record(timing[0])
-    if coll == "reduce":
-        _ops.reduce(t, d, s, op, nreduce=max(1, int(dest.size) // itemsize), stream=stream)
+    if past:  # NVSHMEM4Py's count reads past the source: its C call, the bounds checked above
+        _collectives.on_pointers(coll, t, int(dest.handle), int(src.handle), name, count, op, root, stream)
+    elif coll == "reduce":
+        _ops.reduce(t, d, s, op, nreduce=count, stream=stream)
     elif coll == "reducescatter":
-        _ops.reducescatter(t, d, s, op, nreduce=max(1, int(dest.size) // itemsize), stream=stream)
+        _ops.reducescatter(t, d, s, op, nreduce=count, stream=stream)
     elif coll == "broadcast":
-        _ops.broadcast(t, d, s, root, nelems=max(1, int(dest.size) // itemsize), stream=stream)
+        _ops.broadcast(t, d, s, root, nelems=count, stream=stream)
     elif coll == "fcollect":
-        _ops.fcollect(t, d, s, nelems=max(1, int(src.size) // itemsize), stream=stream)
+        _ops.fcollect(t, d, s, nelems=count, stream=stream)
     else:
-        _ops.alltoall(t, d, s, nelems=max(1, int(src.size) // (_state.STATE.n_pes * itemsize)), stream=stream)
+        _ops.alltoall(t, d, s, nelems=count, stream=stream)
     if timing is None:
         return 0
     stream.record(timing[1])
     timing[1].sync()
     return timing[1] - timing[0]
+
+
+def _read_past_source(coll: str, team: int, src: int, src_bytes: int, dest_bytes: int, count: int,
+                      itemsize: int) -> bool:
+    """Whether ``coll`` of ``count`` elements (NVSHMEM4Py's count) reads past the source buffer.
+
+    NVSHMEM4Py calls NVSHMEM with that count unchecked, and its own tests read past the source
+    (a reduction the destination's size over a smaller source). The same here where the bytes read
+    stay in the symmetric heap (warned: they take part); past the heap, or writing past the
+    destination, is refused."""
+    size = _team_size(team) if coll in ("reducescatter", "fcollect", "alltoall") else 1
+    read = count * (size if coll in ("reducescatter", "alltoall") else 1) * itemsize
+    written = count * (size if coll in ("fcollect", "alltoall") else 1) * itemsize
+    if written > dest_bytes:
+        raise NvshmemInvalid(f"collective_on_buffer(): {coll} of {count} elements writes {written} bytes of "
+                             f"'dest', which holds {dest_bytes}")
+    if read <= src_bytes:
+        return False
+    heap = [a for a in _symmetric.REGISTRY.live() if a.kind in ("heap", "internal")]
+    if not heap or src + read > max(a.end for a in heap):
+        raise NvshmemInvalid(f"collective_on_buffer(): {coll} of {count} elements reads {read} bytes of 'src', "
+                             f"which holds {src_bytes}, past the end of the symmetric heap's allocations")
+    warnings.warn(f"collective_on_buffer(): {coll} of {count} elements (NVSHMEM4Py's count, from "
+                  f"{'dest' if coll in ('reduce', 'reducescatter', 'broadcast') else 'src'}'s size) reads {read} "
+                  f"bytes of 'src', which holds {src_bytes}: the symmetric memory after it takes part",
+                  RuntimeWarning, stacklevel=4)
+    return True
 
 
 def _typestr(name: str) -> str:

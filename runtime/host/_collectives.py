@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _state
+from . import _arrays, _state, _table
 from ..errors import NvshmemArgumentError
 from .symmetric import check_symmetric
 from ._op_args import _api_for, _count, _count_in, _fits, _int, _invoke, _pair, _resolve, _team, _team_size
@@ -125,3 +125,17 @@ def reducescatter(team: Any, dst: Any, src: Any, op: str = "sum", *, nreduce: in
     api, handle = _api_for(f"{name}_reducescatter", stream)
     r = _resolve(fn, api, d, "dst", untyped=False)
     _invoke(r, {"team": t, "dst": d.ptr, "src": s.ptr, "count": n, "stream": handle})
+
+
+def on_pointers(coll: str, team: int, dst: int, src: int, dtype: str, count: int, op: str | None = None,
+                root: int = 0, stream: Any = None) -> None:
+    """Collective ``coll`` ("reduce", "reducescatter", "broadcast", "fcollect", "alltoall") of ``count``
+    elements of numpy type ``dtype`` on device addresses, on ``stream``: the C call alone, no check of
+    the memory (NVSHMEM4Py's raw-buffer collectives; the caller checks the bounds)."""
+    fn = "collective_on_buffer"
+    base = f"{_reduce_op(op, fn)}_{coll}" if coll in ("reduce", "reducescatter") else coll
+    api, handle = _api_for(base, stream)
+    r = _table.resolve(api, dtype, _arrays.itemsize_of(dtype), untyped=coll not in ("reduce", "reducescatter"))
+    if r is None:
+        raise NvshmemArgumentError(f"{fn}(): no {coll} of {dtype} elements in NVSHMEM")
+    _invoke(r, {"team": team, "dst": dst, "src": src, "count": count * r.count_scale, "root": root, "stream": handle})

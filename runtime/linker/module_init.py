@@ -140,28 +140,30 @@ def refcount(handle: Any, kind: str = "culibrary") -> int:
     return _refs.get((kind, _handle(handle)), 0)
 
 
-def _dsl_library_finalize(handle: Any) -> None:
-    """Finalize hook for the DSL layers: tolerate handles never initialised or a finalized runtime."""
+def _unloading(kind: str, handle: Any) -> None:
+    """The DSL unloads ``handle`` now: finalize it if it is initialised, every reference at once (its
+    own and any a program added by library_init: NVSHMEM must not keep a library the driver frees;
+    a later finalize of the handle finds none and is a no-op in :mod:`nvshmem_dsl.core`). Tolerates
+    handles never initialised and a finalized runtime."""
     try:
         h = _handle(handle)
     except (TypeError, ValueError):
         return
     with _lock:
-        known = ("culibrary", h) in _refs
-    if known:
-        library_finalize(h)
+        if (kind, h) not in _refs:
+            return
+        _refs[kind, h] = 1
+    _finalize(kind, h)
+
+
+def _dsl_library_finalize(handle: Any) -> None:
+    """Finalize hook for the layers that load CUlibraries (Numba, CuTe): :func:`_unloading`."""
+    _unloading("culibrary", handle)
 
 
 def _dsl_module_finalize(handle: Any) -> None:
-    """Finalize hook for the layers that load CUmodules (Triton): as :func:`_dsl_library_finalize`."""
-    try:
-        h = _handle(handle)
-    except (TypeError, ValueError):
-        return
-    with _lock:
-        known = ("cumodule", h) in _refs
-    if known:
-        module_finalize(h)
+    """Finalize hook for the layers that load CUmodules (Triton): :func:`_unloading`."""
+    _unloading("cumodule", handle)
 
 
 #: The DSL layers: (name, module holding its hooks, init and finalize hook functions). Numba and
