@@ -115,12 +115,28 @@ def compile(fn, *args: Any, arch: str | None = None, **_ignored: Any) -> Compile
     chosen = init_fini._current_device_library_arch
     init_fini._current_device_library_arch = lambda: "".join(ch for ch in arch if ch.isdigit())
     try:
-        if _LOAD:
-            from nvshmem.core.interop.cute import cute_compile_helper
+        if not _LOAD:
+            return Compiled(cute.compile(fn, *args, options=options), arch)
+        # NVSHMEM4Py's helper, its library_init only where the library holds NVSHMEM's device state:
+        # the spin and plain launch kernels do not, and library_init then fails ("Failed to
+        # initialize CULibrary for NVSHMEM", CUDA_ERROR_NOT_FOUND)
+        import nvshmem.core
+        from nvshmem.core.interop.cute import cute_compile_helper
+        from nvshmem_dsl.host._cuda import library_uses_nvshmem
 
+        library_init, initialised = nvshmem.core.library_init, []
+
+        def init_where_nvshmem(kernel_object) -> None:
+            if library_uses_nvshmem(int(kernel_object.handle)):
+                library_init(kernel_object)
+                initialised.append(kernel_object)
+
+        nvshmem.core.library_init = init_where_nvshmem
+        try:
             compiled, kernel_object = cute_compile_helper(fn, *args, options=options)
-            return Compiled(compiled, arch, kernel_object)
-        return Compiled(cute.compile(fn, *args, options=options), arch)
+        finally:
+            nvshmem.core.library_init = library_init
+        return Compiled(compiled, arch, kernel_object if initialised else None)
     finally:
         init_fini._current_device_library_arch = chosen
 
