@@ -12,12 +12,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..host import _arrays, _state
-from ..host import _collectives
-from ..host._op_args import _team_size
-from ..host import symmetric as _symmetric
 from .. import errors as _errors
+from ..host import _arrays, _collectives
 from ..host import operations as _ops
+from ..host import symmetric as _symmetric
+from ..host._op_args import _team_size
 from . import _tracking
 from ._tracking import CAIView, translated
 from ._types import NvshmemInvalid, translate
