@@ -102,17 +102,21 @@ def _init(kind: str, handle: Any) -> int:
 def _finalize(kind: str, handle: Any) -> int:
     h = _handle(handle)
     with _lock:
-        count = _refs.get((kind, h), 0)
-        if count == 0:
-            raise NvshmemStateError(f"{kind}_finalize(): {kind} 0x{h:x} is not initialised")
-        if count == 1:
-            del _refs[(kind, h)]
-            if _state.STATE.initialized:
-                with _in_context():
-                    _lib.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
-        else:
-            _refs[(kind, h)] = count - 1
-        return count - 1
+        return _finalize_locked(kind, h)
+
+
+def _finalize_locked(kind: str, h: int) -> int:
+    count = _refs.get((kind, h), 0)
+    if count == 0:
+        raise NvshmemStateError(f"{kind}_finalize(): {kind} 0x{h:x} is not initialised")
+    if count == 1:
+        del _refs[(kind, h)]
+        if _state.STATE.initialized:
+            with _in_context():
+                _lib.call(_SYMBOLS[kind][1], h, context=f"{kind} 0x{h:x}")
+    else:
+        _refs[(kind, h)] = count - 1
+    return count - 1
 
 
 def module_init(handle: Any) -> int:
@@ -150,10 +154,9 @@ def _unloading(kind: str, handle: Any) -> None:
     except (TypeError, ValueError):
         return
     with _lock:
-        if (kind, h) not in _refs:
-            return
-        _refs[kind, h] = 1
-    _finalize(kind, h)
+        if (kind, h) in _refs:
+            _refs[kind, h] = 1
+            _finalize_locked(kind, h)
 
 
 def _dsl_library_finalize(handle: Any) -> None:
