@@ -161,10 +161,13 @@ def set_module_finalize_hook(fn: Optional[Callable[[int], Any]]) -> None:
 
 
 def _on_library_unload(handle: int) -> None:
-    # every handle, not just those of this module's init hook: a program may have passed a library of
-    # cute.compile's own to library_init (NVSHMEM4Py's tests do); the hook ignores the others
+    # every handle but those known to hold no NVSHMEM code (no init can have taken them), not just
+    # those of this module's init hook: a program may have passed a library of cute.compile's own to
+    # library_init (NVSHMEM4Py's tests do); the hook ignores handles nobody initialised
     with _lock:
-        _without_nvshmem.discard(handle)
+        if handle in _without_nvshmem:
+            _without_nvshmem.discard(handle)
+            return
         _initialized.discard(handle)
         hook = _finalize_hook
     if hook is not None:
