@@ -486,8 +486,11 @@ def test_finalize_reports_leaks(fake_driver):
 
 
 def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
+    """Where the PEs do not all reach each other by load/store (nvshmem_ptr null here): the check is
+    one max-reduction, after the one that agreed on that."""
     fake_driver.responses.update(nvshmem_n_pes=2)
     nv.init(rank=0, nranks=2, uid=bytes(128))
+    monkeypatch.setattr(memory, "_agree_on_peers", lambda: None)
     written = {}
     monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
     monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: written.update(data=data, stream=stream))
@@ -508,6 +511,77 @@ def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
     b = nv.buffer(1024)
     assert not [c for c in fake_driver.calls[count:] if "max_reduce" in c[0]]
     b.free()
+    nv.finalize()
+
+
+def _peer_world(fake_driver, monkeypatch, n_pes=3, me=1, reached=True):
+    """init as PE ``me`` of ``n_pes``; nvshmem_ptr answers each peer's copy of an address (a peer's
+    heap 1 TiB on) where ``reached``; the runtime's CUDA calls recorded in order."""
+    fake_driver.responses.update(nvshmem_n_pes=n_pes, nvshmem_my_pe=me,
+                                 nvshmem_ptr=lambda args: args[0] + (args[1] << 40) if reached else 0)
+    nv.init(rank=me, nranks=n_pes, uid=bytes(128))
+    cuda = []
+    monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
+    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: cuda.append(("htod", ptr, data, stream)))
+    monkeypatch.setattr(_cuda, "memcpy_dtod", lambda dst, src, n, stream: cuda.append(("dtod", dst, src, n, stream)))
+    return cuda
+
+
+def test_allocation_check_by_peers(fake_driver, monkeypatch):
+    """Every PE reaches every other by load/store: one reduction agrees on it (the first check),
+    then each check is this PE's size to its slot, an on-stream barrier, a copy from each peer's slot
+    (the two slots by turns) and one copy back, all on the runtime's stream; no reduction."""
+    cuda = _peer_world(fake_driver, monkeypatch)
+    scratch = 0x7D0000000000  # nvshmem_calloc's answer
+    slots, gather = scratch + memory._SCRATCH_SLOTS, scratch + memory._SCRATCH_GATHER
+    sizes = {0: 1024, 2: 512}  # what the peers' slots hold: PE 2 asked for less
+
+    def dtoh(ptr, n, stream):
+        if ptr == gather:  # the peers' rows, gathered; this PE's own row never written (zeros)
+            assert n == 3 * memory._VALUES_BYTES and stream == 0x5EAB
+            return b"".join(struct.pack("<q", sizes.get(pe, 0)).ljust(memory._VALUES_BYTES, b"\0") for pe in range(3))
+        return struct.pack("<qq", 1, -1)  # the agreement: every PE reached every other
+
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", dtoh)
+    with pytest.raises(nv.NvshmemArgumentError, match="smallest 512, largest 1024"):
+        nv.buffer(1024)
+    reductions = [c for c in fake_driver.calls if "max_reduce" in c[0]]
+    assert len(reductions) == 1  # the agreement's, once a session
+    assert cuda[0] == ("htod", scratch, struct.pack("<qq", 1, -1), 0x5EAB)
+    assert cuda[1:] == [("htod", slots, struct.pack("<q", 1024), 0x5EAB),
+                        ("dtod", gather, slots + (0 << 40), 8, 0x5EAB),
+                        ("dtod", gather + 2 * memory._VALUES_BYTES, slots + (2 << 40), 8, 0x5EAB)]
+    barriers = [c for c in fake_driver.calls if c[0] == "nvshmemx_barrier_all_on_stream"]
+    assert barriers == [("nvshmemx_barrier_all_on_stream", (0x5EAB,))]
+    assert "nvshmem_malloc" not in [c[0] for c in fake_driver.calls]
+    del cuda[:]
+    sizes[2] = 1024
+    nv.buffer(1024).free()  # the other slot this time, then the first again
+    nv.buffer(1024).free()
+    assert [c[1] for c in cuda if c[0] == "htod"] == [slots + memory._VALUES_BYTES, slots]
+    assert [c[2] for c in cuda if c[0] == "dtod"] == [slots + memory._VALUES_BYTES + (0 << 40),
+                                                      slots + memory._VALUES_BYTES + (2 << 40),
+                                                      slots + (0 << 40), slots + (2 << 40)]
+    assert len([c for c in fake_driver.calls if "max_reduce" in c[0]]) == 1
+    nv.finalize()
+    assert memory._peer_slots == memory._UNDECIDED and memory._parity == 0  # agreed again next session
+
+
+@pytest.mark.parametrize("why", ["a PE not reached", "another PE says no", "too many PEs"])
+def test_allocation_check_by_reduction_unless_every_pe_agrees(fake_driver, monkeypatch, why):
+    """Each PE asks whether it reaches every other; the peers' way only if all say yes (else a PE
+    alone on it would never join the others' reduction)."""
+    n_pes = memory._PEER_CHECK_MAX_PES + 1 if why == "too many PEs" else 2
+    cuda = _peer_world(fake_driver, monkeypatch, n_pes=n_pes, me=0, reached=why != "a PE not reached")
+    # the reductions' answers in turn: the agreement (max, -min of the yes = 1 / no = 0), the check
+    answers = iter([(1, 0) if why == "another PE says no" else (int(why != "a PE not reached"),) * 2, (64, -64)])
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: struct.pack("<2q", *next(answers)))
+    nv.buffer(64).free()
+    said = [struct.unpack(f"<{len(c[2]) // 8}q", c[2]) for c in cuda if c[0] == "htod"]
+    assert said[0] == ((0, 0) if why != "another PE says no" else (1, -1))  # this PE's yes or no
+    assert said[1] == (64, -64)  # then the check itself: the reduction's (values, -values)
+    assert not [c for c in cuda if c[0] == "dtod"]
+    assert memory._peer_slots is None
     nv.finalize()
 
 

@@ -6,8 +6,9 @@
 the same sizes, or the program hangs or corrupts memory (NVSHMEM's rule; the
 symmetric heap has the same layout on every PE).  To catch the commonest
 mistake, each allocation first checks that all PEs ask for the same number of
-bytes (one 16-byte max-reduction over ``TEAM_WORLD``, a few microseconds); set
-``NVSHMEM_DSL_CHECK_SYMMETRY=0`` or pass ``check=False`` to skip it.
+bytes (where every PE reaches every other by load/store: each PE's size in its symmetric
+scratch, an on-stream barrier and a copy from each peer's; else one max-reduction over
+``TEAM_WORLD``); set ``NVSHMEM_DSL_CHECK_SYMMETRY=0`` or pass ``check=False`` to skip it.
 
 Symmetric memory is never freed by the garbage collector (that would be a
 collective call at a random moment on each PE): call :func:`free`, use the
@@ -49,8 +50,17 @@ ENV_CHECK_SYMMETRY = "NVSHMEM_DSL_CHECK_SYMMETRY"
 #: The array libraries, each with the module its arrays come from (what ``like=`` imports)
 _MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba.cuda"}
 LIBRARIES = tuple(_MODULES)
-_SCRATCH_BYTES = 256  # internal symmetric scratch: value_ranges (in 0..63, out 128..191), team uid (64..71)
+# the runtime's symmetric scratch: value_ranges's reduction (in 0..63, out 128..191), team uid (64..71),
+# value_ranges's own values by peers (192..255: a slot of 4 int64 a call parity), then the peers' values
+# gathered (_VALUES_BYTES a PE)
 _SCRATCH_UID = 64
+_SCRATCH_SLOTS = 192
+_SCRATCH_GATHER = 256
+_VALUES = 4  #: value_ranges takes at most this many int64
+_VALUES_BYTES = 8 * _VALUES
+#: value_ranges by peers only up to this many PEs (a copy from each peer, one driver call each: past it
+#: NVSHMEM's one reduction is taken to be cheaper; a guess, not measured)
+_PEER_CHECK_MAX_PES = 8
 
 
 
@@ -286,10 +296,11 @@ def _scratch_alloc() -> Allocation:
     """The runtime's own small symmetric buffer (made at init, freed at finalize)."""
     global _scratch
     if _scratch is None or _scratch.freed:
-        ptr = _lib.call("nvshmem_calloc", 1, _SCRATCH_BYTES)
+        nbytes = _SCRATCH_GATHER + _VALUES_BYTES * max(1, _state.STATE.n_pes)
+        ptr = _lib.call("nvshmem_calloc", 1, nbytes)
         if not ptr:
             raise NvshmemOutOfMemoryError("nvshmem_dsl could not allocate its internal symmetric scratch buffer")
-        alloc = Allocation(ptr, _SCRATCH_BYTES, "internal", "nvshmem_dsl internal scratch")
+        alloc = Allocation(ptr, nbytes, "internal", "nvshmem_dsl internal scratch")
         REGISTRY.add(alloc)
         _scratch = alloc
     return _scratch
@@ -311,34 +322,85 @@ def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
         )
 
 
-_max_reduce_int64: str | None = None  #: the C function of value_ranges, looked up once
+_max_reduce_int64: str | None = None  #: the C function of the reduction, looked up once
 _TEAM_WORLD = int(Team.TEAM_WORLD)
+_UNDECIDED = "undecided"
+#: value_ranges's way for this session: each PE's address of its slots (by peers), None (the
+#: reduction), or not yet agreed (the first call agrees on it)
+_peer_slots: list[int] | None | str = _UNDECIDED
+_parity = 0  #: the slot of value_ranges's next call by peers (its calls alternate between two)
 
 
 def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
-    """(smallest, largest) of each of ``values`` (at most 4 int64) over all PEs: one blocking
-    max-reduction over TEAM_WORLD (collective). None where it cannot be asked: one PE, or NVSHMEM's
-    limited MPG mode (no collectives there; warns once)."""
+    """(smallest, largest) of each of ``values`` (at most 4 int64) over all PEs (collective: every PE
+    calls it with as many values). Where each PE reaches every other by load/store (NVLink, or one
+    GPU under MPS), up to ``_PEER_CHECK_MAX_PES`` PEs: each PE's values copied to its symmetric
+    scratch, an on-stream barrier, a copy from each peer's (one wait); else one max-reduction over
+    TEAM_WORLD. None where it cannot be asked: one PE, or NVSHMEM's limited MPG mode (no collectives
+    there; warns once)."""
     s = _state.STATE
     if s.n_pes <= 1:
         return None
     if s.limited_mpg:  # NVSHMEM has no collective there; the check would end the process
         _warn_symmetry_check_off(s.pes_per_gpu)
         return None
+    k = len(values)
+    if not 1 <= k <= _VALUES:
+        raise ValueError(f"value_ranges() takes 1 to {_VALUES} values, got {k}")
+    peers = _peer_slots if _peer_slots != _UNDECIDED else _agree_on_peers()
+    if peers is None:
+        return _ranges_by_reduction(values)
+    return _ranges_by_peers(values, peers)
+
+
+def _agree_on_peers() -> list[int] | None:
+    """Whether value_ranges goes by peers in this session: every PE must say yes (one reduction, at
+    its first call: a PE that took the peers' way alone would never join the others' reduction)."""
+    global _peer_slots
+    s = _state.STATE
+    slots = _scratch_alloc().ptr + _SCRATCH_SLOTS
+    mine = [slots if pe == s.my_pe else _lib.call("nvshmem_ptr", slots, pe) for pe in range(s.n_pes)]
+    reached = s.n_pes <= _PEER_CHECK_MAX_PES and all(mine)
+    everyone = _ranges_by_reduction([int(reached)])[0][0] == 1
+    _peer_slots = mine if everyone else None
+    return _peer_slots
+
+
+def _ranges_by_reduction(values: Sequence[int]) -> list[tuple[int, int]]:
+    """value_ranges by one max-reduction of (values, -values) over TEAM_WORLD, queued on the runtime's
+    stream between the copies there and back (one wait: the copy back)."""
     global _max_reduce_int64
     k = len(values)
-    if not 1 <= k <= 4:
-        raise ValueError(f"value_ranges() takes 1 to 4 values, got {k}")
     scratch = _scratch_alloc()
     if _max_reduce_int64 is None:
         _max_reduce_int64 = _table.resolve("max_reduce_on_stream", "int64", 8, untyped=False).symbol
-    # three calls queued on the runtime's stream, one wait (the copy back): the blocking
-    # nvshmem_int64_max_reduce between two blocking copies waited three times
     stream = _cuda.runtime_stream()
     _cuda.memcpy_htod(scratch.ptr, struct.pack(f"<{2 * k}q", *values, *(-v for v in values)), stream)
     _lib.call(_max_reduce_int64, _TEAM_WORLD, scratch.ptr + 128, scratch.ptr, 2 * k, stream)
     got = struct.unpack(f"<{2 * k}q", _cuda.memcpy_dtoh(scratch.ptr + 128, 16 * k, stream))
     return [(-got[k + i], got[i]) for i in range(k)]
+
+
+def _ranges_by_peers(values: Sequence[int], peers: list[int]) -> list[tuple[int, int]]:
+    """value_ranges by peers: this PE's values to its slot of this call's parity, an on-stream barrier
+    (every PE's values are in place), each peer's slot copied next to the others, one copy back; all
+    on the runtime's stream. Two slots, by turns: a PE's next call but one reuses a slot only after
+    the barrier of the next call, which no PE passes before every PE has read this one."""
+    global _parity
+    s = _state.STATE
+    k, n, offset = len(values), s.n_pes, _parity * _VALUES_BYTES
+    _parity ^= 1
+    gather = _scratch_alloc().ptr + _SCRATCH_GATHER
+    stream = _cuda.runtime_stream()
+    _cuda.memcpy_htod(peers[s.my_pe] + offset, struct.pack(f"<{k}q", *values), stream)
+    _lib.call("nvshmemx_barrier_all_on_stream", stream)
+    for pe, slots in enumerate(peers):
+        if pe != s.my_pe:
+            _cuda.memcpy_dtod(gather + pe * _VALUES_BYTES, slots + offset, 8 * k, stream)
+    raw = _cuda.memcpy_dtoh(gather, n * _VALUES_BYTES, stream)
+    rows = [tuple(values) if pe == s.my_pe else struct.unpack_from(f"<{k}q", raw, pe * _VALUES_BYTES)
+            for pe in range(n)]
+    return [(min(r[i] for r in rows), max(r[i] for r in rows)) for i in range(k)]
 
 
 def _same_size_everywhere(nbytes: int, function: str) -> None:
@@ -519,9 +581,14 @@ def free(x: Any) -> None:
     REGISTRY.remove(alloc, "freed by nvshmem_dsl.free()")
 
 
+def _forget_scratch() -> None:
+    """The scratch and what value_ranges agreed on belong to one session (finalize)."""
+    global _scratch, _peer_slots, _parity
+    _scratch, _peer_slots, _parity = None, _UNDECIDED, 0
+
+
 def _on_finalize(free_internal: bool) -> str | None:
     """Called by finalize(): report leaks, free the scratch, invalidate everything."""
-    global _scratch
     report = leak_report()
     if free_internal:  # the scratch and every other internal buffer (the kernels' workspaces)
         for alloc in REGISTRY.live():
@@ -530,7 +597,7 @@ def _on_finalize(free_internal: bool) -> str | None:
                     _lib.call("nvshmem_free", alloc.ptr)
                 finally:
                     REGISTRY.remove(alloc, "nvshmem_dsl was finalized")
-    _scratch = None
+    _forget_scratch()
     if free_internal:
         _cuda.release_runtime_stream()
     REGISTRY.clear("nvshmem_dsl was finalized (nvshmem_dsl.finalize())")
