@@ -241,6 +241,38 @@ def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):
     assert "@llvm.compiler.used" in str(mod)
 
 
+@pytest.mark.parametrize("own", [False, True])
+def test_nvidias_bitcode_given_by_the_program_is_left_out(monkeypatch, own):
+    """A program that links NVSHMEM's whole bitcode itself (NVSHMEM4Py's way: ``--link-libraries=``
+    ``find_device_bitcode_library()``) gets the kernel's own bitcode in its place: libNVVM read all of
+    it at every compile (6-9 s a kernel on a CPU).  Kept where the kernel declares an ``nvshmem*``
+    function that is no NVSHMEM function of the op table (``own``): it may be the program's."""
+    from nvshmem_dsl._libs import bitcode_path
+
+    seen = []
+    orig = _link.resolve_kernel_bitcode
+    if own:
+        monkeypatch.setattr(_link, "inlined_declarations", lambda module: frozenset({P, "nvshmem_users_own"}))
+
+    def spy(module, pipeline):
+        result = orig(module, pipeline)
+        libraries = [[x.value for x in op.attributes["link-libraries"]] for op in _link._gpu_modules(module)
+                     if "link-libraries" in op.attributes]
+        seen.append((pipeline, result[0], libraries))
+        return result
+
+    monkeypatch.setattr(_link, "resolve_kernel_bitcode", spy)
+    nvidia = str(bitcode_path("sm_90a"))
+    with plan.override("auto"):
+        k = _compile(options=f"--link-libraries={nvidia}")
+    (before, after, libraries), = seen
+    linked = re.search(r"link-libraries='([^']*)'", after).group(1).split(",")
+    assert nvidia in before and linked == ([nvidia] if own else []) + [x for x in linked if x.endswith(".nvvm.bc")]
+    assert len(linked) == 1 + own  # the kernel's bitcode, and NVIDIA's where it is kept
+    assert all(nvidia not in x for x in libraries)
+    assert _calls(k.__ptx__) >= {REDUCE}
+
+
 def test_kernel_bitcode_placeholder_names_what_the_bitcode_is_made_of(monkeypatch):
     """CuTe keys its cached kernels by module and pipeline, which hold the placeholder: a kernel
     whose NVSHMEM code is rewritten differently names another one."""

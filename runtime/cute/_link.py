@@ -243,13 +243,30 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
     if not modules and placeholder not in pipeline:
         return pipeline, frozenset(), frozenset()
     # NVSHMEM's functions (the op table's); another ``nvshmem*`` declaration is not ours to define
-    names = inlined_declarations(module) & _optable.device_ops().keys()
+    declared = inlined_declarations(module)
+    names = declared & _optable.device_ops().keys()
     path, helpers, predicted = kernel_bitcode_for(names, arch, bitcode_path(arch))
     path = str(path)
+    # NVIDIA's whole bitcode, where the program links it too (NVSHMEM4Py's way: cute.compile(...,
+    # options="--link-libraries=" + find_device_bitcode_library())), adds nothing when the kernel
+    # declares only the op table's functions: libNVVM would read all of it at every compile
+    drop = _is_nvshmem_bitcode if declared == names else (lambda _: False)
     for op in modules:
-        paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]})
+        paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]}
+                       - {x.value for x in op.attributes["link-libraries"] if drop(x.value)})
         op.attributes["link-libraries"] = ir.ArrayAttr.get([ir.StringAttr.get(x) for x in paths])
+    pipeline = _LINK_LIBRARIES.sub(lambda m: "link-libraries='{}'".format(
+        ",".join(x for x in m.group(1).split(",") if x and not drop(x))), pipeline)
     return pipeline.replace(placeholder, path), helpers, predicted
+
+
+_LINK_LIBRARIES = re.compile(r"link-libraries='([^']*)'")
+_NVSHMEM_BITCODE = re.compile(r"libnvshmem_device(_sm_\d+)?\.bc")
+
+
+def _is_nvshmem_bitcode(path: str) -> bool:
+    """Whether ``path`` names one of NVSHMEM's own device bitcode files (not a kernel bitcode of ours)."""
+    return bool(_NVSHMEM_BITCODE.fullmatch(os.path.basename(path)))
 
 
 _INTS = re.compile(r"\d+")
