@@ -807,11 +807,15 @@ def _cpp_source() -> str:
 def test_constants_match_cpp():
     src = _cpp_source()
     for name in ("BW_GRID", "BW_BLOCK", "THREAD_SCOPE_BLOCK", "ALIGN_ELEMS", "LAT_SLOTS", "BARRIER_BLOCK",
-                 "SPIN_US_BEFORE_TIMED", "SPIN_US_BEFORE_LAUNCHES", "COLL_BLOCK", "COLL_LAT_BYTES"):
+                 "SPIN_US_BEFORE_TIMED", "SPIN_US_BEFORE_LAUNCHES", "COLL_BLOCK", "COLL_LAT_BYTES", "ON_STREAM_CALLS"):
         m = re.search(rf"static const int {name} = (\d+);", src)
         assert m, name
         assert int(m.group(1)) == getattr(C, name), name
     assert re.search(r"ALLOC_BYTES = 1 << 20;", src) and C.ALLOC_BYTES == 1 << 20
+    # the host rows of every package (_common.host_benchmarks) have a C++ row of the same name and size
+    for row, nbytes in (("host_my_pe", None), ("host_alloc_free", None), ("host_put_on_stream", 8),
+                        ("host_reduce_on_stream", 8), ("host_barrier_all_on_stream", 0)):
+        assert f'"{row}"' in src and (nbytes is None or f'{{"{row}", {nbytes}}}' in src), row
     assert re.search(r"COLL_BW_BYTES = 1 << 20;", src) and C.COLL_BW_BYTES == 1 << 20
     assert re.search(r"DEFAULT_REDUCE_SCRATCH = 512 << 10;", src) and C.DEFAULT_REDUCE_SCRATCH == 512 << 10
     coll = (HERE / "cpp" / "coll.cuh").read_text()

@@ -24,6 +24,7 @@
 #include <nvshmemx.h>
 
 #include <algorithm>
+#include <utility>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -53,6 +54,7 @@ static const int LAT_SLOTS = 1024;        // p/g cycle over this many elements
 static const int BARRIER_BLOCK = 128;     // barrier_all_block: one block of 128 threads
 static const int SPIN_US_BEFORE_TIMED = 200;
 static const int SPIN_US_BEFORE_LAUNCHES = 100000;
+static const int ON_STREAM_CALLS = 256;  // host on-stream rows: calls a rep at most (queued behind a spin)
 static const size_t ALLOC_BYTES = 1 << 20;
 static const int COLL_BLOCK = 256;             // threads of the block-scope collective kernels
 static const int COLL_LAT_BYTES = 8;           // coll_lat: bytes per PE
@@ -554,6 +556,32 @@ int main(int argc, char** argv) {
             v.push_back((now_s() - t0) / p.alloc_reps * 1e6);
         }
         emit("host_alloc_free", "", (long long)ALLOC_BYTES, v, "us", false, p.alloc_reps);
+        // host time to enqueue each on-stream call on the legacy default stream, queued behind a spin
+        // (= _common.host_benchmarks): a put of 8 B to the peer, a sum reduce of 8 B, a barrier_all
+        float *dst = buf.out, *src = buf.out + 8;
+        const int calls = std::min(p.launches, ON_STREAM_CALLS);
+        const std::pair<const char*, long long> rows[] = {{"host_put_on_stream", 8},
+                                                          {"host_reduce_on_stream", 8},
+                                                          {"host_barrier_all_on_stream", 0}};
+        for (int row = 0; row < 3; row++) {
+            nvshmem_barrier_all();
+            v.clear();
+            for (int r = -1; r < p.reps; r++) {
+                CUDA_CHECK(cudaStreamSynchronize(0));
+                spin<<<1, 1, 0, 0>>>(SPIN_US_BEFORE_LAUNCHES);
+                double t0 = now_s();
+                for (int i = 0; i < calls; i++) {
+                    if (row == 0) nvshmemx_float_put_on_stream(dst, src, 2, peer, 0);
+                    else if (row == 1) nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, dst, src, 2, 0);
+                    else nvshmemx_barrier_all_on_stream(0);
+                }
+                double t1 = now_s();
+                CUDA_CHECK(cudaGetLastError());
+                CUDA_CHECK(cudaStreamSynchronize(0));
+                if (r >= 0) v.push_back((t1 - t0) / calls * 1e6);
+            }
+            emit(rows[row].first, "", rows[row].second, v, "us", false, calls);
+        }
     }
 
     CUDA_CHECK(cudaDeviceSynchronize());
