@@ -347,7 +347,7 @@ def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
     k = len(values)
     if not 1 <= k <= _VALUES:
         raise ValueError(f"value_ranges() takes 1 to {_VALUES} values, got {k}")
-    peers = _peer_slots if _peer_slots != _UNDECIDED else _agree_on_peers()
+    peers = _peer_slots if _peer_slots is not _UNDECIDED else _agree_on_peers()
     if peers is None:
         return _ranges_by_reduction(values)
     return _ranges_by_peers(values, peers)
@@ -359,8 +359,9 @@ def _agree_on_peers() -> list[int] | None:
     global _peer_slots
     s = _state.STATE
     slots = _scratch_alloc().ptr + _SCRATCH_SLOTS
-    mine = [slots if pe == s.my_pe else _lib.call("nvshmem_ptr", slots, pe) for pe in range(s.n_pes)]
-    reached = s.n_pes <= _PEER_CHECK_MAX_PES and all(mine)
+    mine = [slots if pe == s.my_pe else _lib.call("nvshmem_ptr", slots, pe)
+            for pe in range(s.n_pes if s.n_pes <= _PEER_CHECK_MAX_PES else 0)]
+    reached = bool(mine) and all(mine)
     everyone = _ranges_by_reduction([int(reached)])[0][0] == 1
     _peer_slots = mine if everyone else None
     return _peer_slots
