@@ -490,7 +490,7 @@ def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
     one max-reduction, after the one that agreed on that."""
     fake_driver.responses.update(nvshmem_n_pes=2)
     nv.init(rank=0, nranks=2, uid=bytes(128))
-    monkeypatch.setattr(memory, "_agree_on_peers", lambda: None)
+    monkeypatch.setattr(memory, "reached_by_load_store", lambda: False)
     written = {}
     monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
     monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: written.update(data=data, stream=stream))
@@ -564,24 +564,27 @@ def test_allocation_check_by_peers(fake_driver, monkeypatch):
                                                       slots + (0 << 40), slots + (2 << 40)]
     assert len([c for c in fake_driver.calls if "max_reduce" in c[0]]) == 1
     nv.finalize()
-    assert memory._peer_slots == memory._UNDECIDED and memory._parity == 0  # agreed again next session
+    assert memory._reached is None and memory._parity == 0  # agreed again next session
 
 
 @pytest.mark.parametrize("why", ["a PE not reached", "another PE says no", "too many PEs"])
 def test_allocation_check_by_reduction_unless_every_pe_agrees(fake_driver, monkeypatch, why):
     """Each PE asks whether it reaches every other; the peers' way only if all say yes (else a PE
-    alone on it would never join the others' reduction)."""
-    n_pes = memory._PEER_CHECK_MAX_PES + 1 if why == "too many PEs" else 2
-    cuda = _peer_world(fake_driver, monkeypatch, n_pes=n_pes, me=0, reached=why != "a PE not reached")
+    alone on it would never join the others' reduction), and only for a few PEs (past them the
+    question is not even asked)."""
+    many = why == "too many PEs"
+    cuda = _peer_world(fake_driver, monkeypatch, n_pes=memory._PEER_CHECK_MAX_PES + 1 if many else 2, me=0,
+                       reached=why != "a PE not reached")
     # the reductions' answers in turn: the agreement (max, -min of the yes = 1 / no = 0), the check
-    answers = iter([(1, 0) if why == "another PE says no" else (int(why != "a PE not reached"),) * 2, (64, -64)])
+    answers = iter(([] if many else [(1, 0) if why == "another PE says no" else (0, 0)]) + [(64, -64)])
     monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: struct.pack("<2q", *next(answers)))
     nv.buffer(64).free()
     said = [struct.unpack(f"<{len(c[2]) // 8}q", c[2]) for c in cuda if c[0] == "htod"]
-    assert said[0] == ((0, 0) if why != "another PE says no" else (1, -1))  # this PE's yes or no
-    assert said[1] == (64, -64)  # then the check itself: the reduction's (values, -values)
+    agreement = [] if many else [(0, 0) if why == "a PE not reached" else (1, -1)]  # this PE's no or yes
+    assert said == agreement + [(64, -64)]  # then the check itself: the reduction's (values, -values)
     assert not [c for c in cuda if c[0] == "dtod"]
-    assert memory._peer_slots is None
+    assert memory._reached is (None if many else False)
+    assert ("nvshmem_ptr" in [c[0] for c in fake_driver.calls]) is not many
     nv.finalize()
 
 

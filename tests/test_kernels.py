@@ -133,24 +133,20 @@ class _Buf:
         self.ptr, self.nbytes, self.freed = SYM, nbytes, False
 
 
-@pytest.mark.parametrize("mine,smallest,want", [(True, 1, True), (True, 0, False), (False, 0, False)])
-def test_load_store_is_asked_once_and_agreed(fake, monkeypatch, mine, smallest, want):
-    """Every PE takes the LL protocol or none: nvshmem_ptr of every peer on each PE, then the smallest
-    answer over the PEs (one host collective, once a session)."""
+@pytest.mark.parametrize("want", [True, False])
+def test_load_store_is_asked_once_and_agreed(fake, monkeypatch, want):
+    """Every PE takes the LL protocol or none: the session's agreed answer
+    (memory.reached_by_load_store), asked once, after the shape is agreed on."""
     asked, made = [], []
-    monkeypatch.setattr(_lib, "_interceptor",
-                        lambda symbol, args: (fake.append((symbol, args)) or (LOCAL if mine else 0)))
-    monkeypatch.setattr(memory, "value_ranges", lambda values: asked.append(values) or (
-        [(smallest, 1)] if len(values) == 1 else [(v, v) for v in values]))
+    monkeypatch.setattr(memory, "value_ranges", lambda values: asked.append(values) or [(v, v) for v in values])
+    monkeypatch.setattr(memory, "reached_by_load_store", lambda: asked.append("reached") or want)
     monkeypatch.setattr(memory, "internal_buffer", lambda nbytes, what: made.append(what) or _Buf(nbytes))
     ws = _workspace.Workspace()
     p = _plan.plan("one_shot", "float32", 100, 4)
     assert ws.load_store("all_reduce", p) is want
     assert ws.load_store("all_reduce") is want
-    assert asked == [[0, 0, 100], [int(mine)]]  # the shape agreed on first
+    assert asked == [[0, 0, 100], "reached"]  # the shape agreed on first
     assert made == ["kernels workspace signals"]
-    pes = sorted(args[1] for symbol, args in fake if symbol == "nvshmem_ptr")
-    assert pes == ([0, 2, 3] if mine else [0])  # every peer (all(): the first null ends it), not me (1)
 
 
 @pytest.mark.parametrize("load_store", (True, False))
@@ -214,7 +210,7 @@ def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
     monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
     monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream: written.update({(ptr, stream): data}))
     monkeypatch.setattr(memory, "_scratch_alloc", lambda: symmetric.Allocation(SYM, 256, "internal"))
-    monkeypatch.setattr(memory, "_peer_slots", None)  # the PEs agreed on the reduction
+    monkeypatch.setattr(memory, "_reached", False)  # the PEs agreed: not every PE reaches every other
     import struct
     # what the max-reduction leaves: max(a) = 5, max(-a) = -2 -> a in [2, 5]; b the same everywhere
     monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: read.append((ptr, n, stream)) or struct.pack(

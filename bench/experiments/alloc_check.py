@@ -32,12 +32,12 @@ N = 1 << 18  # float32: 1 MiB, the bench row's size
 def _forced_reduction(f):
     """``f`` with the session's check way set to the reduction for its duration."""
     def run():
-        kept = memory._peer_slots
-        memory._peer_slots = None
+        kept = memory._PEER_CHECK_MAX_PES
+        memory._PEER_CHECK_MAX_PES = 0  # value_ranges then takes the reduction
         try:
             f()
         finally:
-            memory._peer_slots = kept
+            memory._PEER_CHECK_MAX_PES = kept
     return run
 
 
@@ -70,7 +70,7 @@ def main() -> None:
     with nv.init():
         me = nv.my_pe()
         memory.value_ranges([0])  # the session agrees on its way (the first check)
-        peers = memory._peer_slots
+        peers = memory._slot_addresses if memory.reached_by_load_store() else None
         table = calls(peers)
         times: dict[str, list[float]] = {name: [] for name in table}
         for _ in range(args.rounds):

@@ -324,20 +324,33 @@ def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
 
 _max_reduce_int64: str | None = None  #: the C function of the reduction, looked up once
 _TEAM_WORLD = int(Team.TEAM_WORLD)
-_UNDECIDED = "undecided"
-#: value_ranges's way for this session: each PE's address of its slots (by peers), None (the
-#: reduction), or not yet agreed (the first call agrees on it)
-_peer_slots: list[int] | None | str = _UNDECIDED
-_parity = 0  #: the slot of value_ranges's next call by peers (its calls alternate between two)
+_reached: bool | None = None  #: reached_by_load_store's answer this session (None: not asked yet)
+_slot_addresses: list[int] = []  #: each PE's address of the scratch's slots, as this PE reaches it
+
+
+def reached_by_load_store() -> bool:
+    """Whether every PE reaches every other by load/store (``nvshmem_ptr`` of the symmetric heap not
+    null: NVLink, or one GPU under MPS), agreed over all PEs: one max-reduction at the first call of
+    a session (collective then; a PE alone on the peers' way would never join the others' collectives).
+    In NVSHMEM's limited MPG mode (no collectives) and at one PE: this PE's own answer."""
+    global _reached, _slot_addresses
+    if _reached is None:
+        s = _state.STATE
+        slots = _scratch_alloc().ptr + _SCRATCH_SLOTS
+        addresses = [slots if pe == s.my_pe else _lib.call("nvshmem_ptr", slots, pe) for pe in range(s.n_pes)]
+        mine = all(addresses)
+        if s.n_pes > 1 and not s.limited_mpg:
+            mine = _ranges_by_reduction([int(mine)])[0][0] == 1
+        _reached, _slot_addresses = mine, addresses
+    return _reached
 
 
 def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
     """(smallest, largest) of each of ``values`` (at most 4 int64) over all PEs (collective: every PE
-    calls it with as many values). Where each PE reaches every other by load/store (NVLink, or one
-    GPU under MPS), up to ``_PEER_CHECK_MAX_PES`` PEs: each PE's values copied to its symmetric
-    scratch, an on-stream barrier, a copy from each peer's (one wait); else one max-reduction over
-    TEAM_WORLD. None where it cannot be asked: one PE, or NVSHMEM's limited MPG mode (no collectives
-    there; warns once)."""
+    calls it with as many values). Where :func:`reached_by_load_store`, up to ``_PEER_CHECK_MAX_PES``
+    PEs: each PE's values copied to its symmetric scratch, an on-stream barrier, a copy from each
+    peer's (one wait); else one max-reduction over TEAM_WORLD. None where it cannot be asked: one PE,
+    or NVSHMEM's limited MPG mode (no collectives there; warns once)."""
     s = _state.STATE
     if s.n_pes <= 1:
         return None
@@ -347,24 +360,9 @@ def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
     k = len(values)
     if not 1 <= k <= _VALUES:
         raise ValueError(f"value_ranges() takes 1 to {_VALUES} values, got {k}")
-    peers = _peer_slots if _peer_slots is not _UNDECIDED else _agree_on_peers()
-    if peers is None:
-        return _ranges_by_reduction(values)
-    return _ranges_by_peers(values, peers)
-
-
-def _agree_on_peers() -> list[int] | None:
-    """Whether value_ranges goes by peers in this session: every PE must say yes (one reduction, at
-    its first call: a PE that took the peers' way alone would never join the others' reduction)."""
-    global _peer_slots
-    s = _state.STATE
-    slots = _scratch_alloc().ptr + _SCRATCH_SLOTS
-    mine = [slots if pe == s.my_pe else _lib.call("nvshmem_ptr", slots, pe)
-            for pe in range(s.n_pes if s.n_pes <= _PEER_CHECK_MAX_PES else 0)]
-    reached = bool(mine) and all(mine)
-    everyone = _ranges_by_reduction([int(reached)])[0][0] == 1
-    _peer_slots = mine if everyone else None
-    return _peer_slots
+    if s.n_pes <= _PEER_CHECK_MAX_PES and reached_by_load_store():
+        return _ranges_by_peers(values, _slot_addresses)
+    return _ranges_by_reduction(values)
 
 
 def _ranges_by_reduction(values: Sequence[int]) -> list[tuple[int, int]]:
@@ -583,9 +581,9 @@ def free(x: Any) -> None:
 
 
 def _forget_scratch() -> None:
-    """The scratch and what value_ranges agreed on belong to one session (finalize)."""
-    global _scratch, _peer_slots, _parity
-    _scratch, _peer_slots, _parity = None, _UNDECIDED, 0
+    """The scratch and what reached_by_load_store agreed on belong to one session (finalize)."""
+    global _scratch, _reached, _slot_addresses, _parity
+    _scratch, _reached, _slot_addresses, _parity = None, None, [], 0
 
 
 def _on_finalize(free_internal: bool) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import NvshmemArgumentError
-from ..host import _lib, _state, memory
+from ..host import _state, memory
 from . import _plan
 
 
@@ -55,10 +55,10 @@ class Workspace:
         self._agreed.add(key)
 
     def load_store(self, function: str, plan=None) -> bool:
-        """Whether every PE reaches every peer by load/store (``nvshmem_ptr`` of the signal words not
-        null), asked once a session: each PE asks NVSHMEM, then one host collective (the smallest
-        answer) makes every PE take the same protocol. Collective on its first call. ``plan``: agreed
-        on first (:meth:`agree`), so that PEs that call with different shapes raise before they ask."""
+        """Whether every PE reaches every peer by load/store, agreed over all PEs so that every PE
+        takes the same protocol (:func:`nvshmem_dsl.host.memory.reached_by_load_store`: collective on
+        a session's first call). ``plan``: agreed on first (:meth:`agree`), so that PEs that call with
+        different shapes raise before they ask."""
         s = _state.require(f"{function}()")
         with self._lock:
             self._reset_if_stale(s)
@@ -66,10 +66,7 @@ class Workspace:
                 self.agree(plan, function)
             if self._load_store is None:
                 self._make_signals(s)
-                ptr = self._sig.ptr
-                mine = all(_lib.call("nvshmem_ptr", ptr, pe) for pe in range(s.n_pes) if pe != s.my_pe)
-                ranges = memory.value_ranges([int(mine)])
-                self._load_store = bool(mine if ranges is None else ranges[0][0])
+                self._load_store = memory.reached_by_load_store()
             return self._load_store
 
     def _make_signals(self, s) -> None:
