@@ -486,8 +486,8 @@ def test_finalize_reports_leaks(fake_driver):
 
 
 def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
-    """Where the PEs do not all reach each other by load/store (nvshmem_ptr null here): the check is
-    one max-reduction, after the one that agreed on that."""
+    """Where the PEs agreed that not every PE reaches every other by load/store, the check is one
+    max-reduction on the runtime's stream, before the allocation."""
     fake_driver.responses.update(nvshmem_n_pes=2)
     nv.init(rank=0, nranks=2, uid=bytes(128))
     monkeypatch.setattr(memory, "reached_by_load_store", lambda: False)
