@@ -34,6 +34,7 @@ __all__ = [
     "bootstrap_plugin_dir",
     "bootstrap_plugin_path",
     "bitcode_path",
+    "is_nvshmem_bitcode",
     "nvshmem_version",
     "parse_arch",
     "clear_cache",
@@ -374,6 +375,13 @@ def bitcode_path(arch: int | str | tuple[int, int]) -> Path:
     Per-arch layout: the file with the highest ``NN <= arch``; single layout: the one file.
     """
     return installation().bitcode_for(arch)
+
+
+def is_nvshmem_bitcode(path: str | Path) -> bool:
+    """Whether ``path`` names one of NVSHMEM's own device bitcode files (either layout), e.g. one a
+    program links itself (NVSHMEM4Py's ``--link-libraries``, Triton's ``extern_libs``)."""
+    name = Path(path).name
+    return name == SINGLE_BITCODE or bool(_PER_ARCH_BITCODE.match(name))
 
 
 def nvshmem_version() -> tuple[int, int, int]:

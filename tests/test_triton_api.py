@@ -521,6 +521,44 @@ def test_raw_c_calls_take_addresses_and_any_pointer():
     assert not _CALL.findall(ck.asm["ptx"])
 
 
+@triton.jit
+def _libdevice_only(x):
+    tl.store(x, tl.extra.cuda.libdevice.sqrt(tl.load(x)))
+
+
+def test_nvshmems_bitcode_in_extern_libs_is_left_to_our_link(tmp_path, monkeypatch):
+    """A program that still gives NVSHMEM's bitcode in ``extern_libs`` (as hand-written externs need):
+    a kernel calling nvshmem_dsl.triton compiles as without it (Triton's llir stage linked all of it,
+    then our link failed: "symbol multiply defined"); a kernel that does not keeps Triton's stage."""
+    from nvshmem_dsl._libs import bitcode_path
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compiled here, not found in a cache
+    libs = {"libnvshmem_device": str(bitcode_path(90))}
+    sig = {"x": "*fp32", "pe": "i32"}
+    def ptx(**options):  # LLVM numbers its call sequences per process: not the code
+        return re.sub(r"callseq \d+", "callseq", _build(_raw_address, sig, **options).asm["ptx"])
+
+    assert ptx(extern_libs=libs) == ptx()
+    seen = []
+    real = triton.knobs.runtime.add_stages_inspection_hook
+
+    def spy(*args, **kwargs):
+        real(*args, **kwargs)
+        if args or kwargs:
+            seen.append((args[2], args[1]["llir"]))  # (options, the llir stage after our hook)
+        return None if args or kwargs else real()
+
+    triton.knobs.runtime.add_stages_inspection_hook = spy
+    try:
+        ptx = _build(_libdevice_only, {"x": "*fp32"}, ptx_only=False, extern_libs=libs).asm["ptx"]
+    finally:
+        triton.knobs.runtime.add_stages_inspection_hook = real
+    assert "sqrt" in ptx and "nvshmemi_device_state_d" in ptx  # Triton linked what it was given
+    (options, llir_stage), = seen
+    assert dict(options.extern_libs)["libnvshmem_device"] == libs["libnvshmem_device"]
+    assert llir_stage.__name__ == "llir_stage"  # ours, which hands this kernel to Triton's own stage
+
+
 def test_outside_a_kernel():
     with pytest.raises(ValueError, match="triton.jit"):
         nv.put(1, 2, 3, 4)

@@ -233,7 +233,7 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
     from cutlass._mlir import ir
 
     from .. import _optable
-    from .._libs import bitcode_path
+    from .._libs import bitcode_path, is_nvshmem_bitcode
     from ..linker.nvvm import kernel_bitcode_for, kernel_bitcode_placeholder
 
     arch = _pipeline_arch(pipeline)
@@ -250,7 +250,7 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
     # NVIDIA's whole bitcode, where the program links it too (NVSHMEM4Py's way: cute.compile(...,
     # options="--link-libraries=" + find_device_bitcode_library())), adds nothing when the kernel
     # declares only the op table's functions: libNVVM would read all of it at every compile
-    drop = _is_nvshmem_bitcode if declared == names else (lambda _: False)
+    drop = is_nvshmem_bitcode if declared == names else (lambda _: False)
     for op in modules:
         paths = sorted({path if x.value == placeholder else x.value for x in op.attributes["link-libraries"]}
                        - {x.value for x in op.attributes["link-libraries"] if drop(x.value)})
@@ -261,12 +261,6 @@ def resolve_kernel_bitcode(module, pipeline: str) -> tuple[str, frozenset, froze
 
 
 _LINK_LIBRARIES = re.compile(r"link-libraries='([^']*)'")
-_NVSHMEM_BITCODE = re.compile(r"libnvshmem_device(_sm_\d+)?\.bc")
-
-
-def _is_nvshmem_bitcode(path: str) -> bool:
-    """Whether ``path`` names one of NVSHMEM's own device bitcode files (not a kernel bitcode of ours)."""
-    return bool(_NVSHMEM_BITCODE.fullmatch(os.path.basename(path)))
 
 
 _INTS = re.compile(r"\d+")

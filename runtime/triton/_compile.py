@@ -421,6 +421,8 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
         stages["cubin"] = ours = cubin_stage
 
+    _without_nvshmem_bitcode(backend, stages, options, cap)
+
     def ptx_stage(src, metadata):
         if isinstance(src, str) and SHIM_PREFIX in src and DECLARATION.search(src):
             # the objects are wanted when our cubin stage is to link them (not when PTX is all)
@@ -429,6 +431,32 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
         return triton_ptx(src, metadata)
 
     stages["ptx"] = ptx_stage
+
+
+def _without_nvshmem_bitcode(backend, stages, options, capability) -> None:
+    """A program that gives NVSHMEM's bitcode in ``extern_libs`` itself (as hand-written externs
+    need): Triton's ``llir`` stage would link all of it into a kernel that calls nvshmem_dsl.triton,
+    whose NVSHMEM code our ``ptx`` stage links (a duplicate definition, once LLVM's error
+    "symbol multiply defined"). Such a kernel's ``llir`` stage runs without it; a kernel that does
+    not call nvshmem_dsl.triton keeps Triton's stage as it was."""
+    from dataclasses import replace
+
+    from .._libs import is_nvshmem_bitcode
+
+    libs = tuple(getattr(options, "extern_libs", None) or ())
+    kept = tuple((name, path) for name, path in libs if not is_nvshmem_bitcode(path))
+    make_llir = getattr(backend, "make_llir", None)
+    if len(kept) == len(libs) or make_llir is None:
+        return
+    lean = replace(options, extern_libs=kept)
+    triton_llir = stages["llir"]
+
+    def llir_stage(src, metadata):
+        if SHIM_PREFIX in str(src):  # the kernel calls nvshmem_dsl.triton
+            return make_llir(src, metadata, lean, capability)
+        return triton_llir(src, metadata)
+
+    stages["llir"] = llir_stage
 
 
 def _stages_hook(*args, **kwargs):
