@@ -291,7 +291,9 @@ def test_nvshmem_library_links_ptx_through_the_base_link(monkeypatch, lto, reada
 
     monkeypatch.setattr(_linker, "nvjitlink_reads", lambda ptx: readable)
     monkeypatch.setattr(_linker, "ptxas_object", lambda ptx, arch, options, what: b"obj:" + ptx)
-    lib = SimpleNamespace(get_asm_strs=lambda cc: ["PTX"], _linking_files=["a.o"], needs_cudadevrt=False)
+    # NVSHMEM's bitcode in link= (numba-cuda cannot link a .bc; the PTX holds NVSHMEM's code): left out
+    files = ["a.o", "/nvshmem/lib/libnvshmem_device_sm_90.bc", "/nvshmem/lib/libnvshmem_device.bc"]
+    lib = SimpleNamespace(get_asm_strs=lambda cc: ["PTX"], _linking_files=files, needs_cudadevrt=False)
     numba_codegen.CUDACodeLibrary._link_all(lib, _linker._PtxLinker(Linker(), "k"), (9, 0))
     assert added == [("ptx", b"PTX") if readable else ("cubin", b"obj:PTX"), ("file", "a.o")]
 

@@ -79,6 +79,7 @@ from numba.cuda import codegen as _codegen
 from numba.cuda.codegen import CUDACodeLibrary
 from numba.cuda.core import config
 
+from .._libs import is_nvshmem_bitcode
 from ..linker.hooks import ModuleHooks
 from ..linker.pipeline import (NvshmemLinkError, default_features, link_nvshmem, mark_declarations, nvjitlink_reads,
                                nvshmem_functions, objects, prepare_calls, ptxas_object, target_machine)
@@ -214,7 +215,8 @@ class _PtxLinker:
     """``linker`` (numba-cuda's) as :meth:`CUDACodeLibrary._link_all` is to see it for an NVSHMEM
     library: not LTO (NVVM cannot read NVSHMEM's code, so the library gives PTX), and PTX that the
     installed nvJitLink does not read (:func:`~nvshmem_dsl.linker.pipeline.nvjitlink_reads`) added as
-    ptxas's object of it; CUDA C++ of the link (numba-cuda's NRT) compiled to PTX too, under LTO."""
+    ptxas's object of it; CUDA C++ of the link (numba-cuda's NRT) compiled to PTX too, under LTO;
+    NVSHMEM's own bitcode in ``link=`` left out (the PTX holds the NVSHMEM code it calls)."""
 
     lto = False
 
@@ -233,6 +235,9 @@ class _PtxLinker:
         return linker.add_cubin(ptxas_object(ptx, linker.arch, options, f"kernel {self._name}"))
 
     def add_file_guess_ext(self, path_or_code, ignore_nonlto=False):
+        # NVSHMEM's own bitcode given to link= (numba-cuda cannot link a .bc): its code is in the PTX
+        if isinstance(path_or_code, (str, os.PathLike)) and is_nvshmem_bitcode(path_or_code):
+            return None
         # CUDA C++ given to the link (numba-cuda's NRT, nrt.cu, with NUMBA_CUDA_ENABLE_NRT=1; a
         # CUSource or .cu file of link=) becomes PTX, as the kernel does: under LTO nvJitLink keeps
         # of LTO-IR only what other LTO-IR calls, so the functions our PTX calls in it (NRT_incref)
