@@ -245,7 +245,7 @@ def test_kernel_bitcode_holds_what_the_kernel_inlines(monkeypatch):
 def test_nvidias_bitcode_given_by_the_program_is_left_out(monkeypatch, own):
     """A program that links NVSHMEM's whole bitcode itself (NVSHMEM4Py's way: ``--link-libraries=``
     ``find_device_bitcode_library()``) gets the kernel's own bitcode in its place: libNVVM read all of
-    it at every compile (6-9 s a kernel on a CPU).  Kept where the kernel declares an ``nvshmem*``
+    it at every compile (bench/results/cute-link-libraries-cpu-2026-12-04.txt).  Kept where the kernel declares an ``nvshmem*``
     function that is no NVSHMEM function of the op table (``own``): it may be the program's."""
     from nvshmem_dsl._libs import bitcode_path
 

@@ -421,7 +421,7 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
 
         stages["cubin"] = ours = cubin_stage
 
-    _without_nvshmem_bitcode(backend, stages, options, cap)
+    _without_nvshmem_bitcode(stages, options)
 
     def ptx_stage(src, metadata):
         if isinstance(src, str) and SHIM_PREFIX in src and DECLARATION.search(src):
@@ -433,28 +433,30 @@ def _wrap_stages(backend, stages, options, language, capability) -> None:
     stages["ptx"] = ptx_stage
 
 
-def _without_nvshmem_bitcode(backend, stages, options, capability) -> None:
+def _without_nvshmem_bitcode(stages, options) -> None:
     """A program that gives NVSHMEM's bitcode in ``extern_libs`` itself (as hand-written externs
     need): Triton's ``llir`` stage would link all of it into a kernel that calls nvshmem_dsl.triton,
     whose NVSHMEM code our ``ptx`` stage links (a duplicate definition, once LLVM's error
-    "symbol multiply defined"). Such a kernel's ``llir`` stage runs without it; a kernel that does
-    not call nvshmem_dsl.triton keeps Triton's stage as it was."""
-    from dataclasses import replace
-
+    "symbol multiply defined"). Such a kernel runs Triton's ``llir`` stage (and whatever wraps it)
+    with the other libraries only; a kernel that does not call nvshmem_dsl.triton keeps them all."""
     from .._libs import is_nvshmem_bitcode
 
-    libs = tuple(getattr(options, "extern_libs", None) or ())
-    kept = tuple((name, path) for name, path in libs if not is_nvshmem_bitcode(path))
-    make_llir = getattr(backend, "make_llir", None)
-    if len(kept) == len(libs) or make_llir is None:
+    libs = getattr(options, "extern_libs", None)
+    kept = tuple((name, path) for name, path in libs or () if not is_nvshmem_bitcode(path))
+    if libs is None or len(kept) == len(libs):
         return
-    lean = replace(options, extern_libs=kept)
     triton_llir = stages["llir"]
 
     def llir_stage(src, metadata):
-        if SHIM_PREFIX in str(src):  # the kernel calls nvshmem_dsl.triton
-            return make_llir(src, metadata, lean, capability)
-        return triton_llir(src, metadata)
+        if SHIM_PREFIX not in str(src):  # the kernel does not call nvshmem_dsl.triton
+            return triton_llir(src, metadata)
+        # the stage reads the options it was made with: theirs for the call (frozen: as Triton
+        # itself sets extern_libs in CUDAOptions.__post_init__)
+        object.__setattr__(options, "extern_libs", kept)
+        try:
+            return triton_llir(src, metadata)
+        finally:
+            object.__setattr__(options, "extern_libs", libs)
 
     stages["llir"] = llir_stage
 

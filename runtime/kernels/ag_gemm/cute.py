@@ -23,8 +23,8 @@ reachable by load/store (``launch(fetch_wait=True)``, kernel ``"ag_gemm"``) it p
 serialise every wgmma of the kernel (C7509: slower, still correct).
 
 Built for speed: TMA, 6 stages (193 KiB of shared memory: one program a multiprocessor), wgmma,
-warp specialisation, persistence: on one H200 its fused call takes 1.03-1.05x the time of Triton's
-(BENCHMARKS.md); not tuned. Left out: a search of the tile
+warp specialisation, persistence; measured against Triton's fused kernel on one H200 (BENCHMARKS.md),
+not tuned. Left out: a search of the tile
 shape (128 x 128 x 64, Triton's is 128 x 256 x 64), cluster multicast, register reallocation
 (``setmaxnreg``), an L2-grouped tile order (Triton's ``GROUP_M``), and an epilogue through shared
 memory and TMA stores (it stores 4 bytes a thread at a time, between a tile's last wgmma and the
