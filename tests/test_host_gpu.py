@@ -248,10 +248,21 @@ def test_alloc_free_cycles_no_growth(pe):
 def test_size_mismatch_detected(pe):
     if pe.n_pes < 2:
         pytest.skip("needs 2 PEs")
-    with pytest.raises(nv.NvshmemArgumentError, match="different sizes"):
-        nv.buffer(1024 + 8 * pe.my_pe)
+    for larger in (0, 1, 0):  # each PE the larger once; both of the check's slots, then the first again
+        with pytest.raises(nv.NvshmemArgumentError, match="different sizes"):
+            nv.buffer(1024 + 8 * (pe.my_pe == larger))
     assert nv.leak_report() is None
-    nv.barrier_all()
+    # what the failed allocations took is given back on every PE: the heap is symmetric again
+    right, left = neighbours(pe)
+    dst = nv.zeros(N, "int64", like="cupy")
+    src = nv.full(N, pe.my_pe + 1, "int64", like="cupy")
+    phase()
+    nv.put(dst, src, right)
+    nv.quiet()
+    phase()
+    assert np.all(host(dst) == left + 1)
+    nv.free(src)
+    nv.free(dst)
 
 
 def test_peer_views(pe):

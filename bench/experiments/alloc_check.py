@@ -1,14 +1,12 @@
 """Experiment (issue 41 item 4): where an allocation's host time goes, and which way of the size
 check to keep.  On each PE, alternated in rounds, median host time a call of:
 
-  reduction      memory._ranges_by_reduction([n]): the check as it was (a max-reduction on the
-                 runtime's stream between two copies)
-  peers          memory._ranges_by_peers([n], ...): this PE's size to its slot, an on-stream
-                 barrier, a copy from each peer's slot (only where the PEs agreed on it)
-  barrier        nvshmemx_barrier_all_on_stream on the runtime's stream, then its wait: the floor
-                 of ``peers``
+  reduction      memory._ranges_by_reduction([n]): the reduction check alone (a max-reduction on
+                 the runtime's stream between two copies)
+  barrier        nvshmemx_barrier_all_on_stream on the runtime's stream, then its wait
   c_alloc_free   nvshmem_malloc + nvshmem_free of 1 MiB through _lib.call (the C calls alone)
-  alloc_free     nvshmem_dsl.array(1 MiB, like="cupy") + free (the check as the session agreed)
+  alloc_free     nvshmem_dsl.array(1 MiB, like="cupy") + free (the check as the session agreed:
+                 through the slots where every PE reaches every other, around NVSHMEM's malloc)
   alloc_free_reduction / alloc_free_nocheck   the same with the reduction forced / check=False
 
 Every PE prints one JSON line (its medians in us); PE 0 a table of the slowest PE's.
@@ -32,16 +30,16 @@ N = 1 << 18  # float32: 1 MiB, the bench row's size
 def _forced_reduction(f):
     """``f`` with the session's check way set to the reduction for its duration."""
     def run():
-        kept = memory._PEER_CHECK_MAX_PES
-        memory._PEER_CHECK_MAX_PES = 0  # value_ranges then takes the reduction
+        kept = memory._SLOT_CHECK_MAX_PES
+        memory._SLOT_CHECK_MAX_PES = 0  # _allocate then takes the reduction
         try:
             f()
         finally:
-            memory._PEER_CHECK_MAX_PES = kept
+            memory._SLOT_CHECK_MAX_PES = kept
     return run
 
 
-def calls(peers) -> dict:
+def calls() -> dict:
     stream = _cuda.runtime_stream()
 
     def barrier():
@@ -57,8 +55,6 @@ def calls(peers) -> dict:
     out = {"reduction": lambda: memory._ranges_by_reduction([4 * N]),
            "barrier": barrier, "c_alloc_free": c_alloc_free, "alloc_free": alloc_free(),
            "alloc_free_reduction": _forced_reduction(alloc_free()), "alloc_free_nocheck": alloc_free(False)}
-    if peers is not None:
-        out["peers"] = lambda: memory._ranges_by_peers([4 * N], peers)
     return out
 
 
@@ -69,9 +65,8 @@ def main() -> None:
     args = ap.parse_args()
     with nv.init():
         me = nv.my_pe()
-        memory.value_ranges([0])  # the session agrees on its way (the first check)
-        peers = memory._slot_addresses if memory.reached_by_load_store() else None
-        table = calls(peers)
+        slots = memory._sizes_through_slots()  # the session agrees on its way (the first check)
+        table = calls()
         times: dict[str, list[float]] = {name: [] for name in table}
         for _ in range(args.rounds):
             for name, f in table.items():
@@ -82,7 +77,7 @@ def main() -> None:
                     f()
                 times[name].append((time.perf_counter() - t0) / args.reps * 1e6)
         mine = {name: statistics.median(v) for name, v in times.items()}
-        print(json.dumps({"pe": me, "n_pes": nv.n_pes(), "by_peers": peers is not None, "us": mine}), flush=True)
+        print(json.dumps({"pe": me, "n_pes": nv.n_pes(), "through_slots": slots, "us": mine}), flush=True)
         import cupy
 
         src = nv.array((len(mine),), "float64", like="cupy")

@@ -51,16 +51,15 @@ ENV_CHECK_SYMMETRY = "NVSHMEM_DSL_CHECK_SYMMETRY"
 _MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba.cuda"}
 LIBRARIES = tuple(_MODULES)
 # the runtime's symmetric scratch: value_ranges's reduction (in 0..63, out 128..191), team uid (64..71),
-# value_ranges's own values by peers (192..255: a slot of 4 int64 a call parity), then the peers' values
-# gathered (_VALUES_BYTES a PE)
+# each allocation's size posted for the peers (192..207: two int64 slots, used by turns), then the
+# peers' sizes gathered (256.., 8 bytes a PE)
 _SCRATCH_UID = 64
 _SCRATCH_SLOTS = 192
 _SCRATCH_GATHER = 256
 _VALUES = 4  #: value_ranges takes at most this many int64
-_VALUES_BYTES = 8 * _VALUES
-#: value_ranges by peers only up to this many PEs (a copy from each peer, one driver call each: past it
-#: NVSHMEM's one reduction is taken to be cheaper; a guess, not measured)
-_PEER_CHECK_MAX_PES = 8
+#: allocations are checked through the peers' slots only up to this many PEs (a copy from each peer,
+#: one driver call each; past it NVSHMEM's one reduction is taken to be cheaper: a guess, not measured)
+_SLOT_CHECK_MAX_PES = 8
 
 
 
@@ -296,7 +295,7 @@ def _scratch_alloc() -> Allocation:
     """The runtime's own small symmetric buffer (made at init, freed at finalize)."""
     global _scratch
     if _scratch is None or _scratch.freed:
-        nbytes = _SCRATCH_GATHER + _VALUES_BYTES * max(1, _state.STATE.n_pes)
+        nbytes = _SCRATCH_GATHER + 8 * max(1, _state.STATE.n_pes)
         ptr = _lib.call("nvshmem_calloc", 1, nbytes)
         if not ptr:
             raise NvshmemOutOfMemoryError("nvshmem_dsl could not allocate its internal symmetric scratch buffer")
@@ -325,7 +324,8 @@ def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
 _max_reduce_int64: str | None = None  #: the C function of the reduction, looked up once
 _TEAM_WORLD = int(Team.TEAM_WORLD)
 _reached: bool | None = None  #: reached_by_load_store's answer this session (None: not asked yet)
-_slot_addresses: list[int] = []  #: each PE's address of the scratch's slots, as this PE reaches it
+_slot_addresses: list[int] = []  #: each PE's address of the scratch's size slots, as this PE reaches it
+_parity = 0  #: which of the two size slots the next checked allocation posts to
 
 
 def reached_by_load_store() -> bool:
@@ -347,21 +347,16 @@ def reached_by_load_store() -> bool:
 
 def value_ranges(values: Sequence[int]) -> list[tuple[int, int]] | None:
     """(smallest, largest) of each of ``values`` (at most 4 int64) over all PEs (collective: every PE
-    calls it with as many values). Where :func:`reached_by_load_store`, up to ``_PEER_CHECK_MAX_PES``
-    PEs: each PE's values copied to its symmetric scratch, an on-stream barrier, a copy from each
-    peer's (one wait); else one max-reduction over TEAM_WORLD. None where it cannot be asked: one PE,
-    or NVSHMEM's limited MPG mode (no collectives there; warns once)."""
+    calls it with as many values): one max-reduction over TEAM_WORLD.  None where it cannot be asked:
+    one PE, or NVSHMEM's limited MPG mode (no collectives there; warns once)."""
     s = _state.STATE
     if s.n_pes <= 1:
         return None
     if s.limited_mpg:  # NVSHMEM has no collective there; the check would end the process
         _warn_symmetry_check_off(s.pes_per_gpu)
         return None
-    k = len(values)
-    if not 1 <= k <= _VALUES:
-        raise ValueError(f"value_ranges() takes 1 to {_VALUES} values, got {k}")
-    if s.n_pes <= _PEER_CHECK_MAX_PES and reached_by_load_store():
-        return _ranges_by_peers(values, _slot_addresses)
+    if not 1 <= len(values) <= _VALUES:
+        raise ValueError(f"value_ranges() takes 1 to {_VALUES} values, got {len(values)}")
     return _ranges_by_reduction(values)
 
 
@@ -380,38 +375,57 @@ def _ranges_by_reduction(values: Sequence[int]) -> list[tuple[int, int]]:
     return [(-got[k + i], got[i]) for i in range(k)]
 
 
-def _ranges_by_peers(values: Sequence[int], peers: list[int]) -> list[tuple[int, int]]:
-    """value_ranges by peers: this PE's values to its slot of this call's parity, an on-stream barrier
-    (every PE's values are in place), each peer's slot copied next to the others, one copy back; all
-    on the runtime's stream. Two slots, by turns: a PE's next call but one reuses a slot only after
-    the barrier of the next call, which no PE passes before every PE has read this one."""
-    global _parity
-    s = _state.STATE
-    k, n, offset = len(values), s.n_pes, _parity * _VALUES_BYTES
-    _parity ^= 1
-    gather = _scratch_alloc().ptr + _SCRATCH_GATHER
-    stream = _cuda.runtime_stream()
-    _cuda.memcpy_htod(peers[s.my_pe] + offset, struct.pack(f"<{k}q", *values), stream)
-    _lib.call("nvshmemx_barrier_all_on_stream", stream)
-    for pe, slots in enumerate(peers):
-        if pe != s.my_pe:
-            _cuda.memcpy_dtod(gather + pe * _VALUES_BYTES, slots + offset, 8 * k, stream)
-    raw = _cuda.memcpy_dtoh(gather, n * _VALUES_BYTES, stream)
-    rows = [tuple(values) if pe == s.my_pe else struct.unpack_from(f"<{k}q", raw, pe * _VALUES_BYTES)
-            for pe in range(n)]
-    return [(min(r[i] for r in rows), max(r[i] for r in rows)) for i in range(k)]
+def _size_mismatch(function: str, nbytes: int, smallest: int, largest: int) -> NvshmemArgumentError:
+    return NvshmemArgumentError(
+        f"{function}(): the PEs asked for different sizes (this PE: {nbytes} bytes; smallest "
+        f"{smallest}, largest {largest}). Symmetric allocation is collective: every PE must ask "
+        "for the same size, in the same order."
+    )
 
 
 def _same_size_everywhere(nbytes: int, function: str) -> None:
-    """Raise when the PEs asked for different sizes (collective over TEAM_WORLD)."""
+    """Raise when the PEs asked for different sizes (collective over TEAM_WORLD: a reduction)."""
     ranges = value_ranges([nbytes])
     if ranges and ranges[0][0] != ranges[0][1]:
-        smallest, largest = ranges[0]
-        raise NvshmemArgumentError(
-            f"{function}(): the PEs asked for different sizes (this PE: {nbytes} bytes; smallest "
-            f"{smallest}, largest {largest}). Symmetric allocation is collective: every PE must ask "
-            "for the same size, in the same order."
-        )
+        raise _size_mismatch(function, nbytes, *ranges[0])
+
+
+def _sizes_through_slots() -> bool:
+    """Whether this allocation's size check goes through the peers' slots (collective on a session's
+    first check, where reached_by_load_store is agreed): every PE reaches every other by load/store,
+    and a few PEs."""
+    s = _state.STATE
+    return 1 < s.n_pes <= _SLOT_CHECK_MAX_PES and not s.limited_mpg and reached_by_load_store()
+
+
+def _post_size(nbytes: int) -> None:
+    """This PE's size to its slot of this allocation's turn, in place before NVSHMEM's allocation
+    begins: the barrier every NVSHMEM allocation ends with (OpenSHMEM's rule for shmem_malloc) is
+    what makes every PE's size readable by the others after it, so the check needs no barrier of its own."""
+    stream = _cuda.runtime_stream()
+    _cuda.memcpy_htod(_slot_addresses[_state.STATE.my_pe] + 8 * _parity, struct.pack("<q", nbytes), stream)
+    _cuda.stream_synchronize(stream)
+
+
+def _check_posted_sizes(nbytes: int, ptr: int, function: str) -> None:
+    """After NVSHMEM's allocation (its barrier passed): each peer's posted size copied next to the
+    others, one copy back (the runtime's stream).  Where they differ, every PE sees it: each frees what
+    it got (collective, a null pointer too) and raises.  The two slots by turns: a PE posts to a slot
+    again two allocations later, after the barrier of the next one, which no PE passes before every
+    PE has read this one."""
+    global _parity
+    s = _state.STATE
+    offset, _parity = 8 * _parity, _parity ^ 1
+    gather = _scratch_alloc().ptr + _SCRATCH_GATHER
+    stream = _cuda.runtime_stream()
+    for pe, slots in enumerate(_slot_addresses):
+        if pe != s.my_pe:
+            _cuda.memcpy_dtod(gather + 8 * pe, slots + offset, 8, stream)
+    sizes = list(struct.unpack(f"<{s.n_pes}q", _cuda.memcpy_dtoh(gather, 8 * s.n_pes, stream)))
+    sizes[s.my_pe] = nbytes
+    if min(sizes) != max(sizes):
+        _lib.call("nvshmem_free", ptr)
+        raise _size_mismatch(function, nbytes, min(sizes), max(sizes))
 
 
 # --------------------------------------------------------------------------- allocation
@@ -456,14 +470,21 @@ def free_internal(buf: Buffer) -> None:
 
 def _allocate(nbytes: int, align: int | None, zero: bool, check: bool | None, function: str) -> Allocation:
     where = _caller()
+    through_slots = False
     if _check_symmetry_enabled(check):
-        _same_size_everywhere(nbytes, function)
+        through_slots = _sizes_through_slots()
+        if through_slots:
+            _post_size(nbytes)
+        else:
+            _same_size_everywhere(nbytes, function)
     if align is not None:
         ptr = _lib.call("nvshmem_align", align, nbytes)
     elif zero:
         ptr = _lib.call("nvshmem_calloc", 1, nbytes)
     else:
         ptr = _lib.call("nvshmem_malloc", nbytes)
+    if through_slots:
+        _check_posted_sizes(nbytes, ptr, function)
     if not ptr:
         used = sum(a.nbytes for a in REGISTRY.live())
         raise NvshmemOutOfMemoryError(
