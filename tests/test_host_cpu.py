@@ -486,11 +486,9 @@ def test_finalize_reports_leaks(fake_driver):
 
 
 def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
-    """Where the PEs agreed that not every PE reaches every other by load/store, the check is one
-    max-reduction on the runtime's stream, before the allocation."""
+    """The check is one max-reduction on the runtime's stream, before the allocation."""
     fake_driver.responses.update(nvshmem_n_pes=2)
     nv.init(rank=0, nranks=2, uid=bytes(128))
-    monkeypatch.setattr(memory, "reached_by_load_store", lambda: False)
     written = {}
     monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
     monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: written.update(data=data, stream=stream))
@@ -514,99 +512,29 @@ def test_allocation_size_mismatch_is_detected(fake_driver, monkeypatch):
     nv.finalize()
 
 
-def _peer_world(fake_driver, monkeypatch, n_pes=3, me=1, reached=True):
-    """init as PE ``me`` of ``n_pes``; nvshmem_ptr answers each peer's copy of an address (a peer's
-    heap 1 TiB on) where ``reached``; the runtime's CUDA calls and NVSHMEM's allocation calls recorded
-    in one list, in order."""
-    fake_driver.responses.update(nvshmem_n_pes=n_pes, nvshmem_my_pe=me,
-                                 nvshmem_ptr=lambda args: args[0] + (args[1] << 40) if reached else 0)
-    nv.init(rank=me, nranks=n_pes, uid=bytes(128))
-    calls = []
+@pytest.mark.parametrize("why", ["every PE reached", "a PE not reached", "another PE says no", "one PE"])
+def test_reached_by_load_store_is_agreed_once(fake_driver, monkeypatch, why):
+    """Each PE asks nvshmem_ptr of every peer; the session's answer is the smallest over the PEs (one
+    max-reduction of (yes, -yes), at the first call only; a PE alone on the load/store protocol would
+    never join the others' collectives), forgotten at finalize.  One PE: its own answer."""
+    n_pes = 1 if why == "one PE" else 3
+    fake_driver.responses.update(nvshmem_n_pes=n_pes, nvshmem_my_pe=0,
+                                 nvshmem_ptr=lambda args: 0 if why == "a PE not reached" and args[1] == 2 else 1)
+    nv.init(rank=0, nranks=n_pes, uid=bytes(128))
+    said = []
     monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
-    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: calls.append(("htod", ptr, data, stream)))
-    monkeypatch.setattr(_cuda, "memcpy_dtod", lambda dst, src, n, stream: calls.append(("dtod", dst, src, n, stream)))
-    monkeypatch.setattr(_cuda, "stream_synchronize", lambda stream: calls.append(("sync", stream)))
-    heap = iter(range(0x7D0000100000, 0x7D0000200000, 0x10000))
-    fake_driver.responses.update(nvshmem_malloc=lambda args: calls.append(("malloc", args[0])) or next(heap),
-                                 nvshmem_free=lambda args: calls.append(("free", args[0])))
-    return calls
-
-
-def test_allocation_check_through_slots(fake_driver, monkeypatch):
-    """Every PE reaches every other by load/store: one reduction agrees on it (the first check), then
-    each allocation posts this PE's size to its slot (waited for) before NVSHMEM's malloc, whose own
-    closing barrier makes the posts readable: after it, a copy from each peer's slot and one copy back,
-    on the runtime's stream; the two slots by turns; no reduction and no barrier of the check's own.
-    Sizes that differ: every PE frees what it got (collective) and raises."""
-    calls = _peer_world(fake_driver, monkeypatch)
-    scratch = 0x7D0000000000  # nvshmem_calloc's answer
-    slots, gather = scratch + memory._SCRATCH_SLOTS, scratch + memory._SCRATCH_GATHER
-    sizes = {0: 1024, 2: 512}  # what the peers' slots hold: PE 2 asked for less
-
-    def dtoh(ptr, n, stream):
-        if ptr == gather:  # the peers' sizes, gathered; this PE's own never written (zero)
-            assert n == 3 * 8 and stream == 0x5EAB
-            return struct.pack("<3q", *(sizes.get(pe, 0) for pe in range(3)))
-        return struct.pack("<qq", 1, -1)  # the agreement: every PE reached every other
-
-    monkeypatch.setattr(_cuda, "memcpy_dtoh", dtoh)
-    with pytest.raises(nv.NvshmemArgumentError, match="smallest 512, largest 1024"):
-        nv.buffer(1024)
-    assert len([c for c in fake_driver.calls if "max_reduce" in c[0]]) == 1  # the agreement's, once a session
-    assert calls[0] == ("htod", scratch, struct.pack("<qq", 1, -1), 0x5EAB)
-    got = calls[1:]
-    assert got == [("htod", slots, struct.pack("<q", 1024), 0x5EAB), ("sync", 0x5EAB), ("malloc", 1024),
-                   ("dtod", gather, slots + (0 << 40), 8, 0x5EAB),
-                   ("dtod", gather + 2 * 8, slots + (2 << 40), 8, 0x5EAB),
-                   ("free", 0x7D0000100000)]
-    assert not [c for c in fake_driver.calls if "barrier" in c[0]]
-    assert [a.kind for a in memory.REGISTRY.live()] == ["internal"]  # the scratch alone
-    del calls[:]
-    sizes[2] = 1024
-    nv.buffer(1024).free()  # the other slot this time, then the first again
-    nv.buffer(1024).free()
-    assert [c[1] for c in calls if c[0] == "htod"] == [slots + 8, slots]
-    assert [c[2] for c in calls if c[0] == "dtod"] == [slots + 8 + (0 << 40), slots + 8 + (2 << 40),
-                                                       slots + (0 << 40), slots + (2 << 40)]
-    assert [c[0] for c in calls if c[0] in ("malloc", "free")] == ["malloc", "free"] * 2
-    assert len([c for c in fake_driver.calls if "max_reduce" in c[0]]) == 1
+    monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream=None: said.append(struct.unpack("<2q", data)))
+    yes = why != "a PE not reached"
+    smallest = 0 if why in ("a PE not reached", "another PE says no") else 1
+    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: struct.pack("<2q", 1, -smallest))
+    want = yes if n_pes == 1 else smallest == 1
+    assert memory.reached_by_load_store() is want
+    assert memory.reached_by_load_store() is want
+    assert said == ([] if n_pes == 1 else [(int(yes), -int(yes))])  # one reduction, this PE's answer
+    asked = sorted(args[1] for symbol, args in fake_driver.calls if symbol == "nvshmem_ptr")
+    assert asked == ([] if n_pes == 1 else [1, 2])  # every peer once, not this PE
     nv.finalize()
-    assert memory._reached is None and memory._parity == 0  # agreed again next session
-
-
-def test_allocation_check_frees_a_failed_allocation_collectively(fake_driver, monkeypatch):
-    """The PE that asked for more got nothing (NVSHMEM answered null): it still takes part in the
-    collective free (a null pointer, as NVSHMEM allows) and raises the size error, not the heap's."""
-    calls = _peer_world(fake_driver, monkeypatch, n_pes=2, me=0)
-    fake_driver.responses["nvshmem_malloc"] = lambda args: calls.append(("malloc", args[0])) or 0
-    gather = 0x7D0000000000 + memory._SCRATCH_GATHER  # the peers' sizes (PE 1: 64), else the agreement
-    monkeypatch.setattr(_cuda, "memcpy_dtoh",
-                        lambda ptr, n, stream: struct.pack("<2q", 0, 64) if ptr == gather else struct.pack("<qq", 1, -1))
-    with pytest.raises(nv.NvshmemArgumentError, match=f"smallest 64, largest {1 << 30}"):
-        nv.buffer(1 << 30)
-    assert [c for c in calls if c[0] in ("malloc", "free")] == [("malloc", 1 << 30), ("free", 0)]
-    nv.finalize()
-
-
-@pytest.mark.parametrize("why", ["a PE not reached", "another PE says no", "too many PEs"])
-def test_allocation_check_by_reduction_unless_every_pe_agrees(fake_driver, monkeypatch, why):
-    """Each PE asks whether it reaches every other; the slots' way only if all say yes (else a PE
-    alone on it would never join the others' reduction), and only for a few PEs (past them the
-    question is not even asked)."""
-    many = why == "too many PEs"
-    calls = _peer_world(fake_driver, monkeypatch, n_pes=memory._SLOT_CHECK_MAX_PES + 1 if many else 2, me=0,
-                        reached=why != "a PE not reached")
-    # the reductions' answers in turn: the agreement (max, -min of the yes = 1 / no = 0), the check
-    answers = iter(([] if many else [(1, 0) if why == "another PE says no" else (0, 0)]) + [(64, -64)])
-    monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: struct.pack("<2q", *next(answers)))
-    nv.buffer(64).free()
-    said = [struct.unpack(f"<{len(c[2]) // 8}q", c[2]) for c in calls if c[0] == "htod"]
-    agreement = [] if many else [(0, 0) if why == "a PE not reached" else (1, -1)]  # this PE's no or yes
-    assert said == agreement + [(64, -64)]  # then the check itself: the reduction's (values, -values)
-    assert not [c for c in calls if c[0] in ("dtod", "sync")]
-    assert memory._reached is (None if many else False)
-    assert ("nvshmem_ptr" in [c[0] for c in fake_driver.calls]) is not many
-    nv.finalize()
+    assert memory._reached is None  # asked again next session
 
 
 # --------------------------------------------------------------------------- op table -> symbols

@@ -210,7 +210,6 @@ def test_value_ranges_is_one_max_reduction(fake, monkeypatch):
     monkeypatch.setattr(_cuda, "runtime_stream", lambda: 0x5EAB)
     monkeypatch.setattr(_cuda, "memcpy_htod", lambda ptr, data, stream: written.update({(ptr, stream): data}))
     monkeypatch.setattr(memory, "_scratch_alloc", lambda: symmetric.Allocation(SYM, 256, "internal"))
-    monkeypatch.setattr(memory, "_reached", False)  # the PEs agreed: not every PE reaches every other
     import struct
     # what the max-reduction leaves: max(a) = 5, max(-a) = -2 -> a in [2, 5]; b the same everywhere
     monkeypatch.setattr(_cuda, "memcpy_dtoh", lambda ptr, n, stream: read.append((ptr, n, stream)) or struct.pack(

@@ -19,7 +19,6 @@ __all__ = [
     "device_context",
     "memcpy_htod",
     "memcpy_dtoh",
-    "memcpy_dtod",
     "runtime_stream",
     "synchronize",
     "stream_handle",
@@ -172,13 +171,6 @@ def memcpy_dtoh(src: int, nbytes: int, stream: int | None = None) -> bytes:
     else:
         _check(drv.cuMemcpyDtoHAsync(buf, src, nbytes, drv.CUstream(stream)), "cuMemcpyDtoHAsync")
     return bytes(buf)
-
-
-def memcpy_dtod(dst: int, src: int, nbytes: int, stream: int) -> None:
-    """Queue a copy of ``nbytes`` from device address ``src`` (a peer's mapping too) to ``dst`` on
-    ``stream`` (a handle)."""
-    drv = driver()
-    _check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, drv.CUstream(stream)), "cuMemcpyDtoDAsync")
 
 
 _runtime_stream: int | None = None

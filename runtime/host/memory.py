@@ -6,9 +6,8 @@
 the same sizes, or the program hangs or corrupts memory (NVSHMEM's rule; the
 symmetric heap has the same layout on every PE).  To catch the commonest
 mistake, each allocation first checks that all PEs ask for the same number of
-bytes (where every PE reaches every other by load/store: each PE's size in its symmetric
-scratch, an on-stream barrier and a copy from each peer's; else one max-reduction over
-``TEAM_WORLD``); set ``NVSHMEM_DSL_CHECK_SYMMETRY=0`` or pass ``check=False`` to skip it.
+bytes (one max-reduction over ``TEAM_WORLD`` before the allocation; its cost is in
+BENCHMARKS.md, host side); set ``NVSHMEM_DSL_CHECK_SYMMETRY=0`` or pass ``check=False`` to skip it.
 
 Symmetric memory is never freed by the garbage collector (that would be a
 collective call at a random moment on each PE): call :func:`free`, use the
@@ -50,16 +49,9 @@ ENV_CHECK_SYMMETRY = "NVSHMEM_DSL_CHECK_SYMMETRY"
 #: The array libraries, each with the module its arrays come from (what ``like=`` imports)
 _MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba.cuda"}
 LIBRARIES = tuple(_MODULES)
-# the runtime's symmetric scratch: value_ranges's reduction (in 0..63, out 128..191), team uid (64..71),
-# each allocation's size posted for the peers (192..207: two int64 slots, used by turns), then the
-# peers' sizes gathered (256.., 8 bytes a PE)
+_SCRATCH_BYTES = 256  # internal symmetric scratch: value_ranges (in 0..63, out 128..191), team uid (64..71)
 _SCRATCH_UID = 64
-_SCRATCH_SLOTS = 192
-_SCRATCH_GATHER = 256
 _VALUES = 4  #: value_ranges takes at most this many int64
-#: allocations are checked through the peers' slots only up to this many PEs (a copy from each peer,
-#: one driver call each; past it NVSHMEM's one reduction is taken to be cheaper: a guess, not measured)
-_SLOT_CHECK_MAX_PES = 8
 
 
 
@@ -295,11 +287,10 @@ def _scratch_alloc() -> Allocation:
     """The runtime's own small symmetric buffer (made at init, freed at finalize)."""
     global _scratch
     if _scratch is None or _scratch.freed:
-        nbytes = _SCRATCH_GATHER + 8 * max(1, _state.STATE.n_pes)
-        ptr = _lib.call("nvshmem_calloc", 1, nbytes)
+        ptr = _lib.call("nvshmem_calloc", 1, _SCRATCH_BYTES)
         if not ptr:
             raise NvshmemOutOfMemoryError("nvshmem_dsl could not allocate its internal symmetric scratch buffer")
-        alloc = Allocation(ptr, nbytes, "internal", "nvshmem_dsl internal scratch")
+        alloc = Allocation(ptr, _SCRATCH_BYTES, "internal", "nvshmem_dsl internal scratch")
         REGISTRY.add(alloc)
         _scratch = alloc
     return _scratch
@@ -324,8 +315,6 @@ def _warn_symmetry_check_off(pes_per_gpu: int) -> None:
 _max_reduce_int64: str | None = None  #: the C function of the reduction, looked up once
 _TEAM_WORLD = int(Team.TEAM_WORLD)
 _reached: bool | None = None  #: reached_by_load_store's answer this session (None: not asked yet)
-_slot_addresses: list[int] = []  #: each PE's address of the scratch's size slots, as this PE reaches it
-_parity = 0  #: which of the two size slots the next checked allocation posts to
 
 
 def reached_by_load_store() -> bool:
@@ -333,15 +322,14 @@ def reached_by_load_store() -> bool:
     null: NVLink, or one GPU under MPS), agreed over all PEs: one max-reduction at the first call of
     a session (collective then; a PE alone on the peers' way would never join the others' collectives).
     In NVSHMEM's limited MPG mode (no collectives) and at one PE: this PE's own answer."""
-    global _reached, _slot_addresses
+    global _reached
     if _reached is None:
         s = _state.STATE
-        slots = _scratch_alloc().ptr + _SCRATCH_SLOTS
-        addresses = [slots if pe == s.my_pe else _lib.call("nvshmem_ptr", slots, pe) for pe in range(s.n_pes)]
-        mine = all(addresses)
+        scratch = _scratch_alloc().ptr
+        mine = all(_lib.call("nvshmem_ptr", scratch, pe) for pe in range(s.n_pes) if pe != s.my_pe)
         if s.n_pes > 1 and not s.limited_mpg:
             mine = _ranges_by_reduction([int(mine)])[0][0] == 1
-        _reached, _slot_addresses = mine, addresses
+        _reached = mine
     return _reached
 
 
@@ -375,57 +363,17 @@ def _ranges_by_reduction(values: Sequence[int]) -> list[tuple[int, int]]:
     return [(-got[k + i], got[i]) for i in range(k)]
 
 
-def _size_mismatch(function: str, nbytes: int, smallest: int, largest: int) -> NvshmemArgumentError:
-    return NvshmemArgumentError(
-        f"{function}(): the PEs asked for different sizes (this PE: {nbytes} bytes; smallest "
-        f"{smallest}, largest {largest}). Symmetric allocation is collective: every PE must ask "
-        "for the same size, in the same order."
-    )
-
-
 def _same_size_everywhere(nbytes: int, function: str) -> None:
-    """Raise when the PEs asked for different sizes (collective over TEAM_WORLD: a reduction)."""
+    """Raise when the PEs asked for different sizes (collective over TEAM_WORLD), before anything is
+    allocated."""
     ranges = value_ranges([nbytes])
     if ranges and ranges[0][0] != ranges[0][1]:
-        raise _size_mismatch(function, nbytes, *ranges[0])
-
-
-def _sizes_through_slots() -> bool:
-    """Whether this allocation's size check goes through the peers' slots (collective on a session's
-    first check, where reached_by_load_store is agreed): every PE reaches every other by load/store,
-    and a few PEs."""
-    s = _state.STATE
-    return 1 < s.n_pes <= _SLOT_CHECK_MAX_PES and not s.limited_mpg and reached_by_load_store()
-
-
-def _post_size(nbytes: int) -> None:
-    """This PE's size to its slot of this allocation's turn, in place before NVSHMEM's allocation
-    begins: the barrier every NVSHMEM allocation ends with (OpenSHMEM's rule for shmem_malloc) is
-    what makes every PE's size readable by the others after it, so the check needs no barrier of its own."""
-    stream = _cuda.runtime_stream()
-    _cuda.memcpy_htod(_slot_addresses[_state.STATE.my_pe] + 8 * _parity, struct.pack("<q", nbytes), stream)
-    _cuda.stream_synchronize(stream)
-
-
-def _check_posted_sizes(nbytes: int, ptr: int, function: str) -> None:
-    """After NVSHMEM's allocation (its barrier passed): each peer's posted size copied next to the
-    others, one copy back (the runtime's stream).  Where they differ, every PE sees it: each frees what
-    it got (collective, a null pointer too) and raises.  The two slots by turns: a PE posts to a slot
-    again two allocations later, after the barrier of the next one, which no PE passes before every
-    PE has read this one."""
-    global _parity
-    s = _state.STATE
-    offset, _parity = 8 * _parity, _parity ^ 1
-    gather = _scratch_alloc().ptr + _SCRATCH_GATHER
-    stream = _cuda.runtime_stream()
-    for pe, slots in enumerate(_slot_addresses):
-        if pe != s.my_pe:
-            _cuda.memcpy_dtod(gather + 8 * pe, slots + offset, 8, stream)
-    sizes = list(struct.unpack(f"<{s.n_pes}q", _cuda.memcpy_dtoh(gather, 8 * s.n_pes, stream)))
-    sizes[s.my_pe] = nbytes
-    if min(sizes) != max(sizes):
-        _lib.call("nvshmem_free", ptr)
-        raise _size_mismatch(function, nbytes, min(sizes), max(sizes))
+        smallest, largest = ranges[0]
+        raise NvshmemArgumentError(
+            f"{function}(): the PEs asked for different sizes (this PE: {nbytes} bytes; smallest "
+            f"{smallest}, largest {largest}). Symmetric allocation is collective: every PE must ask "
+            "for the same size, in the same order."
+        )
 
 
 # --------------------------------------------------------------------------- allocation
@@ -470,21 +418,14 @@ def free_internal(buf: Buffer) -> None:
 
 def _allocate(nbytes: int, align: int | None, zero: bool, check: bool | None, function: str) -> Allocation:
     where = _caller()
-    through_slots = False
     if _check_symmetry_enabled(check):
-        through_slots = _sizes_through_slots()
-        if through_slots:
-            _post_size(nbytes)
-        else:
-            _same_size_everywhere(nbytes, function)
+        _same_size_everywhere(nbytes, function)
     if align is not None:
         ptr = _lib.call("nvshmem_align", align, nbytes)
     elif zero:
         ptr = _lib.call("nvshmem_calloc", 1, nbytes)
     else:
         ptr = _lib.call("nvshmem_malloc", nbytes)
-    if through_slots:
-        _check_posted_sizes(nbytes, ptr, function)
     if not ptr:
         used = sum(a.nbytes for a in REGISTRY.live())
         raise NvshmemOutOfMemoryError(
@@ -603,8 +544,8 @@ def free(x: Any) -> None:
 
 def _forget_scratch() -> None:
     """The scratch and what reached_by_load_store agreed on belong to one session (finalize)."""
-    global _scratch, _reached, _slot_addresses, _parity
-    _scratch, _reached, _slot_addresses, _parity = None, None, [], 0
+    global _scratch, _reached
+    _scratch, _reached = None, None
 
 
 def _on_finalize(free_internal: bool) -> str | None:
