@@ -9,8 +9,7 @@ library is imported here.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import NvshmemArgumentError, NvshmemTypeError
 from . import _dlpack
@@ -25,9 +24,9 @@ _ITEMSIZE = {
 }
 
 
-@dataclass(frozen=True)
-class ArrayInfo:
-    """A device array as seen by the host runtime (all sizes in bytes unless noted)."""
+class ArrayInfo(NamedTuple):
+    """A device array as seen by the host runtime (all sizes in bytes unless noted).  A named tuple:
+    every host operation makes two, and a frozen dataclass's construction cost ~1 us of each."""
 
     ptr: int  #: address of the first element
     shape: tuple[int, ...]
@@ -177,13 +176,13 @@ def _torch_dtype_name(text: str) -> str:
 
 def describe(obj: Any, *, function: str = "", argument: str = "") -> ArrayInfo:
     """ArrayInfo of a device array; NvshmemTypeError when ``obj`` is not one."""
-    where = _where(function, argument)
     lib = library_of(obj)
     if lib == "torch" and hasattr(obj, "data_ptr"):
-        return _describe_torch(obj, where)
+        return _describe_torch(obj, function, argument)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        return _describe_cai(cai, obj, lib or "cai", where)
+        return _describe_cai(cai, obj, lib or "cai", function, argument)
+    where = _where(function, argument)
     if hasattr(obj, "__array_interface__") or (type(obj).__module__ or "").startswith("numpy"):
         raise NvshmemTypeError(f"{where}is a host (numpy) array; NVSHMEM host operations need GPU arrays")
     if hasattr(obj, "__dlpack__"):
@@ -195,6 +194,7 @@ def describe(obj: Any, *, function: str = "", argument: str = "") -> ArrayInfo:
 
 
 def _where(function: str, argument: str) -> str:
+    """The start of an error message: which function's which argument (made only for an error)."""
     if function and argument:
         return f"{function}(): argument '{argument}' "
     if function:
@@ -204,9 +204,9 @@ def _where(function: str, argument: str) -> str:
     return ""
 
 
-def _describe_torch(t: Any, where: str) -> ArrayInfo:
+def _describe_torch(t: Any, function: str, argument: str) -> ArrayInfo:
     if t.device.type != "cuda":
-        raise NvshmemTypeError(f"{where}is a torch tensor on {t.device}; NVSHMEM needs a CUDA tensor")
+        raise NvshmemTypeError(f"{_where(function, argument)}is a torch tensor on {t.device}; NVSHMEM needs a CUDA tensor")
     itemsize = t.element_size()
     shape = tuple(int(s) for s in t.shape)
     strides = tuple(int(s) * itemsize for s in t.stride())
@@ -216,17 +216,17 @@ def _describe_torch(t: Any, where: str) -> ArrayInfo:
     return info
 
 
-def _describe_cai(cai: dict, obj: Any, lib: str, where: str) -> ArrayInfo:
+def _describe_cai(cai: dict, obj: Any, lib: str, function: str, argument: str) -> ArrayInfo:
     try:
         ptr = int(cai["data"][0] or 0)
         shape = tuple(map(int, cai["shape"]))
         typestr = cai["typestr"]
         strides = cai.get("strides")
     except (KeyError, TypeError, IndexError, ValueError):
-        raise NvshmemTypeError(f"{where}has a malformed __cuda_array_interface__") from None
+        raise NvshmemTypeError(f"{_where(function, argument)}has a malformed __cuda_array_interface__") from None
     known = _TYPESTRS.get(typestr) if type(typestr) is str else None
     if known is None:
-        known = _typestr_name(typestr, where)
+        known = _typestr_name(typestr, _where(function, argument))
     name, itemsize = known
     name = getattr(obj, "_nvshmem_dtype", None) or name
     strides = None if strides is None else tuple(int(s) for s in strides)

@@ -116,22 +116,30 @@ def _invoke(resolved_or_entry: Any, values: dict[str, Any], context: str = "") -
     """Call the C function of an op-table entry with arguments given by role (or, failing that, name)."""
     entry = resolved_or_entry.entry if isinstance(resolved_or_entry, _table.Resolved) else resolved_or_entry
     symbol = entry["symbol"]
-    keys = _PARAM_KEYS.get(symbol)
+    given = tuple(values)
+    keys = _VALUE_KEYS.get((symbol, given))
     if keys is None:
-        keys = _PARAM_KEYS[symbol] = tuple((p["role"], p["name"]) for p in entry["params"])
-    args = []
-    for role, name in keys:
-        if role in values:
-            args.append(values[role])
-        elif name in values:
-            args.append(values[name])
+        keys = _VALUE_KEYS[(symbol, given)] = _value_keys(entry, given)
+    return _lib.call(symbol, *[values[k] for k in keys], context=context)
+
+
+def _value_keys(entry: dict, given: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of the ``given`` keys serves each parameter of ``entry``'s C function: its role, or
+    failing that its name."""
+    keys = []
+    for p in entry["params"]:
+        if p["role"] in given:
+            keys.append(p["role"])
+        elif p["name"] in given:
+            keys.append(p["name"])
         else:
-            raise KeyError(f"internal: no value for {symbol} parameter {name} ({role})")
-    return _lib.call(symbol, *args, context=context)
+            raise KeyError(f"internal: no value for {entry['symbol']} parameter {p['name']} ({p['role']})")
+    return tuple(keys)
 
 
-#: (role, name) of each parameter of a C function of the op table, by symbol (read once)
-_PARAM_KEYS: dict[str, tuple[tuple[str, str], ...]] = {}
+#: the keys of a call's values that serve its C function's parameters, in order, by (symbol, the
+#: keys given: each call site gives its own, in its own order), found once
+_VALUE_KEYS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
 
 def _entry(api: str) -> dict:
