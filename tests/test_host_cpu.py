@@ -200,6 +200,44 @@ def test_call_converts_pointers_and_16_bit_floats(monkeypatch):
         _lib.call("nvshmem_half_p", 0x1000, 1.5)
 
 
+def test_call_passes_addresses_as_ints(monkeypatch):
+    """A function with pointer parameters is also called through a copy typed with uintptr_t in their
+    place (no cast an argument); None or a cffi pointer among the arguments takes the casting path."""
+    monkeypatch.setattr(_lib, "_interceptor", None)
+    ffi = _lib.ffi()
+    symbol = "nvshmemx_float_put_on_stream"  # (float *dst, const float *src, size_t, int pe, cudaStream_t)
+    sig = _lib._signature(symbol)
+    int_fn = sig[-1]
+    assert [t.cname for t in ffi.typeof(int_fn).args] == ["uintptr_t", "uintptr_t", "size_t", "int", "uintptr_t"]
+    assert _lib._signature("nvshmem_barrier")[-1] is None  # no pointer: nothing to spare
+    assert _lib._signature("nvshmem_half_p")[-1] is None  # a half by value: the casting path only
+    fast, slow = [], []
+    monkeypatch.setitem(_lib._signatures, symbol,
+                        (lambda *a: slow.append(a),) + sig[1:-1] + (lambda *a: fast.append(a),))
+    _lib.call(symbol, 0x1000, 0x2000, 8, 1, 0x5EAB)
+    assert fast == [(0x1000, 0x2000, 8, 1, 0x5EAB)] and not slow
+
+    def refuse(*args):  # what cffi does with None or a pointer for a uintptr_t
+        raise TypeError("an integer is required")
+
+    monkeypatch.setitem(_lib._signatures, symbol, (lambda *a: slow.append(a),) + sig[1:-1] + (refuse,))
+    _lib.call(symbol, 0x1000, ffi.cast("float *", 0x2000), 8, 1, None)
+    (dst, src, n, pe, stream), = slow
+    assert int(ffi.cast("uintptr_t", dst)) == 0x1000 and int(ffi.cast("uintptr_t", src)) == 0x2000
+    assert (n, pe, stream) == (8, 1, ffi.NULL)
+
+
+def test_call_with_addresses_as_ints_reaches_the_c_function(monkeypatch):
+    """The int-typed copy calls the real C function: NVSHMEM's version written through two addresses
+    given as ints (a host function that needs no initialisation)."""
+    monkeypatch.setattr(_lib, "_interceptor", None)
+    ffi = _lib.ffi()
+    major, minor = ffi.new("int *"), ffi.new("int *")
+    _lib.call("nvshmem_info_get_version", int(ffi.cast("uintptr_t", major)), int(ffi.cast("uintptr_t", minor)))
+    assert _lib._signature("nvshmem_info_get_version")[-1] is not None
+    assert (major[0], minor[0]) >= (1, 3)  # the OpenSHMEM version NVSHMEM implements
+
+
 def test_call_raises_status_error(monkeypatch):
     # a status-returning function returning non-zero, through the real call path
     monkeypatch.setattr(_lib, "_interceptor", None)
