@@ -90,7 +90,7 @@ def _numba(arch: str, marks: dict | None, init: dict | None, kernels=KERNELS) ->
             # sm_90+ (numba-cuda's default); the cubin is then the one cached.  (Asking for the
             # cubin of compute_capability, (9, 0), compiled and linked the kernel a second time,
             # for sm_90: every GPU figure before 2026-11-24 15:00 counted both, see
-            # bench/experiments/cold_link_gap.py)
+            # tests/gpu/records/2026-11-24/h200-compile-single-count-nice-core-race.txt, part 3)
             cc = numba_compile_loaded(nb.KERNELS[name], nb.SIGNATURES[name])
             times.append(time.perf_counter() - t0)
             stage = f"cubin sm_{''.join(map(str, cc))}, loaded"

@@ -173,7 +173,8 @@ __global__ void rma_bw(float* dst, float* src, size_t nelems, int iters, int pee
 // The one-thread latency kernels declare their launch shape, as the Numba kernels do
 // (launch_bounds=(1,)) and CuTe's static launches do (.reqntid 1): with it ptxas does not
 // aggregate a warp's atomics (vote, popc, shuffle around every fetch-add).  Build with
-// NVCC_FLAGS=-DONE_THREAD= to leave it out (bench/experiments/one_thread_bounds.sh).
+// NVCC_FLAGS=-DONE_THREAD= to leave it out (the A/B script bench/experiments/one_thread_bounds.sh,
+// removed in 424f6e8; the SASS in tests/gpu/records/2026-11-22/loop-sass.txt).
 #ifndef ONE_THREAD
 #define ONE_THREAD __launch_bounds__(1)
 #endif

@@ -4,7 +4,7 @@ ptxas's time grows faster than a function's size.  NVSHMEM 3.8's block reduction
 22 000 instructions in its object (787 KiB of PTX), 6-10 s of ptxas at any ``-O`` level, register cap or
 ``-Ofast-compile`` (4.4 s at ``-O0``); 14 s to build on the GPU host.  With each of its loops made a
 function of its own (LLVM's loop extractor: 179 loops) ptxas takes 1.7 s, and optimises those functions in
-threads (``--split-compile``) (bench/experiments/loop_split.py, bench/results/loop-split-cpu-2026-11-24.txt).
+threads (``--split-compile``) (bench/results/loop-split-cpu-2026-11-24.txt).
 
 A loop made a function costs a call each time the loop is entered, and the callee saves and restores the
 registers it uses in local memory: NVSHMEM 3.8's broadcasts (11 200-12 600 instructions, 2.4 s of ptxas

@@ -497,21 +497,20 @@ def _build(name, arch, bc_path, cpu, features, cap, path: Path, text=None, on_ca
         return True
 
 
-def object_ir(names, arch, bc_path=None, helpers_out: bool = True) -> str:
+def object_ir(names, arch, bc_path=None) -> str:
     """The LLVM IR text an object of the NVSHMEM functions ``names`` is built from
     (:func:`object_ptx`): their helpers' (:func:`split_specialised`), everything they call but
-    NVSHMEM's out-of-line helpers (declared; ``helpers_out`` False: those too), and the
-    device-state globals, declared."""
+    NVSHMEM's out-of-line helpers (declared), and the device-state globals, declared."""
     bases = sorted({split_specialised(name)[0] for name in names})
-    return store.api_text(bases, arch, bc_path, declare_exported=True, helpers_out=helpers_out)
+    return store.api_text(bases, arch, bc_path, declare_exported=True, helpers_out=True)
 
 
-def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: bool = True, text=None,
+def object_ptx(names, arch, cpu: str, features: str, bc_path=None, text=None,
                split: bool | None = None, opt: str | None = None) -> str:
     """PTX that defines the NVSHMEM functions ``names`` (``.visible``) and, internal, everything
     they call, for ``cpu``/``features``, except NVSHMEM's helpers, which it calls in their objects
-    (``helpers_out`` False: those too, as objects were built before 2026-11-24 afternoon, for
-    bench/experiments/object_sizes.py); the device-state globals are ``.extern``.  ``text``:
+    (before 2026-11-24 afternoon objects held them: bench/results/object-sizes-cpu-2026-11-24.txt
+    compares the two); the device-state globals are ``.extern``.  ``text``:
     their :func:`object_ir`, where the caller has it.  ``split``: whether its loops are made
     functions of their own (default: :func:`_split`, by the threshold in effect); ``opt``: how it is
     optimised (default: the most :func:`opt_level` asks for any of ``names``).  The LLVM part
@@ -519,7 +518,7 @@ def object_ptx(names, arch, cpu: str, features: str, bc_path=None, helpers_out: 
     one (:mod:`nvshmem_dsl.linker.object_workers`)."""
     ops = _optable.device_ops()
     if text is None:
-        text = object_ir(names, arch, bc_path, helpers_out)
+        text = object_ir(names, arch, bc_path)
     if opt is None:
         opts = {opt_level(n) for n in names}
         opt = max(opts, key=OPT_LEVELS.index)  # one object of several functions: the most any asks

@@ -73,7 +73,7 @@ def every_thread_reads(op: dict) -> bool:
 #: while lane 0 is inside a collective that polls with YIELD, the other lanes of its warp waiting at a
 #: ``syncwarp`` made a call 0.20-0.30 us slower than waiting at ``bar.sync`` (a Numba kernel of one warp
 #: whose lane 0 calls broadcast or barrier, 3.8 on two H200 hosts, 2026-11-25:
-#: ``bench/experiments/one_warp_leader.py``, ``tests/gpu/records/2026-11-25/h200-one-warp-leader.txt``);
+#: ``tests/gpu/records/2026-11-25/h200-one-warp-leader.txt``);
 #: Triton's waits at ``barrier.sync 0`` or a shuffle's reconvergence alike (its thread-scope barrier
 #: 1.12 -> 0.98x of C++, broadcast 1.21 -> 1.08x with this, same record).
 _BARRIER = "  call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)"

@@ -34,7 +34,7 @@
 #                NPROC PEs (default 2; under MPS where they share a GPU); args go to comm_run.py
 #   experiment   NAME [args]: bench/experiments/NAME (.py or .sh) with the args: a .sh under bash, a .py at NPROC
 #                PEs (default 2) under python -m nvshmem_dsl.run (under MPS where they share a GPU), NPROC=0: a
-#                plain python3 (the CPU experiments, and those that start their own processes, cold_start.py)
+#                plain python3 (the CPU experiments, and those that start their own processes)
 #
 # With .dw/nv38 carried every step runs on NVSHMEM 3.8 (carry .dw/nv38a too for the C++ baseline: 3.8's
 # libnvshmem_device.a); IMAGE_NVSHMEM=1 runs it on the image's 3.4.5 instead, so that one device call can chain
