@@ -346,6 +346,8 @@ def test_queries_before_init(world):
     assert nvshmem.query_thread() == nvshmem.ThreadSupport.THREAD_FUNNELED
     assert nvshmem.ask_smem() == 65536 and nvshmem.ask_smem(nvshmem.SmemAmount.SMEM_MINIMUM) == 32768
     assert nvshmem.ask_smem(99) == 65536  # any other value: the recommended size, as the C helper
+    # NVSHMEM4Py's SmemAmount is its bindings' Smem_amount, the header's MAX included (its tests ask for it)
+    assert nvshmem.SmemAmount is nvshmem.bindings.Smem_amount and nvshmem.ask_smem(nvshmem.SmemAmount.MAX) == 65536
     assert [m.value for m in nvshmem.DeviceLibLanguage] == ["bc", "ltoir", "a"]
 
 

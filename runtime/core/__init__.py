@@ -29,7 +29,7 @@ from __future__ import annotations
 import sys as _sys
 from typing import Any
 
-from .._generated.constants import SmemAmount
+from ._bindtypes import Smem_amount as SmemAmount  # NVSHMEM4Py's: the bindings' enum (MAX too)
 from .amo import (
     atomic_add, atomic_and, atomic_compare_swap, atomic_fetch, atomic_fetch_add, atomic_fetch_and,
     atomic_fetch_inc, atomic_fetch_or, atomic_fetch_xor, atomic_inc, atomic_or, atomic_set,

@@ -7,7 +7,8 @@ from typing import Any
 from ..host import _init as _native
 from ..host import _lib
 from ..host import _state
-from .._generated.constants import Cmp, InitStatus, SignalOp, SmemAmount
+from .._generated.constants import Cmp, InitStatus, SignalOp
+from ._bindtypes import Smem_amount as SmemAmount  # NVSHMEM4Py's: the bindings' enum (MAX too)
 from ._bindtypes import Thread_support
 from ._tracking import translated
 from .teams import team_value

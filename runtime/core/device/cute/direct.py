@@ -8,7 +8,7 @@ lends its size in bytes (nvshmem_dsl's ``give_smem(smem, size)``), as NVSHMEM4Py
 """
 
 import nvshmem_dsl.cute as _nv
-from nvshmem_dsl._generated.constants import SmemAmount
+from nvshmem_dsl.core._bindtypes import Smem_amount as SmemAmount  # NVSHMEM4Py's: the bindings' enum
 
 from .. import DIRECT, reexport
 

@@ -13,7 +13,7 @@ from numba.cuda import types
 from numba.cuda.extending import _intrinsic
 
 import nvshmem_dsl.numba as _nv
-from nvshmem_dsl._generated.constants import SmemAmount
+from nvshmem_dsl.core._bindtypes import Smem_amount as SmemAmount  # NVSHMEM4Py's: the bindings' enum
 
 from .. import DIRECT, reexport
 
