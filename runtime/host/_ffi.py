@@ -1,7 +1,7 @@
 """The cffi FFI of the generated host declarations, parsed once and kept.
 
 cffi's ABI mode parses the declarations (``host_cdef.h``, ~170 KB) with pycparser at every start:
-1.2-1.4 s, half of ``init()``'s 2.45 s on an H200 host (bench/experiments/init_phases.py; record
+1.2-1.4 s, half of ``init()``'s 2.45 s on an H200 host (record
 tests/gpu/records/2026-12-03/h200-faults-cold-session20.txt). Its
 out-of-line ABI form is the parse's result written as a Python module (``make_py_source``): loading
 it took 0.11-0.15 s there, with the import of the cache directory's module (h200-comm-cold-mpirun-session20.txt),
