@@ -148,7 +148,10 @@ def test_runner_adds_skip_amo_as_run_tests_sh_does(monkeypatch):
     assert runner.command(rma)[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop"]
     monkeypatch.setenv("NVSHMEM4PY_SKIP_AMO", "1")
     assert runner.command(rma)[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop", "--skip-amo"]
-    assert "--skip-amo" not in runner.command({r.name: r for r in runner.RUNS}["rma_full"])
+    full = {r.name: r for r in runner.RUNS}["rma_full"]  # the nvls run too, as run_tests.sh since 9e47d67
+    assert runner.command(full)[6:] == ["rma_test.py", "-i", "mpi", "--skip-amo"]
+    monkeypatch.delenv("NVSHMEM4PY_SKIP_AMO")
+    assert "--skip-amo" not in runner.command(full)
 
 
 def test_runner_select_refuses_unknown_names():
@@ -299,6 +302,31 @@ def test_find_device_bitcode_library_without_a_driver_is_the_installations_defau
         pytest.skip("no NVSHMEM device bitcode installed here")
     assert nvshmem.find_device_bitcode_library() == str(files[-1])
     assert nvshmem.find_device_bitcode_library(90) == str(_libs.bitcode_path(90))
+
+
+def test_find_device_bitcode_library_of_an_arch_is_that_archs_file(monkeypatch):
+    """An explicit arch names its own per-arch file, as NVSHMEM4Py's lookup (its init_test.py expects
+    arch="999" to raise), not the nearest older one nvshmem_dsl's linker takes; a single-layout
+    installation's one file serves the archs NVSHMEM builds for."""
+    from nvshmem_dsl import _libs
+
+    inst = _libs.installation()
+    if not inst.bitcode_files:
+        pytest.skip("no NVSHMEM device bitcode installed here")
+    for bad in ("999", "sm_999", "not an arch"):
+        with pytest.raises(nvshmem.NvshmemInvalid, match="not found|not a GPU architecture"):
+            nvshmem.find_device_bitcode_library(arch=bad)
+    if inst.layout == "per-arch":
+        shipped = sorted(inst.bitcode_archs)
+        assert nvshmem.find_device_bitcode_library(arch=f"sm_{shipped[-1]}") == str(inst.bitcode_archs[shipped[-1]])
+        missing = next(a for a in range(shipped[0], 200) if a not in inst.bitcode_archs)
+        with pytest.raises(nvshmem.NvshmemInvalid, match=f"no libnvshmem_device_sm_{missing}.bc"):
+            nvshmem.find_device_bitcode_library(arch=missing)
+        assert _libs.bitcode_path(missing).exists()  # what the linker takes for it: the nearest older file
+    monkeypatch.setattr(type(inst), "layout", property(lambda self: "single"))
+    assert nvshmem.find_device_bitcode_library(arch=90) == str(inst.bitcode_files[0])
+    with pytest.raises(nvshmem.NvshmemInvalid, match="not found for sm_999"):
+        nvshmem.find_device_bitcode_library(arch=999)
 
 
 def test_ranks_under_mpirun_run_through_the_alias(monkeypatch):

@@ -273,7 +273,8 @@ def find_device_bitcode_library(arch: Any = None, *, language: DeviceLibLanguage
     """The path of an NVSHMEM device library: the bitcode for ``arch`` (``90``, ``"sm_90"``,
     ...; default: the current device's, else the installation's default) or, with ``language``,
     the LTO-IR fatbin or the static archive (the installation's entry points, whatever ``arch``).
-    Raises :class:`NvshmemInvalid` when the file is not installed."""
+    An explicit ``arch`` names its own file, as NVSHMEM4Py's lookup.  Raises :class:`NvshmemInvalid`
+    when the file is not installed."""
     from .. import _libs
 
     language = DeviceLibLanguage(language)
@@ -290,9 +291,38 @@ def find_device_bitcode_library(arch: Any = None, *, language: DeviceLibLanguage
             dev = None
         if dev is not None and dev >= 0:
             arch = _cuda.compute_capability(dev)
-    if arch is None:
-        files = _libs.installation().bitcode_files
-        if not files:
-            raise NvshmemInvalid("find_device_bitcode_library(): no NVSHMEM device bitcode found")
-        return str(files[-1])
-    return str(_libs.bitcode_path(arch))
+        if arch is None:
+            files = _libs.installation().bitcode_files
+            if not files:
+                raise NvshmemInvalid("find_device_bitcode_library(): no NVSHMEM device bitcode found")
+            return str(files[-1])
+        return str(_libs.bitcode_path(arch))
+    return _bitcode_of_arch(arch)
+
+
+#: The SM numbers a single-layout installation's one bitcode file is taken to serve (NVSHMEM builds
+#: for sm_70 and newer); an arch outside them is refused, as a missing per-arch file is.
+_SINGLE_LAYOUT_ARCHS = range(70, 200)
+
+
+def _bitcode_of_arch(arch: Any) -> str:
+    """NVSHMEM4Py's lookup for an explicit ``arch``: the installed ``libnvshmem_device_sm_<arch>.bc``
+    itself (not the nearest older one, as nvshmem_dsl's linker takes), else NvshmemInvalid.  A
+    single-layout installation's one file serves any arch NVSHMEM builds for."""
+    from .. import _libs
+
+    try:
+        wanted = _libs.parse_arch(arch)
+    except ValueError as exc:
+        raise NvshmemInvalid(f"find_device_bitcode_library(): {exc}") from None
+    inst = _libs.installation()
+    if inst.layout == "per-arch":
+        path = inst.bitcode_archs.get(wanted)
+        if path is None:
+            raise NvshmemInvalid(
+                f"NVSHMEM device library not found: no libnvshmem_device_sm_{wanted}.bc in {inst.lib_dir} (it ships "
+                f"{', '.join(f'sm_{a}' for a in inst.bitcode_archs)})")
+        return str(path)
+    if inst.layout == "single" and wanted in _SINGLE_LAYOUT_ARCHS:
+        return str(inst.bitcode_files[0])
+    raise NvshmemInvalid(f"NVSHMEM device library not found for sm_{wanted} in {inst.lib_dir}")
