@@ -320,7 +320,7 @@ _reached: bool | None = None  #: reached_by_load_store's answer this session (No
 def reached_by_load_store() -> bool:
     """Whether every PE reaches every other by load/store (``nvshmem_ptr`` of the symmetric heap not
     null: NVLink, or one GPU under MPS), agreed over all PEs: one max-reduction at the first call of
-    a session (collective then; a PE alone on the peers' way would never join the others' collectives).
+    a session (collective then: a PE alone on the load/store protocol would never join the others' collectives).
     In NVSHMEM's limited MPG mode (no collectives) and at one PE: this PE's own answer."""
     global _reached
     if _reached is None:
