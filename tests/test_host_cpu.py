@@ -217,8 +217,8 @@ def test_call_passes_addresses_as_ints(monkeypatch):
     _lib.call(symbol, 0x1000, 0x2000, 8, 1, 0x5EAB)
     assert fast == [(0x1000, 0x2000, 8, 1, 0x5EAB)] and not slow
 
-    def refuse(*args):  # what cffi does with None or a pointer for a uintptr_t
-        raise TypeError("an integer is required")
+    def refuse(*args):  # never called: an address that is not an int takes the casting path at once
+        raise AssertionError("the int-typed copy was called")
 
     monkeypatch.setitem(_lib._signatures, symbol, (lambda *a: slow.append(a),) + sig[1:-1] + (refuse,))
     _lib.call(symbol, 0x1000, ffi.cast("float *", 0x2000), 8, 1, None)
@@ -232,10 +232,29 @@ def test_call_with_addresses_as_ints_reaches_the_c_function(monkeypatch):
     given as ints (a host function that needs no initialisation)."""
     monkeypatch.setattr(_lib, "_interceptor", None)
     ffi = _lib.ffi()
+    symbol = "nvshmem_info_get_version"
+    sig = _lib._signature(symbol)
+
+    def casting_path(*args):
+        raise AssertionError("the casting path was taken")
+
+    monkeypatch.setitem(_lib._signatures, symbol, (casting_path,) + sig[1:])
     major, minor = ffi.new("int *"), ffi.new("int *")
-    _lib.call("nvshmem_info_get_version", int(ffi.cast("uintptr_t", major)), int(ffi.cast("uintptr_t", minor)))
-    assert _lib._signature("nvshmem_info_get_version")[-1] is not None
+    _lib.call(symbol, int(ffi.cast("uintptr_t", major)), int(ffi.cast("uintptr_t", minor)))
     assert (major[0], minor[0]) >= (1, 3)  # the OpenSHMEM version NVSHMEM implements
+
+
+def test_call_with_addresses_as_ints_checks_the_status(monkeypatch):
+    """A status-returning function called through its int-typed copy: a non-zero status raises, or is
+    returned with check=False, as on the casting path."""
+    monkeypatch.setattr(_lib, "_interceptor", None)
+    symbol = "nvshmemx_float_sum_reduce_on_stream"  # (team, float *dst, const float *src, size_t, stream)
+    sig = _lib._signature(symbol)
+    assert sig[6] and sig[-1] is not None  # a status, and pointers
+    monkeypatch.setitem(_lib._signatures, symbol, sig[:-1] + (lambda *args: 7,))
+    with pytest.raises(nv.NvshmemStatusError, match="ERROR_INTERNAL"):
+        _lib.call(symbol, 0, 0x1000, 0x2000, 2, 0x5EAB)
+    assert _lib.call(symbol, 0, 0x1000, 0x2000, 2, 0x5EAB, check=False) == 7
 
 
 def test_call_raises_status_error(monkeypatch):

@@ -260,8 +260,11 @@ def test_every_device_binding_on_the_same_c_function(dsl):
     assert len(not_provided) == (1 if dsl == "numba" else 51)
     for name in ("quiet", "float_p", "int_sum_reduce_block", "putmem_signal_nbi_block"):
         assert getattr(mod, name) is not None
-    if dsl == "numba":
+    if dsl == "numba":  # NVSHMEM4Py's enum there: the header's names, MAX included
         assert "nvshmemx_smem_amount_t" in mod.__all__
+        assert {m.name: int(m) for m in mod.nvshmemx_smem_amount_t} == {
+            "NVSHMEMX_SMEM_RECOMMENDED": 0, "NVSHMEMX_SMEM_MINIMUM": 1, "NVSHMEMX_SMEM_BARRIERS_ONLY": 2,
+            "NVSHMEMX_SMEM_AMOUNT_MAX": 2**31 - 1}
 
 
 def test_numba_device_bindings_compile_with_pointers_and_arrays():
@@ -284,6 +287,7 @@ def test_numba_device_bindings_compile_with_pointers_and_arrays():
         smem = cuda.shared.array(2048, nbtypes.uint8)
         nvshmem_numba.give_smem(smem)  # NVSHMEM4Py's one-argument form: smem.nbytes
         dst[0] = nvshmem_numba.ask_smem(nvshmem_numba.SmemAmount.SMEM_MINIMUM)
+        dst[1] = raw.ask_smem(raw.nvshmemx_smem_amount_t.NVSHMEMX_SMEM_MINIMUM)
         nvshmem_numba.release_smem()
 
     f32 = nbtypes.float32[::1]

@@ -273,7 +273,9 @@ def find_device_bitcode_library(arch: Any = None, *, language: DeviceLibLanguage
     """The path of an NVSHMEM device library: the bitcode for ``arch`` (``90``, ``"sm_90"``,
     ...; default: the current device's, else the installation's default) or, with ``language``,
     the LTO-IR fatbin or the static archive (the installation's entry points, whatever ``arch``).
-    An explicit ``arch`` names its own file, as NVSHMEM4Py's lookup.  Raises :class:`NvshmemInvalid`
+    An explicit ``arch`` names its own file, as NVSHMEM4Py's lookup; without one, the current
+    device's arch takes the file nvshmem_dsl's linker takes for it (its own, else the nearest older
+    one), where NVSHMEM4Py falls back to ``libnvshmem_device.bc``.  Raises :class:`NvshmemInvalid`
     when the file is not installed."""
     from .. import _libs
 

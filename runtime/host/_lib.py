@@ -166,7 +166,8 @@ _FROM_BITS = {"half": half_bits_to_float, "__half": half_bits_to_float, "__nv_bf
 
 def _signature(symbol: str):
     """(function, (index, type) of its pointer parameters, of its half/bfloat16 ones, its parameter
-    count, result kind, result type, returns a status), worked out once per symbol."""
+    count, result kind, result type, returns a status, the function typed with ``uintptr_t`` for its
+    pointers or None: :func:`_int_typed`), worked out once per symbol."""
     sig = _signatures.get(symbol)
     if sig is not None:
         return sig
@@ -233,14 +234,18 @@ def call(symbol: str, *args: Any, check: bool = True, context: str = "") -> Any:
     if len(args) != nargs:
         raise TypeError(f"{symbol} takes {nargs} arguments, got {len(args)}")
     if int_fn is not None:
-        try:  # addresses as ints, the common case
-            result = int_fn(*args)
-        except (TypeError, OverflowError):  # None or cffi pointers among them: each cast below
-            pass
-        else:
-            if check and is_status and result != 0:
-                raise status_error(symbol, result, context)
-            return result
+        for i, _ in pointers:
+            if not isinstance(args[i], int):  # None, a cffi pointer (or a numpy int: refused below, as before)
+                break
+        else:  # every address an int, the common case (a negative one: cast below, as before)
+            try:
+                result = int_fn(*args)  # cffi converts every argument before the call: an error means no call
+            except OverflowError:
+                pass
+            else:
+                if check and is_status and result != 0:
+                    raise status_error(symbol, result, context)
+                return result
     if pointers or halves:
         f = _ffi
         args = list(args)

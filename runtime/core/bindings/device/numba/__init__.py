@@ -14,11 +14,18 @@ parameter takes an array or a pointer value (``ffi.from_buffer(arr)``, as NVSHME
 pass).  No C++ shim is compiled: the calls go to NVSHMEM's device bitcode, linked by nvshmem_dsl.
 """
 
+import enum
+
 from nvshmem_dsl import _optable
-from nvshmem_dsl._generated.constants import SmemAmount as nvshmemx_smem_amount_t
+from nvshmem_dsl._generated.constants import C_NAMES
+from nvshmem_dsl.core._bindtypes import Smem_amount
 from nvshmem_dsl.numba import c as _c
 
 from .. import binding_name
+
+#: NVSHMEM4Py's enum of this module: the header's names (NVSHMEMX_SMEM_MINIMUM, ...), its MAX included
+nvshmemx_smem_amount_t = enum.IntEnum("nvshmemx_smem_amount_t", [
+    (C_NAMES["SmemAmount"].get(m.name, "NVSHMEMX_SMEM_AMOUNT_MAX"), int(m)) for m in Smem_amount])
 
 # Numba resolves module attributes from the module's namespace, so every name is bound here.
 _NAMES = {binding_name(_symbol): _symbol for _symbol in _optable.device_ops()}
