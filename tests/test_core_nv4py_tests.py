@@ -125,13 +125,17 @@ def test_internal_tracking_imports_through_the_alias():
 
 
 def test_runner_table_mirrors_run_tests_sh():
+    """RUNS: run_tests.sh's invocations at its commit 9e47d67, in its order (suite "all")."""
     names = [r.name for r in runner.RUNS]
     assert len(names) == len(set(names))
-    assert runner.SUITES == ("core", "numba", "numba_high_level_1", "numba_high_level_2", "cutedsl",
-                             "cutedsl_high_level_1", "nvls")
+    assert runner.SUITES == ("core", "numba", "numba_high_level_1", "numba_high_level_2", "numba_cuda_mlir",
+                             "numba_cuda_mlir_high_level_1", "numba_cuda_mlir_high_level_2", "cutedsl",
+                             "cutedsl_high_level_1", "cutedsl_high_level_2", "nvls", "numba_cuda_mlir_nvls")
+    assert {s for r in runner.RUNS for s in r.suites} == set(runner.SUITES)
+    primary = [r.suite for r in runner.RUNS]
+    assert primary == sorted(primary, key=runner.SUITES.index)  # grouped, in run_tests.sh's order
     by = {r.name: r for r in runner.RUNS}
     assert by["wheel_sanity"].nproc == 1 and all(r.nproc == 2 for r in runner.RUNS if r.name != "wheel_sanity")
-    assert by["numba_mem"].env == (("NUMBA_CUDA_ENABLE_NRT", "1"),)
     assert by["numba_coll_reduce"].argv == ("-m", "pytest", "test_device_coll.py::test_device_reduce")
     assert by["numba_coll_reduce"].file == "device/numba/test_device_coll.py"
     assert by["rma_skip_signalop"].file == "rma_test.py"
@@ -140,25 +144,101 @@ def test_runner_table_mirrors_run_tests_sh():
     assert cmd[6:9] == ["-m", "pytest", "test_device_sync.py"]
     assert "--with-mpi" in cmd and cmd[cmd.index("--init-type") + 1] == "mpi"
     assert runner.command(by["init_uid"])[6:] == ["init_test.py", "-i", "uid"]
+    # the files each suite runs, as run_tests.sh's functions name them
+    files = {s: sorted({r.file for r in runner.RUNS if s in r.suites}) for s in runner.SUITES}
+    assert files["cutedsl"] == ["device/cute/test_device_coll.py", "device/cute/test_device_rma.py"]
+    assert files["cutedsl_high_level_1"] == ["device/cute/test_device_coll.py", "device/cute/test_device_sync.py"]
+    assert files["cutedsl_high_level_2"] == ["device/cute/test_device_rma.py"]
+    assert files["numba_cuda_mlir"] == ["numba_cuda_mlir/test_get_version.py", "numba_cuda_mlir/test_npe.py"]
+    mlir_dev = "numba_cuda_mlir/device/numba_cuda_mlir/"
+    assert files["numba_cuda_mlir_high_level_1"] == [mlir_dev + f for f in
+                                                     ("test_device_barrier.py", "test_device_coll.py",
+                                                      "test_device_sync.py")]
+    assert files["numba_cuda_mlir_high_level_2"] == [mlir_dev + "test_device_rma.py"]
+    assert files["numba_cuda_mlir_nvls"] == [mlir_dev + "test_device_amo.py", mlir_dev + "test_device_mem.py",
+                                             "numba_cuda_mlir/test_ring_allreduce.py"]
+    assert "device/cute/test_device_rma_tma.py" in files["nvls"] and len(files["nvls"]) == 9
+    assert [r.name for r in runner.RUNS if r.file == "device/cute/test_device_rma.py"] == ["cute_rma"]  # once
+    assert by["mlir_ring_allreduce"].argv == ("test_ring_allreduce.py",)  # run_tests.sh passes no -i there
+    assert {r.needs for r in runner.RUNS if r.folder.startswith("numba_cuda_mlir")} == {("numba_cuda_mlir",)}
+    assert {r.needs for r in runner.RUNS if not r.folder.startswith(("numba_cuda_mlir", "device/cute"))} == {()}
+    assert all(r.timeout >= 120 for r in runner.RUNS if r.folder == "device/cute")  # a compile per case
 
 
-def test_runner_adds_skip_amo_as_run_tests_sh_does(monkeypatch):
-    rma = {r.name: r for r in runner.RUNS}["rma_skip_signalop"]
-    monkeypatch.delenv("NVSHMEM4PY_SKIP_AMO", raising=False)
-    assert runner.command(rma)[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop"]
-    monkeypatch.setenv("NVSHMEM4PY_SKIP_AMO", "1")
-    assert runner.command(rma)[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop", "--skip-amo"]
-    full = {r.name: r for r in runner.RUNS}["rma_full"]  # the nvls run too, as run_tests.sh since 9e47d67
-    assert runner.command(full)[6:] == ["rma_test.py", "-i", "mpi", "--skip-amo"]
-    monkeypatch.delenv("NVSHMEM4PY_SKIP_AMO")
-    assert "--skip-amo" not in runner.command(full)
+def test_runner_environment_is_run_tests_shs():
+    by = {r.name: r for r in runner.RUNS}
+    assert dict(by["numba_mem"].env) == {"NUMBA_CUDA_ENABLE_NRT": "1", "NVSHMEM_MAX_TEAMS": "1024"}
+    # NVSHMEM reads the TMA policy once per process: run_tests.sh gives the TMA file its own launch with it
+    assert dict(by["cute_rma_tma"].env) == {"NVSHMEM_TMA_POLICY": "ENABLE", "NVSHMEM_MAX_TEAMS": "1024"}
+    assert not any(dict(r.env).get("NVSHMEM_TMA_POLICY") for r in runner.RUNS if r.name != "cute_rma_tma")
+    for r in runner.RUNS:
+        nvls = {"nvls", "numba_cuda_mlir_nvls"} & set(r.suites)
+        assert (dict(r.env).get("NVSHMEM_MAX_TEAMS") == "1024") == bool(nvls), r.name
+        assert r.env_default == ((("NVSHMEM_DISABLE_NCCL", "1"),) if nvls else ()), r.name
+    # --skip-amo: both RMA runs, always (run_tests.sh 9e47d67: "Host AMOs are not implemented.")
+    assert runner.command(by["rma_skip_signalop"])[6:] == ["rma_test.py", "-i", "mpi", "--skip-signalop", "--skip-amo"]
+    assert runner.command(by["rma_full"])[6:] == ["rma_test.py", "-i", "mpi", "--skip-amo"]
+    assert [r.name for r in runner.RUNS if "--skip-amo" in r.argv] == ["rma_skip_signalop", "rma_full"]
+
+
+def test_runner_gives_a_run_its_environment(tmp_path, monkeypatch):
+    """env overrides the environment; env_default only where it has no value (run_tests.sh's ${NAME:-1})."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "env_test.py").write_text(
+        "import os\nfor k in ('NVSHMEM_TMA_POLICY', 'NVSHMEM_MAX_TEAMS', 'NVSHMEM_DISABLE_NCCL'):\n"
+        "    print(k, os.environ.get(k))\n")
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
+    tma = {r.name: r for r in runner.RUNS}["cute_rma_tma"]
+    run = runner.Run("nvls", "envtma", ".", ("env_test.py",), env=tma.env, env_default=tma.env_default)
+    monkeypatch.setenv("NVSHMEM_MAX_TEAMS", "128")  # CI configs pre-export 128: run_tests.sh overrides it
+    for preset, nccl in ((None, "1"), ("0", "0")):
+        if preset is None:
+            monkeypatch.delenv("NVSHMEM_DISABLE_NCCL", raising=False)
+        else:
+            monkeypatch.setenv("NVSHMEM_DISABLE_NCCL", preset)
+        res = runner.execute(run, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 60)
+        log = (tmp_path / "out" / "envtma.log").read_text()
+        assert res.status == "passed", log
+        assert "NVSHMEM_TMA_POLICY ENABLE" in log and "NVSHMEM_MAX_TEAMS 1024" in log, log
+        assert f"NVSHMEM_DISABLE_NCCL {nccl}" in log, log
+
+
+def test_runner_skips_collectives_where_run_tests_sh_does(tmp_path, monkeypatch):
+    by = {r.name: r for r in runner.RUNS}
+    assert {r.name for r in runner.RUNS if r.skip_if == ("NVSHMEM4PY_SKIP_NUMBA_COLLECTIVES",)} == {
+        f"numba_coll_{f[12:]}" for f in runner._COLL}
+    assert {r.name for r in runner.RUNS if r.skip_if == ("NVSHMEM4PY_SKIP_CUTEDSL_COLLECTIVES",)} == {
+        f"cute_coll_{f[12:]}" for f in runner._COLL}
+    assert not any(r.skip_if for r in runner.RUNS if r.name.startswith("mlir_"))  # no knob there
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "ok_test.py").write_text("pass\n")
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
+    run = runner.Run("cutedsl_high_level_1", "coll", ".", ("ok_test.py",), skip_if=by["cute_coll_reduce"].skip_if)
+    monkeypatch.setenv("NVSHMEM4PY_SKIP_CUTEDSL_COLLECTIVES", "1")
+    res = runner.execute(run, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 60)
+    assert res.status == "skipped" and res.counts()["skipped"] == 1 and res.rc is None
+    monkeypatch.setattr(runner, "RUNS", (run,))
+    assert runner.main(["--tests", str(tmp_path / "t"), "--out", str(tmp_path / "o")]) == 0
+    monkeypatch.setenv("NVSHMEM4PY_SKIP_CUTEDSL_COLLECTIVES", "0")
+    res = runner.execute(run, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 60)
+    assert res.status == "passed"
 
 
 def test_runner_select_refuses_unknown_names():
     assert {r.suite for r in runner.select("core,nvls", None)} == {"core", "nvls"}
     assert [r.name for r in runner.select(None, "teams,npe")] == ["npe", "teams"]
+    # a run two suites share is selected by either, and runs once
+    assert [r.name for r in runner.select("cutedsl_high_level_2", None)] == ["cute_rma"]
+    cute = ["cute_rma", *(f"cute_coll_{f[12:]}" for f in runner._COLL)]  # its whole-file collectives: these
+    assert [r.name for r in runner.select("cutedsl", None)] == cute
+    assert [r.name for r in runner.select("cutedsl,cutedsl_high_level_2", None)].count("cute_rma") == 1
+    assert [r.name for r in runner.select("numba_cuda_mlir_nvls", None)] == ["mlir_mem", "mlir_amo",
+                                                                            "mlir_ring_allreduce"]
+    assert len(runner.select(None, None)) == len(runner.RUNS)
     with pytest.raises(SystemExit, match="unknown bogus"):
         runner.select("core,bogus", None)
+    with pytest.raises(SystemExit, match="unknown fmt"):  # run_tests.sh's yapf check of its own sources: no test
+        runner.select("fmt", None)
     with pytest.raises(SystemExit, match="unknown run nope"):
         runner.select(None, "nope")
 
@@ -235,6 +315,8 @@ def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
     assert runner.execute(nocute, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 100).status \
         == "no no_such_module_here"
     assert {r.needs for r in runner.RUNS if r.folder == "device/cute"} == {("cutlass",)}
+    assert runner.execute({r.name: r for r in runner.RUNS}["mlir_npe"], tmp_path / "t", tmp_path / "out",
+                          deadline=runner.time.monotonic() + 100).status in ("missing", "no numba_cuda_mlir")
     gone = runner.Run("core", "gone", ".", ("absent_test.py",))
     assert runner.execute(gone, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 100).status == "missing"
     late = runner.execute(slow, tmp_path / "t", tmp_path / "out", deadline=runner.time.monotonic() + 5)

@@ -73,8 +73,6 @@ case "$step" in
     ;;
   nv4py-tests)  # skips, saying why, without .dw/nv4py-tests
     together=${TOGETHER:-3}
-    # one GPU has no network transport: NVSHMEM has no host atomics there (run_tests.sh's knob for such targets)
-    export NVSHMEM4PY_SKIP_AMO=${NVSHMEM4PY_SKIP_AMO:-1}
     timeout ${STEP_TIMEOUT:-560} python3 tests/gpu/mps.py --pes-per-gpu "$(pes_per_gpu $((2 * together)))" -- \
       python3 tests/gpu/nvshmem4py_tests.py --out "$work" --budget "${NV4PY_BUDGET:-480}" --together "$together" \
       ${NV4PY_SUITES:+--suites "$NV4PY_SUITES"} "$@" > "$work/nv4py.txt" 2>&1 || rc=$?
