@@ -181,13 +181,19 @@ def test_runner_environment_is_run_tests_shs():
     assert [r.name for r in runner.RUNS if "--skip-amo" in r.argv] == ["rma_skip_signalop", "rma_full"]
 
 
+def _env_script(tmp_path, monkeypatch, body: str) -> Path:
+    """A folder ``t`` holding ``env_test.py`` (``body``), which the runner runs as a plain Python script."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "env_test.py").write_text(body)
+    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
+    return tmp_path / "t"
+
+
 def test_runner_gives_a_run_its_environment(tmp_path, monkeypatch):
     """env overrides the environment; env_default only where it has no value (run_tests.sh's ${NAME:-1})."""
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "env_test.py").write_text(
-        "import os\nfor k in ('NVSHMEM_TMA_POLICY', 'NVSHMEM_MAX_TEAMS', 'NVSHMEM_DISABLE_NCCL'):\n"
-        "    print(k, os.environ.get(k))\n")
-    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
+    _env_script(tmp_path, monkeypatch,
+                "import os\nfor k in ('NVSHMEM_TMA_POLICY', 'NVSHMEM_MAX_TEAMS', 'NVSHMEM_DISABLE_NCCL'):\n"
+                "    print(k, os.environ.get(k))\n")
     tma = {r.name: r for r in runner.RUNS}["cute_rma_tma"]
     run = runner.Run("nvls", "envtma", ".", ("env_test.py",), env=tma.env, env_default=tma.env_default)
     monkeypatch.setenv("NVSHMEM_MAX_TEAMS", "128")  # CI configs pre-export 128: run_tests.sh overrides it
@@ -475,14 +481,11 @@ def test_ranks_site_shares_the_gpus_and_answers_num_devices(tmp_path):
 
 
 def test_runner_shares_the_gpus_where_the_ranks_outnumber_them(tmp_path, monkeypatch):
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "env_test.py").write_text(
-        "import os, sys\nprint('SHARE', os.environ.get('NV4PY_SHARE_GPU'))\n"
-        "print('SITE', os.environ['PYTHONPATH'].split(os.pathsep)[0].endswith('nv4py_site'))\n")
-    monkeypatch.setattr(runner, "command", lambda run, mpirun=None, package="alias": [sys.executable, *run.argv])
+    _env_script(tmp_path, monkeypatch,
+                "import os, sys\nprint('SHARE', os.environ.get('NV4PY_SHARE_GPU'))\n"
+                "print('SITE', os.environ['PYTHONPATH'].split(os.pathsep)[0].endswith('nv4py_site'))\n"
+                "print('OURS', os.environ.get('NV4PY_USE_OUR_NVSHMEM'))\n")
     run = runner.Run("core", "envcheck", ".", ("env_test.py",))
-    (tmp_path / "t" / "env_test.py").write_text(
-        (tmp_path / "t" / "env_test.py").read_text() + "print('OURS', os.environ.get('NV4PY_USE_OUR_NVSHMEM'))\n")
     for gpus, share, package, ours in ((1, "1", "alias", "None"), (2, "None", "nvshmem4py", "1")):
         res = runner.execute(run, tmp_path / "t", tmp_path / f"out{gpus}", deadline=runner.time.monotonic() + 60,
                              gpus=gpus, package=package)
