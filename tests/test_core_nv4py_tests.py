@@ -308,6 +308,25 @@ def test_runner_xfail_runs_as_run_tests_sh(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "o" / "summary.json").read_text())[0]["status"] == "xfail"
 
 
+def test_runner_runs_again_what_an_mps_fault_failed(tmp_path, monkeypatch):
+    """A run whose job met the MPS server recovering from another job's fault runs once more, alone, after
+    the others; its first log is kept; a run that failed on its own is not run again."""
+    t = _env_script(tmp_path, monkeypatch, "")
+    (t / "faulted_test.py").write_text(
+        "import pathlib, sys\nflag = pathlib.Path(sys.argv[1])\nif not flag.exists():\n"
+        f"    flag.touch(); print('CUDA_ERROR_MPS_SERVER_NOT_READY: recovering'); sys.exit(1)\n")
+    (t / "broken_test.py").write_text("raise SystemExit(2)\n")
+    faulted = runner.Run("core", "faulted", ".", ("faulted_test.py", str(tmp_path / "flag")))
+    broken = runner.Run("core", "broken", ".", ("broken_test.py",))
+    monkeypatch.setattr(runner, "RUNS", (faulted, broken))
+    assert runner.main(["--tests", str(t), "--out", str(tmp_path / "o"), "--together", "2"]) == 1  # broken failed
+    summary = {r["run"]: r for r in json.loads((tmp_path / "o" / "summary.json").read_text())}
+    assert summary["faulted"]["status"] == "passed" and summary["faulted"]["again_after_mps_fault"]
+    assert summary["broken"]["status"] == "failed" and not summary["broken"]["again_after_mps_fault"]
+    assert runner.MPS_FAULT in (tmp_path / "o" / "faulted.mps-fault.log").read_text()
+    assert runner.MPS_FAULT not in (tmp_path / "o" / "faulted.log").read_text()
+
+
 def test_runner_missing_file_and_timeout(tmp_path, monkeypatch):
     """A file not in the tests folder is 'missing'; a run past its timeout is ended and its started case is hung."""
     (tmp_path / "t").mkdir()

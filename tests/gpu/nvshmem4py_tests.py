@@ -46,7 +46,10 @@ run and not failed (place it first: device step ``cute-part1``, then carry ``.dw
 Time is bounded twice: each run has its own timeout (the ``timeout`` column; the launcher's process
 group is ended at it, SIGTERM then SIGKILL), and no run starts, or runs, past ``--budget`` seconds
 from the start (its timeout is cut to what is left; a run that cannot start is ``not run``).
-``--together N`` runs N jobs at once (2 PEs each; under one MPS daemon when the GPU is shared).
+``--together N`` runs N jobs at once (2 PEs each; under one MPS daemon when the GPU is shared).  A
+fatal fault of one job's PE reaches every job on the GPU (MPS then answers CUDA_ERROR_MPS_SERVER_NOT_READY
+until its clients are gone): each run that failed so runs once more, alone, after all others, within
+the budget (its first log kept as ``<name>.mps-fault.log``; "again: MPS fault" in the table).
 
 Output (in ``--out``): per run ``<name>.log`` (both ranks' output), ``junit/<name>.xml`` (one
 testcase per pytest case, or one per script run), ``summary.json``; printed: per-file pass / fail /
@@ -195,6 +198,7 @@ class Result:
     rc: int | None = None
     seconds: float = 0.0
     cases: dict = field(default_factory=dict)  # case -> (outcome, message)
+    again: bool = False  # run a second time, alone, after an MPS fault of another job (mps_faulted)
 
     def counts(self) -> dict:
         out = {"passed": 0, "failed": 0, "skipped": 0, "error": 0, "hung": 0}
@@ -337,6 +341,32 @@ def execute(run: Run, tests: Path, out: Path, deadline: float, launcher: list[st
     return result
 
 
+#: What a CUDA call answers while the MPS server recovers from a client's fatal fault: every job sharing the
+#: GPU then fails, whatever it runs (a hung job ended at its timeout did that on 2026-12-04).
+MPS_FAULT = "CUDA_ERROR_MPS_SERVER_NOT_READY"
+
+
+def mps_faulted(result: Result, out: Path) -> bool:
+    """Whether ``result`` did not pass because the MPS server was recovering (its log says so)."""
+    log = out / f"{result.run.name}.log"
+    return (result.status not in ("passed", "xfail") and log.is_file()
+            and MPS_FAULT in log.read_text(errors="replace"))
+
+
+def run_again_after_mps_faults(results: list[Result], tests: Path, out: Path, deadline: float, **kw) -> None:
+    """Each run an MPS fault failed, once more, one at a time, once every other job has ended (the server
+    recovers when its clients are gone), within the budget; the first log kept as ``<name>.mps-fault.log``."""
+    for i, r in enumerate(results):
+        if mps_faulted(r, out):
+            (out / f"{r.run.name}.log").replace(out / f"{r.run.name}.mps-fault.log")
+            results[i] = execute(r.run, tests, out, deadline, **kw)
+            results[i].again = True
+            c = results[i].counts()
+            print(f"{r.run.name} (again, after an MPS fault): {results[i].status} ({results[i].seconds:.0f} s) "
+                  f"pass {c['passed']} fail {c['failed']} skip {c['skipped']} error {c['error']} hung {c['hung']}",
+                  flush=True)
+
+
 def write_junit(result: Result, path: Path) -> None:
     counts = result.counts()
     lines = [f'<testsuite name={quoteattr(result.run.name)} tests="{len(result.cases)}" '
@@ -365,7 +395,8 @@ def table(results) -> str:
         for k in total:
             total[k] += c[k]
         rows.append(f"{r.run.suite:<{sw}} {r.run.name:<24} {r.run.file:<{fw}} {c['passed']:>4} {c['failed']:>4} "
-                    f"{c['skipped']:>4} {c['error']:>4} {c['hung']:>4}  {r.status:<9} {r.seconds:5.0f}")
+                    f"{c['skipped']:>4} {c['error']:>4} {c['hung']:>4}  {r.status:<9} {r.seconds:5.0f}"
+                    + ("  (again: MPS fault)" if r.again else ""))
     rows.append("-" * len(head))
     rows.append(f"{'total':<{sw + fw + 26}} {total['passed']:>4} {total['failed']:>4} {total['skipped']:>4} "
                 f"{total['error']:>4} {total['hung']:>4}  cases {sum(total.values())}")
@@ -434,11 +465,13 @@ def main(argv=None) -> int:
             c = r.counts()
             print(f"{r.run.name}: {r.status} ({r.seconds:.0f} s) pass {c['passed']} fail {c['failed']} "
                   f"skip {c['skipped']} error {c['error']} hung {c['hung']}", flush=True)
+        run_again_after_mps_faults(results, args.tests, args.out, deadline, launcher=launcher, gpus=gpus,
+                                   package=args.package)
     for r in results:
         write_junit(r, args.out / "junit" / f"{r.run.name}.xml")
     (args.out / "summary.json").write_text(json.dumps([
         {"suite": r.run.suite, "run": r.run.name, "file": r.run.file, "status": r.status, "rc": r.rc,
-         "seconds": round(r.seconds, 1), **r.counts(),
+         "seconds": round(r.seconds, 1), "again_after_mps_fault": r.again, **r.counts(),
          "not_passed": {k: v[0] for k, v in sorted(r.cases.items()) if v[0] != "passed"}} for r in results], indent=1))
     print(table(results))
     bad = [r for r in results if r.status not in ("passed", "xfail", "missing", "skipped")
